@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Builds the test control plane -- kube-apiserver and kube-controller-manager from the
+# k8s.io/kubernetes Go module, etcd from go.etcd.io/etcd/server/v3 -- into a cache directory
+# outside the checkout, and points "$CACHE_ROOT/current" at it. Idempotent: a finished build is
+# reused in seconds. Prints the asset directory (envtest layout: one directory holding the
+# binaries) on its last line.
+#
+# `go install k8s.io/kubernetes/cmd/kube-apiserver@vX` does not work: k8s.io/kubernetes pins its
+# staging modules at v0.0.0 and resolves them with local `replace` lines that Go ignores for
+# dependencies. So we generate a throwaway module that requires k8s.io/kubernetes and replaces
+# every staging module (read from the real go.mod, not from memory) with its published v0.X.Y.
+#
+# Environment:
+#   KUBEBUILDER_ASSETS  a directory already holding kube-apiserver and etcd: nothing is built.
+#   K8S_VERSIONS        versions to try in order (default "v1.37.2 v1.36.3 v1.35.4").
+#   ETCD_VERSION        default v3.6.16.
+#   NLC_CACHE_DIR       default ${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-controller.
+set -euo pipefail
+
+K8S_VERSIONS=${K8S_VERSIONS:-"v1.37.2 v1.36.3 v1.35.4"}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+CACHE_ROOT=${NLC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-controller}
+export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOTOOLCHAIN=${GOTOOLCHAIN:-local}
+
+log() { printf 'build-controlplane: %s\n' "$*" >&2; }
+
+if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
+  for b in kube-apiserver etcd; do
+    [[ -x "$KUBEBUILDER_ASSETS/$b" ]] || { log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS has no executable $b"; exit 1; }
+  done
+  log "using KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
+  echo "$KUBEBUILDER_ASSETS"
+  exit 0
+fi
+
+command -v go >/dev/null || { log "go is not installed; it is needed to build the test control plane"; exit 1; }
+mkdir -p "$CACHE_ROOT"
+
+build_etcd() {
+  local out=$1 work="$CACHE_ROOT/src/etcd-$ETCD_VERSION"
+  rm -rf "$work" && mkdir -p "$work" && cd "$work"
+  cat >go.mod <<MOD
+module nlc.local/etcd-build
+
+go 1.24
+MOD
+  go mod edit -require="go.etcd.io/etcd/server/v3@$ETCD_VERSION" -tool=go.etcd.io/etcd/server/v3
+  go mod tidy
+  go build -trimpath -o "$out/etcd" go.etcd.io/etcd/server/v3
+}
+
+build_k8s() {
+  local ver=$1 out=$2 work="$CACHE_ROOT/src/k8s-$1"
+  local minor=${ver#v1.}; minor=${minor%%.*}
+  local staging_ver="v0.${ver#v1.}"
+  rm -rf "$work" && mkdir -p "$work" && cd "$work"
+  cat >go.mod <<MOD
+module nlc.local/k8s-build
+
+go 1.24
+MOD
+  local modfile
+  modfile=$(go mod download -json "k8s.io/kubernetes@$ver" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+  [[ -f "$modfile" ]] || { log "could not download the go.mod of k8s.io/kubernetes@$ver"; return 1; }
+  local args=(-require="k8s.io/kubernetes@$ver")
+  local m n=0
+  for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$modfile"); do
+    args+=(-replace="$m=$m@$staging_ver")
+    n=$((n + 1))
+  done
+  [[ $n -gt 0 ]] || { log "no staging modules found in $modfile"; return 1; }
+  log "k8s.io/kubernetes@$ver: replacing $n staging modules with $staging_ver"
+  go mod edit "${args[@]}" \
+    -tool=k8s.io/kubernetes/cmd/kube-apiserver -tool=k8s.io/kubernetes/cmd/kube-controller-manager
+  go mod tidy
+  local ld="" pkg
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $pkg.gitVersion=$ver -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  go build -trimpath -ldflags "-s -w $ld" -o "$out/" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+}
+
+for ver in $K8S_VERSIONS; do
+  dir="$CACHE_ROOT/k8s-$ver-etcd-$ETCD_VERSION"
+  if [[ -x "$dir/kube-apiserver" && -x "$dir/kube-controller-manager" && -x "$dir/etcd" ]]; then
+    log "cached: $dir"
+  else
+    start=$(date +%s)
+    rm -rf "$dir.partial" && mkdir -p "$dir.partial"
+    if ! (build_k8s "$ver" "$dir.partial") >&2; then
+      log "FAILED to build Kubernetes $ver; trying the next version"
+      continue
+    fi
+    (build_etcd "$dir.partial") >&2 || { log "FAILED to build etcd $ETCD_VERSION"; exit 1; }
+    rm -rf "$dir" && mv "$dir.partial" "$dir"
+    log "built $dir in $(( $(date +%s) - start ))s"
+  fi
+  ln -sfn "$dir" "$CACHE_ROOT/current"
+  "$dir/kube-apiserver" --version >&2
+  "$dir/etcd" --version | head -1 >&2
+  echo "$dir"
+  exit 0
+done
+log "no Kubernetes version in '$K8S_VERSIONS' could be built"
+exit 1
