@@ -1,0 +1,29 @@
+//! Connecting to the API server by the usual kube-rs rules.
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::config::KubeArgs;
+use crate::error::{Error, Result};
+
+/// `--kubeconfig` (with `--context`) if given; else `--context` in the default kubeconfig; else
+/// `Config::infer()`: `KUBECONFIG` or `~/.kube/config` when present, otherwise the in-cluster
+/// service account.
+pub async fn config(args: &KubeArgs) -> Result<kube::Config> {
+    let options = KubeConfigOptions { context: args.context.clone(), ..KubeConfigOptions::default() };
+    let config = match (&args.kubeconfig, &args.context) {
+        (Some(path), _) => {
+            let kc = Kubeconfig::read_from(path).map_err(|e| Error::Kubeconfig(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &options).await.map_err(|e| Error::Kubeconfig(e.to_string()))?
+        }
+        (None, Some(_)) => {
+            kube::Config::from_kubeconfig(&options).await.map_err(|e| Error::Kubeconfig(e.to_string()))?
+        }
+        (None, None) => kube::Config::infer().await.map_err(|e| Error::Kubeconfig(e.to_string()))?,
+    };
+    Ok(config)
+}
+
+pub async fn client(args: &KubeArgs) -> Result<kube::Client> {
+    let config = config(args).await?;
+    Ok(kube::Client::try_from(config)?)
+}

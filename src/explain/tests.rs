@@ -1,0 +1,139 @@
+use super::*;
+use serde_json::json;
+
+fn node(taints: serde_json::Value) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "worker-3"},
+        "spec": {"taints": taints}
+    }))
+    .expect("node")
+}
+
+fn pod(tolerations: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-1", "namespace": "shop"},
+        "spec": {"containers": [{"name": "c", "image": "i"}], "tolerations": tolerations}
+    }))
+    .expect("pod")
+}
+
+fn default_tolerations() -> serde_json::Value {
+    json!([
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    ])
+}
+
+fn now() -> Timestamp {
+    "2026-01-01T00:01:00Z".parse().expect("ts")
+}
+
+#[test]
+fn unreachable_node_with_default_tolerations() {
+    let n = node(json!([
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"},
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}
+    ]));
+    let e = explain(&n, &pod(default_tolerations()), MatchOptions::default(), now());
+    let got = serde_json::to_value(&e).expect("json");
+    assert_eq!(
+        got,
+        json!({
+            "node": "worker-3",
+            "pod": "shop/web-1",
+            "taints": [
+                {"key": "node.kubernetes.io/unreachable", "value": "", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z", "toleratedBy": 1},
+                {"key": "node.kubernetes.io/unreachable", "value": "", "effect": "NoSchedule", "timeAdded": null, "toleratedBy": null}
+            ],
+            "scheduling": "Forbidden",
+            "eviction": {"decision": "Delayed", "tolerationSeconds": 300, "deadline": "2026-01-01T00:05:00Z"},
+            "warnings": []
+        })
+    );
+    let text = render_text(&e);
+    assert!(
+        text.contains("Delayed: 300 s after the taint was added, at 2026-01-01T00:05:00Z (due in 4m00s)"),
+        "{text}"
+    );
+    assert!(text.contains("#1 node.kubernetes.io/unreachable Exists :NoExecute for 300s"), "{text}");
+}
+
+#[test]
+fn decisions() {
+    let ne = json!([{"key": "k", "value": "v", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}]);
+    #[rustfmt::skip]
+    let cases = [
+        ("no taints", json!([]), json!([]), json!({"decision": "None", "tolerationSeconds": null, "deadline": null}), "Allowed"),
+        ("untolerated", ne.clone(), json!([]), json!({"decision": "Immediate", "tolerationSeconds": null, "deadline": null}), "Forbidden"),
+        ("forever", ne.clone(), json!([{"operator": "Exists"}]), json!({"decision": "Never", "tolerationSeconds": null, "deadline": null}), "Allowed"),
+        ("zero", ne.clone(), json!([{"key": "k", "value": "v", "effect": "NoExecute", "tolerationSeconds": 0}]),
+            json!({"decision": "Immediate", "tolerationSeconds": null, "deadline": null}), "Allowed"),
+        ("delayed", ne.clone(), json!([{"key": "k", "operator": "Equal", "value": "v", "tolerationSeconds": 60}]),
+            json!({"decision": "Delayed", "tolerationSeconds": 60, "deadline": "2026-01-01T00:01:00Z"}), "Allowed"),
+        ("no timeAdded: no deadline", json!([{"key": "k", "effect": "NoExecute"}]), json!([{"key": "k", "operator": "Exists", "tolerationSeconds": 60}]),
+            json!({"decision": "Delayed", "tolerationSeconds": 60, "deadline": null}), "Allowed"),
+        ("prefer avoid", json!([{"key": "p", "effect": "PreferNoSchedule"}]), json!([]),
+            json!({"decision": "None", "tolerationSeconds": null, "deadline": null}), "PreferAvoid"),
+    ];
+    for (name, taints, tols, want, sched) in cases {
+        let e = explain(&node(taints), &pod(tols), MatchOptions::default(), now());
+        assert_eq!(serde_json::to_value(&e.eviction).expect("json"), want, "{name}");
+        assert_eq!(serde_json::to_value(e.scheduling).expect("json"), json!(sched), "{name}");
+    }
+}
+
+#[test]
+fn legacy_keys_are_warned_about() {
+    let n = node(
+        json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}]),
+    );
+    let p = pod(
+        json!([{"key": "node.alpha.kubernetes.io/notReady", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]),
+    );
+    let e = explain(&n, &p, MatchOptions::default(), now());
+    assert_eq!(e.eviction.decision, Decision::Immediate);
+    assert_eq!(e.warnings.len(), 1, "{:?}", e.warnings);
+    assert!(e.warnings[0].contains("legacy key node.alpha.kubernetes.io/notReady"));
+    assert!(render_text(&e).contains("Warnings:"));
+}
+
+#[test]
+fn future_time_added_is_flagged() {
+    let n = node(json!([{"key": "k", "effect": "NoExecute", "timeAdded": "2027-01-01T00:00:00Z"}]));
+    let e = explain(
+        &n,
+        &pod(json!([{"key": "k", "operator": "Exists", "tolerationSeconds": 5}])),
+        MatchOptions::default(),
+        now(),
+    );
+    assert!(e.warnings.iter().any(|w| w.contains("in the future")), "{:?}", e.warnings);
+}
+
+#[test]
+fn manifests_parse_or_fail_on_one_line() {
+    let yaml =
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\nspec:\n  taints:\n  - key: k\n    effect: NoExecute\n";
+    let n: Node = parse_manifest("node.yaml", yaml, "Node").expect("valid node");
+    assert_eq!(n.metadata.name.as_deref(), Some("n1"));
+    let json_text = r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"n2"}}"#;
+    let n: Node = parse_manifest("node.json", json_text, "Node").expect("valid json node");
+    assert_eq!(n.metadata.name.as_deref(), Some("n2"));
+
+    #[rustfmt::skip]
+    let bad = [
+        ("kind: Pod\napiVersion: v1\nmetadata: {name: p}\n", "node.yaml: not a Node (kind: Pod)"),
+        ("apiVersion: v1\nmetadata: {name: p}\n", "node.yaml: not a Node (no kind field)"),
+        ("{\"kind\": \"Node\",", "node.yaml: invalid JSON"),
+        ("kind: Node\n  bad: [indent\n", "node.yaml: invalid YAML"),
+        ("kind: Node\napiVersion: v1\nspec: {taints: 5}\n", "node.yaml: not a valid Node"),
+        ("", "node.yaml: "),
+        ("- a\n- b\n", "node.yaml: "),
+    ];
+    for (text, prefix) in bad {
+        let err = parse_manifest::<Node>("node.yaml", text, "Node").expect_err(text).to_string();
+        assert!(err.starts_with(prefix), "{text:?} gave {err:?}");
+        assert!(!err.contains('\n'), "one line: {err:?}");
+    }
+}

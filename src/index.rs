@@ -1,0 +1,251 @@
+//! The cluster cache: slim copies of Nodes, Pods and node Leases holding only the fields the
+//! controllers use, with pods indexed by node. PURE and synchronous (no `.await`): the watch
+//! tasks convert API objects to slim ones, and one task owns the index.
+//!
+//! A full `k8s_openapi` Pod with managed fields costs tens of KB; the slim pod holds a few
+//! strings and its tolerations. Slim objects are never written back to the API (we patch).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::taints::{Taint, Toleration};
+use crate::zone;
+
+/// `namespace/name`, shared between the index and the eviction queue.
+pub type PodKey = Arc<str>;
+
+pub fn pod_key(namespace: &str, name: &str) -> PodKey {
+    format!("{namespace}/{name}").into()
+}
+
+/// Status of a condition: `True`, `False` or `Unknown` (anything else is kept verbatim).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Condition {
+    pub type_: String,
+    pub status: String,
+    pub reason: Option<String>,
+    pub last_heartbeat: Option<Timestamp>,
+    pub last_transition: Option<Timestamp>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlimNode {
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub created: Option<Timestamp>,
+    /// The zone key (SPEC §5).
+    pub zone: String,
+    /// Labelled `node.kubernetes.io/exclude-disruption`: not counted towards zone state.
+    pub exclude_disruption: bool,
+    pub unschedulable: bool,
+    pub taints: Vec<Taint>,
+    pub conditions: Vec<Condition>,
+}
+
+impl SlimNode {
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    pub fn no_execute_taints(&self) -> impl Iterator<Item = &Taint> {
+        self.taints.iter().filter(|t| t.effect == crate::taints::Effect::NoExecute)
+    }
+}
+
+impl From<&Node> for SlimNode {
+    fn from(n: &Node) -> Self {
+        let labels = n.metadata.labels.as_ref();
+        let spec = n.spec.as_ref();
+        Self {
+            name: n.metadata.name.clone().unwrap_or_default(),
+            uid: n.metadata.uid.clone().unwrap_or_default(),
+            resource_version: n.metadata.resource_version.clone().unwrap_or_default(),
+            created: n.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            zone: zone::zone_key(labels),
+            exclude_disruption: labels.is_some_and(|l| l.contains_key(zone::EXCLUDE_DISRUPTION_LABEL)),
+            unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            taints: spec.iter().flat_map(|s| s.taints.iter().flatten()).map(Taint::from).collect(),
+            conditions: n
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .map(|c| Condition {
+                    type_: c.type_.clone(),
+                    status: c.status.clone(),
+                    reason: c.reason.clone(),
+                    last_heartbeat: c.last_heartbeat_time.as_ref().map(|t| t.0),
+                    last_transition: c.last_transition_time.as_ref().map(|t| t.0),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlimPod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub node_name: String,
+    pub tolerations: Vec<Toleration>,
+    /// Phase Succeeded or Failed.
+    pub terminal: bool,
+    /// `metadata.deletionTimestamp` is set.
+    pub terminating: bool,
+    /// Status of the pod's `Ready` condition, if it has one.
+    pub ready: Option<bool>,
+}
+
+impl SlimPod {
+    pub fn key(&self) -> PodKey {
+        pod_key(&self.namespace, &self.name)
+    }
+}
+
+impl From<&Pod> for SlimPod {
+    fn from(p: &Pod) -> Self {
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        Self {
+            namespace: p.metadata.namespace.clone().unwrap_or_default(),
+            name: p.metadata.name.clone().unwrap_or_default(),
+            uid: p.metadata.uid.clone().unwrap_or_default(),
+            node_name: p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default(),
+            tolerations: p.spec.iter().flat_map(|s| s.tolerations.iter().flatten()).map(Toleration::from).collect(),
+            terminal: matches!(phase, Some("Succeeded" | "Failed")),
+            terminating: p.metadata.deletion_timestamp.is_some(),
+            ready: p
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .find(|c| c.type_ == "Ready")
+                .map(|c| c.status == "True"),
+        }
+    }
+}
+
+/// A node's Lease, reduced to its heartbeat.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlimLease {
+    pub name: String,
+    pub renew_time: Option<Timestamp>,
+}
+
+impl From<&Lease> for SlimLease {
+    fn from(l: &Lease) -> Self {
+        Self {
+            name: l.metadata.name.clone().unwrap_or_default(),
+            renew_time: l.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0),
+        }
+    }
+}
+
+/// Nodes, pods (bound to a node) and leases, with pods indexed by node name.
+#[derive(Debug, Default)]
+pub struct Index {
+    pub nodes: HashMap<String, SlimNode>,
+    pub pods: HashMap<PodKey, SlimPod>,
+    pub leases: HashMap<String, SlimLease>,
+    by_node: HashMap<String, HashSet<PodKey>>,
+}
+
+impl Index {
+    /// Inserts or replaces a pod; returns the previous version.
+    pub fn upsert_pod(&mut self, pod: SlimPod) -> Option<SlimPod> {
+        let key = pod.key();
+        let node = pod.node_name.clone();
+        let old = self.pods.insert(key.clone(), pod);
+        if let Some(o) = &old
+            && o.node_name != node
+        {
+            self.unlink(&o.node_name, &key);
+        }
+        if !node.is_empty() {
+            self.by_node.entry(node).or_default().insert(key);
+        }
+        old
+    }
+
+    pub fn remove_pod(&mut self, key: &str) -> Option<SlimPod> {
+        let old = self.pods.remove(key)?;
+        self.unlink(&old.node_name, key);
+        Some(old)
+    }
+
+    fn unlink(&mut self, node: &str, key: &str) {
+        if let Some(set) = self.by_node.get_mut(node) {
+            set.remove(key);
+            if set.is_empty() {
+                self.by_node.remove(node);
+            }
+        }
+    }
+
+    /// The pods bound to `node`.
+    pub fn pods_on<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a SlimPod> + 'a {
+        self.by_node.get(node).into_iter().flatten().filter_map(|k| self.pods.get(k))
+    }
+
+    pub fn pod_count_on(&self, node: &str) -> usize {
+        self.by_node.get(node).map_or(0, HashSet::len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ns: &str, name: &str, node: &str) -> SlimPod {
+        SlimPod {
+            namespace: ns.into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            node_name: node.into(),
+            tolerations: vec![],
+            terminal: false,
+            terminating: false,
+            ready: None,
+        }
+    }
+
+    #[test]
+    fn pods_follow_their_node() {
+        let mut idx = Index::default();
+        idx.upsert_pod(pod("a", "p1", "n1"));
+        idx.upsert_pod(pod("a", "p2", "n1"));
+        idx.upsert_pod(pod("b", "p1", "n2"));
+        assert_eq!(idx.pod_count_on("n1"), 2);
+        // Re-bound (a recreated pod with the same name on another node).
+        idx.upsert_pod(pod("a", "p2", "n2"));
+        assert_eq!(idx.pod_count_on("n1"), 1);
+        assert_eq!(idx.pod_count_on("n2"), 2);
+        let removed = idx.remove_pod("a/p1").expect("present");
+        assert_eq!(removed.node_name, "n1");
+        assert_eq!(idx.pod_count_on("n1"), 0);
+        assert!(idx.remove_pod("a/p1").is_none());
+        let mut names: Vec<_> = idx.pods_on("n2").map(|p| p.key()).collect();
+        names.sort();
+        assert_eq!(names, vec![pod_key("a", "p2"), pod_key("b", "p1")]);
+    }
+
+    #[test]
+    fn slim_pod_from_api_object() {
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "deletionTimestamp": "2026-01-01T00:00:00Z",
+                         "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
+            "spec": {"nodeName": "n1", "containers": [], "tolerations": [{"operator": "Exists"}]},
+            "status": {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False"}]}
+        }))
+        .expect("pod");
+        let s = SlimPod::from(&p);
+        assert_eq!(s.key(), pod_key("ns", "p"));
+        assert!(s.terminal && s.terminating);
+        assert_eq!(s.ready, Some(false));
+        assert_eq!(s.tolerations.len(), 1);
+    }
+}

@@ -1,0 +1,39 @@
+//! # node-lifecycle-controller
+//!
+//! Taint-based node lifecycle management for Kubernetes, in the shape of the best controllers:
+//! decide in pure code, act at the edge.
+//!
+//! ```text
+//! watch streams (Nodes, Leases, Pods)            controller::watch
+//!       -> cache (slim objects, pods by node)     index, controller::cache
+//!       -> pure decisions, `now` as an argument:  taints (matching, outcome), zone (zone key),
+//!                                                 default_tolerations (admission rule)
+//!       -> effects (plain data)
+//!       -> executor: the only code that writes to the API (leader-gated, rate-limited, retried)
+//! ```
+//!
+//! Modules:
+//! - [`taints`]: PURE taint/toleration matching, eviction outcome and deadlines, well-known keys.
+//! - [`default_tolerations`]: PURE DefaultTolerationSeconds rule.
+//! - [`explain`]: the `explain` command (pure decision + text/JSON rendering).
+//! - [`zone`]: PURE zone key.
+//! - [`index`]: PURE slim cluster cache, pods indexed by node.
+//! - [`controller`]: I/O: watches, the controller task, the admin endpoint wiring.
+//! - [`clock`]: the one clock (monotonic wall time; paused in tests).
+//! - [`config`], [`client`], [`telemetry`], [`metrics`], [`admin`], [`error`]: plumbing.
+
+pub mod admin;
+pub mod client;
+pub mod clock;
+pub mod config;
+pub mod controller;
+pub mod default_tolerations;
+pub mod error;
+pub mod explain;
+pub mod index;
+pub mod metrics;
+pub mod taints;
+pub mod telemetry;
+pub mod zone;
+
+pub use error::{Error, Result};

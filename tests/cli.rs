@@ -1,0 +1,199 @@
+//! The binary: `run` against the real control plane (readiness, metrics, clean exit on SIGTERM)
+//! and `explain` from files and from the cluster.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, PostParams};
+use nlc_testenv::{shared, unique};
+use serde_json::json;
+
+const BIN: &str = env!("CARGO_BIN_EXE_node-lifecycle-controller");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.ok()?;
+    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Some((code, body))
+}
+
+#[tokio::test]
+async fn run_becomes_ready_serves_metrics_and_stops_on_sigterm() {
+    let env = shared();
+    let port = free_port();
+    let child = tokio::process::Command::new(BIN)
+        .args(["run", "--kubeconfig"])
+        .arg(&env.kubeconfig)
+        .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--log-format", "json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn controller");
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut ready = false;
+    while Instant::now() < deadline {
+        if let Some((200, _)) = http_get(port, "/readyz").await {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "controller never became ready");
+    assert_eq!(http_get(port, "/healthz").await.map(|r| r.0), Some(200));
+    let (code, metrics) = http_get(port, "/metrics").await.expect("metrics");
+    assert_eq!(code, 200);
+    assert!(metrics.contains("nlc_cache_objects{resource=\"nodes\"}"), "{metrics}");
+
+    let pid = child.id().expect("pid").to_string();
+    let status = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+    assert!(status.success());
+    let out =
+        tokio::time::timeout(Duration::from_secs(10), child.wait_with_output()).await.expect("exits").expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    // JSON logs: every line is a JSON object.
+    for line in stderr.lines() {
+        assert!(serde_json::from_str::<serde_json::Value>(line).is_ok(), "not JSON: {line}");
+    }
+    assert!(stderr.contains("caches synced"), "{stderr}");
+}
+
+#[test]
+fn help_documents_every_flag() {
+    let out = Command::new(BIN).args(["run", "--help"]).output().expect("help");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for flag in ["--kubeconfig", "--context", "--metrics-bind-address", "--log-format", "--log-level"] {
+        assert!(text.contains(flag), "{flag} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn run_with_a_broken_kubeconfig_fails_clearly() {
+    let dir = std::env::temp_dir().join(unique("nlc-bad-kubeconfig"));
+    std::fs::write(&dir, "this: is: not: a kubeconfig").expect("write");
+    let out = Command::new(BIN).arg("run").arg("--kubeconfig").arg(&dir).output().expect("run");
+    let _ = std::fs::remove_file(&dir);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("kubeconfig"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+fn explain(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    let mut child = Command::new(BIN)
+        .arg("explain")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    if let Some(input) = stdin {
+        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write stdin");
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().expect("wait");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn explain_files_and_bad_input() {
+    let dir = std::env::temp_dir().join(unique("nlc-explain"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let node = dir.join("node.yaml");
+    std::fs::write(
+        &node,
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\nspec:\n  taints:\n  - key: node.kubernetes.io/unreachable\n    effect: NoExecute\n    timeAdded: \"2026-01-01T00:00:00Z\"\n",
+    )
+    .expect("write");
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns}\nspec:\n  containers: []\n  tolerations:\n  - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 300}\n";
+    let node_s = node.to_str().expect("utf8");
+    let (ok, out, err) = explain(&["--node", node_s, "--pod", "-", "-o", "json"], Some(pod));
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(
+        v["eviction"],
+        json!({"decision": "Delayed", "tolerationSeconds": 300, "deadline": "2026-01-01T00:05:00Z"})
+    );
+    assert_eq!(v["taints"][0]["toleratedBy"], json!(0));
+    assert_eq!(v["scheduling"], json!("Allowed"));
+
+    let (ok, out, _) = explain(&["--node", node_s, "--pod", "-"], Some(pod));
+    assert!(ok);
+    assert!(out.contains("TOLERATED BY") && out.contains("Delayed"), "{out}");
+
+    let cases = [
+        (vec!["--node", "/nonexistent/node.yaml", "--pod", "-"], Some(pod), "/nonexistent/node.yaml: "),
+        (vec!["--node", node_s, "--pod", node_s], None, "not a Pod (kind: Node)"),
+        (vec!["--node", node_s, "--pod", "-"], Some("{not json"), "<stdin>: invalid JSON"),
+        (vec!["--node", node_s, "--pod", "-"], Some("kind: Pod\n  x: [\n"), "<stdin>: invalid YAML"),
+    ];
+    for (args, stdin, needle) in cases {
+        let (ok, _, err) = explain(&args, stdin);
+        assert!(!ok, "{args:?} should fail");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn explain_from_cluster() {
+    let env = shared();
+    let client = env.client().await;
+    let node_name = unique("explain-node");
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": node_name},
+                "spec": {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}]}}))
+            .expect("node"),
+        )
+        .await
+        .expect("create node");
+    let ns = unique("explain");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns"))
+        .await
+        .expect("ns");
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "p"},
+                "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "x"}]}}))
+            .expect("pod"),
+        )
+        .await
+        .expect("pod");
+    let kubeconfig = env.kubeconfig.to_str().expect("utf8").to_owned();
+    let pod_ref = format!("{ns}/p");
+    let (ok, out, err) = tokio::task::spawn_blocking(move || {
+        explain(
+            &["--from-cluster", "--kubeconfig", &kubeconfig, "--node", &node_name, "--pod", &pod_ref, "-o", "json"],
+            None,
+        )
+    })
+    .await
+    .expect("join");
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    // The API server's DefaultTolerationSeconds gave the pod 300 s for not-ready.
+    assert_eq!(
+        v["eviction"],
+        json!({"decision": "Delayed", "tolerationSeconds": 300, "deadline": "2026-01-01T00:05:00Z"})
+    );
+}
