@@ -24,6 +24,10 @@ pub async fn config(args: &KubeArgs) -> Result<kube::Config> {
 }
 
 pub async fn client(args: &KubeArgs) -> Result<kube::Client> {
-    let config = config(args).await?;
+    let mut config = config(args).await?;
+    // kube-rs retries 429/503/504 transparently (up to 15 times, honouring Retry-After). That
+    // would hide a PodDisruptionBudget's 429 from the eviction logic for minutes; our executor
+    // and watches retry with their own backoff instead.
+    config.default_retry = false;
     Ok(kube::Client::try_from(config)?)
 }

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -65,6 +66,106 @@ pub struct RunArgs {
     /// Address for `/healthz`, `/readyz` and `/metrics`.
     #[arg(long, default_value = "0.0.0.0:8080", env = "NLC_METRICS_BIND_ADDRESS")]
     pub metrics_bind_address: SocketAddr,
+    /// Manage only the nodes (and their pods) that match this label selector; empty manages all.
+    /// Lets this controller take over a part of a cluster while the rest stays with another.
+    #[arg(long, default_value = "", env = "NLC_NODE_SELECTOR")]
+    pub node_selector: String,
+    /// Honour the `Lt` / `Gt` toleration operators (feature gate
+    /// TaintTolerationComparisonOperators, off by default upstream).
+    #[arg(long, env = "NLC_ENABLE_COMPARISON_OPERATORS")]
+    pub enable_comparison_operators: bool,
+    /// Limit on all API writes, in requests per second; 0 means unlimited (the API server's
+    /// priority and fairness still applies). kube-controller-manager's client default is 20.
+    #[arg(long, default_value_t = 0.0, env = "NLC_KUBE_API_QPS")]
+    pub kube_api_qps: f64,
+    /// Burst allowed above `--kube-api-qps`.
+    #[arg(long, default_value_t = 30, env = "NLC_KUBE_API_BURST")]
+    pub kube_api_burst: u32,
+    /// Identity of this process in events (`reportingInstance`); defaults to `$POD_NAME`, then
+    /// the host name.
+    #[arg(long, env = "NLC_INSTANCE")]
+    pub instance: Option<String>,
+    #[command(flatten)]
+    pub eviction: EvictionArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EvictionModeArg {
+    /// Delete the pod (upstream's behaviour; PodDisruptionBudgets do not apply).
+    Delete,
+    /// Use the Eviction API, which respects PodDisruptionBudgets; see `--pdb-max-wait`.
+    Evict,
+}
+
+/// The taint eviction controller.
+#[derive(Debug, Args)]
+pub struct EvictionArgs {
+    /// Run the taint eviction controller (evict pods that do not tolerate NoExecute taints).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NLC_ENABLE_TAINT_EVICTION")]
+    pub enable_taint_eviction: bool,
+    /// How pods are removed.
+    #[arg(long, value_enum, default_value = "delete", env = "NLC_EVICTION_MODE")]
+    pub eviction_mode: EvictionModeArg,
+    /// With `--eviction-mode evict`: how long a PodDisruptionBudget may block an eviction before
+    /// the pod is deleted anyway, so that a dead node is always drained in the end; 0 waits forever.
+    #[arg(long, default_value = "5m", value_parser = parse_duration, env = "NLC_PDB_MAX_WAIT")]
+    pub pdb_max_wait: Duration,
+    /// Pace pod deletions/evictions, in pods per second; 0 means unlimited.
+    #[arg(long, default_value_t = 0.0, env = "NLC_POD_EVICTION_QPS")]
+    pub pod_eviction_qps: f64,
+    /// Burst allowed above `--pod-eviction-qps`.
+    #[arg(long, default_value_t = 1, env = "NLC_POD_EVICTION_BURST")]
+    pub pod_eviction_burst: u32,
+    /// Leave pods in phase Succeeded or Failed alone (upstream deletes them: kubernetes issue 96363).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NLC_SKIP_TERMINAL_PODS")]
+    pub skip_terminal_pods: bool,
+    /// Evictions carried out concurrently.
+    #[arg(long, default_value_t = 32, env = "NLC_EVICTION_CONCURRENCY")]
+    pub eviction_concurrency: usize,
+    /// First retry delay after a failed eviction; it doubles on each failure up to
+    /// `--eviction-retry-max-delay`. Failed evictions are retried until they succeed or become moot.
+    #[arg(long, default_value = "200ms", value_parser = parse_duration, env = "NLC_EVICTION_RETRY_DELAY")]
+    pub eviction_retry_delay: Duration,
+    /// Longest delay between retries of a failed eviction.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, env = "NLC_EVICTION_RETRY_MAX_DELAY")]
+    pub eviction_retry_max_delay: Duration,
+}
+
+/// Parses a Go-style duration (`300ms`, `5s`, `1m30s`, `2h`, or `0`), as Kubernetes flags take.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err("empty duration".into());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        if num_end == 0 {
+            return Err(format!("invalid duration {s:?}: expected a number at {rest:?}"));
+        }
+        let value: f64 = rest[..num_end].parse().map_err(|_| format!("invalid duration {s:?}"))?;
+        rest = &rest[num_end..];
+        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit = match &rest[..unit_end] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            "" => return Err(format!("invalid duration {s:?}: missing unit (e.g. 30s, 5m)")),
+            u => return Err(format!("invalid duration {s:?}: unknown unit {u:?}")),
+        };
+        rest = &rest[unit_end..];
+        let part =
+            Duration::try_from_secs_f64(value * unit).map_err(|_| format!("invalid duration {s:?}: out of range"))?;
+        total = total.checked_add(part).ok_or_else(|| format!("invalid duration {s:?}: out of range"))?;
+    }
+    Ok(total)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -99,6 +200,24 @@ pub struct ExplainArgs {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn durations() {
+        for (text, want) in [
+            ("0", Duration::ZERO),
+            ("5m", Duration::from_secs(300)),
+            ("50s", Duration::from_secs(50)),
+            ("1m30s", Duration::from_secs(90)),
+            ("300ms", Duration::from_millis(300)),
+            ("1.5s", Duration::from_millis(1500)),
+            ("2h", Duration::from_secs(7200)),
+        ] {
+            assert_eq!(parse_duration(text), Ok(want), "{text}");
+        }
+        for bad in ["", "5", "s", "5x", "-5s", "1e9h9999999999999999999h", "5 s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn cli_is_consistent() {

@@ -18,7 +18,9 @@
 //! - [`explain`]: the `explain` command (pure decision + text/JSON rendering).
 //! - [`zone`]: PURE zone key.
 //! - [`index`]: PURE slim cluster cache, pods indexed by node.
-//! - [`controller`]: I/O: watches, the controller task, the admin endpoint wiring.
+//! - [`eviction`]: PURE taint eviction decisions and the timer queue.
+//! - [`effect`]: effects, the plain-data boundary between decisions and the executor.
+//! - [`controller`]: I/O: watches, the controller task (its pure `state`), the executor.
 //! - [`clock`]: the one clock (monotonic wall time; paused in tests).
 //! - [`config`], [`client`], [`telemetry`], [`metrics`], [`admin`], [`error`]: plumbing.
 
@@ -28,7 +30,9 @@ pub mod clock;
 pub mod config;
 pub mod controller;
 pub mod default_tolerations;
+pub mod effect;
 pub mod error;
+pub mod eviction;
 pub mod explain;
 pub mod index;
 pub mod metrics;

@@ -10,7 +10,7 @@ use crate::index::{Index, PodKey, SlimLease, SlimNode, SlimPod};
 /// What changed, for the decision code downstream.
 #[derive(Debug, PartialEq)]
 pub enum Change {
-    NodeUpserted { old: Option<SlimNode> },
+    NodeUpserted { name: String, old: Option<SlimNode> },
     NodeRemoved(SlimNode),
     PodUpserted { key: PodKey, old: Option<SlimPod> },
     PodRemoved(SlimPod),
@@ -62,8 +62,9 @@ impl Cache {
                 if let Some(seen) = &mut self.nodes.seen {
                     seen.insert(n.name.clone());
                 }
+                let name = n.name.clone();
                 let old = self.index.nodes.insert(n.name.clone(), n);
-                out.push(Change::NodeUpserted { old });
+                out.push(Change::NodeUpserted { name, old });
             }
             Event::Delete(n) => {
                 if let Some(old) = self.index.nodes.remove(&n.name) {

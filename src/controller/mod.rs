@@ -3,6 +3,8 @@
 //! tasks send it events, it decides, and it hands effects to the executor.
 
 pub mod cache;
+pub mod executor;
+pub mod state;
 pub mod watch;
 
 use std::sync::Arc;
@@ -14,10 +16,15 @@ use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch as signal};
 
-use crate::config::RunArgs;
-use crate::index::{SlimLease, SlimNode, SlimPod};
-use crate::metrics::{ResourceLabels, WatchMetrics};
-use cache::{Cache, Change};
+use crate::clock::{Clock, MonotonicWall, far_future};
+use crate::config::{EvictionArgs, EvictionModeArg, RunArgs};
+use crate::effect::EvictionResult;
+use crate::eviction::{self, TaintEviction};
+use crate::index::{PodKey, SlimLease, SlimNode, SlimPod};
+use crate::metrics::{EvictionMetrics, ExecutorMetrics, ResourceLabels, WatchMetrics};
+use crate::taints::MatchOptions;
+use executor::{Executor, ExecutorConfig};
+use state::State;
 
 /// Everything that reaches the controller task.
 #[derive(Debug)]
@@ -25,6 +32,12 @@ pub enum Input {
     Node(watcher::Event<SlimNode>),
     Pod(watcher::Event<SlimPod>),
     Lease(watcher::Event<SlimLease>),
+    /// The executor's report on an eviction.
+    EvictionResult {
+        key: PodKey,
+        uid: String,
+        result: EvictionResult,
+    },
 }
 
 /// The namespace of node heartbeat Leases.
@@ -56,12 +69,17 @@ pub async fn shutdown_signal() {
 }
 
 /// Starts the watches feeding `tx`.
-fn spawn_watches(client: &kube::Client, tx: &mpsc::Sender<Input>, metrics: &WatchMetrics) {
+fn spawn_watches(client: &kube::Client, node_selector: &str, tx: &mpsc::Sender<Input>, metrics: &WatchMetrics) {
     // Only bound pods matter here: pending pods are no node's business.
     let pods = watcher::Config::default().fields("spec.nodeName!=");
+    let nodes = if node_selector.is_empty() {
+        watcher::Config::default()
+    } else {
+        watcher::Config::default().labels(node_selector)
+    };
     tokio::spawn(watch::run(
         Api::<Node>::all(client.clone()),
-        watcher::Config::default(),
+        nodes,
         "nodes",
         |n: &Node| SlimNode::from(n),
         Input::Node,
@@ -88,14 +106,47 @@ fn spawn_watches(client: &kube::Client, tx: &mpsc::Sender<Input>, metrics: &Watc
     ));
 }
 
+fn eviction_config(args: &EvictionArgs, match_options: MatchOptions) -> eviction::Config {
+    eviction::Config {
+        match_options,
+        skip_terminal_pods: args.skip_terminal_pods,
+        mode: match args.eviction_mode {
+            EvictionModeArg::Delete => eviction::EvictionMode::Delete,
+            EvictionModeArg::Evict => eviction::EvictionMode::Evict,
+        },
+        pdb_max_wait: (!args.pdb_max_wait.is_zero()).then_some(args.pdb_max_wait),
+        retry_base: args.eviction_retry_delay,
+        retry_cap: args.eviction_retry_max_delay.max(args.eviction_retry_delay),
+    }
+}
+
+fn instance_name(flag: Option<String>) -> String {
+    flag.or_else(|| std::env::var("POD_NAME").ok())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "node-lifecycle-controller".to_owned())
+}
+
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let RunArgs { kube, metrics_bind_address } = args;
+    let RunArgs {
+        kube,
+        metrics_bind_address,
+        node_selector,
+        enable_comparison_operators,
+        kube_api_qps,
+        kube_api_burst,
+        instance,
+        eviction,
+    } = args;
+    let match_options = MatchOptions { comparison_operators: enable_comparison_operators };
     let client = crate::client::client(&kube).await?;
     let version = client.apiserver_version().await?;
     tracing::info!(server = %version.git_version, "connected to the API server");
 
     let mut registry = Registry::default();
     let watch_metrics = WatchMetrics::register(&mut registry);
+    let eviction_metrics = EvictionMetrics::register(&mut registry);
+    let executor_metrics = ExecutorMetrics::register(&mut registry);
     let registry = Arc::new(registry);
 
     let (ready_tx, ready_rx) = signal::channel(false);
@@ -108,30 +159,47 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }))
     };
 
+    let clock: Arc<dyn Clock> = MonotonicWall::shared();
     let (tx, mut rx) = mpsc::channel::<Input>(4096);
-    spawn_watches(&client, &tx, &watch_metrics);
+    // Writes are enabled from the start while there is no leader election: one replica.
+    let (_writes_tx, writes_rx) = signal::channel(true);
+    let executor = Executor::new(
+        client.clone(),
+        tx.clone(),
+        clock.clone(),
+        ExecutorConfig {
+            match_options,
+            eviction_limiter: executor::limiter(eviction.pod_eviction_qps, eviction.pod_eviction_burst),
+            api_limiter: executor::limiter(kube_api_qps, kube_api_burst),
+            concurrency: eviction.eviction_concurrency,
+            instance: instance_name(instance),
+        },
+        writes_rx,
+        eviction_metrics.clone(),
+        executor_metrics,
+    );
+    spawn_watches(&client, &node_selector, &tx, &watch_metrics);
     drop(tx);
 
-    let mut cache = Cache::default();
-    let mut changes = Vec::new();
+    let taint_eviction =
+        eviction.enable_taint_eviction.then(|| TaintEviction::new(eviction_config(&eviction, match_options)));
+    let mut state = State::new(taint_eviction);
+    let mut effects = Vec::new();
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
+        let wake = state.next_wakeup().map_or_else(far_future, |t| clock.instant_at(t));
         tokio::select! {
             _ = &mut shutdown => break,
+            _ = tokio::time::sleep_until(wake) => state.tick(clock.now(), &mut effects),
             input = rx.recv() => {
                 let Some(input) = input else { break };
-                changes.clear();
-                match input {
-                    Input::Node(ev) => cache.apply_node(ev, &mut changes),
-                    Input::Pod(ev) => cache.apply_pod(ev, &mut changes),
-                    Input::Lease(ev) => cache.apply_lease(ev, &mut changes),
+                state.handle(input, clock.now(), &mut effects);
+                // Drain what is already queued before acting: one pass per burst of events.
+                while let Ok(more) = rx.try_recv() {
+                    state.handle(more, clock.now(), &mut effects);
                 }
-                for c in &changes {
-                    if let Change::NodeUpserted { old: None } = c {
-                        tracing::debug!("node added to the cache");
-                    }
-                }
+                let cache = &state.cache;
                 if cache.synced() && !*ready_tx.borrow() {
                     tracing::info!(
                         nodes = cache.index.nodes.len(),
@@ -149,6 +217,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     watch_metrics.objects.get_or_create(&ResourceLabels { resource }).set(n as i64);
                 }
             }
+        }
+        for effect in effects.drain(..) {
+            executor.submit(effect);
+        }
+        if let Some(ev) = &state.eviction {
+            eviction_metrics.pending.set(ev.pending() as i64);
         }
     }
     let _ = stop_tx.send(true);

@@ -1,0 +1,321 @@
+//! The executor: the only code that writes to the API. It carries out [`Effect`]s concurrently
+//! (bounded), paces them (governor), can be gated on leadership in one place, and reports each
+//! eviction's result back to the controller task, which decides about retries.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, Preconditions};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use serde_json::json;
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::time::Instant;
+
+use super::Input;
+use crate::clock::Clock;
+use crate::effect::{Effect, EvictPod, EvictionResult, Method, PodEvent};
+use crate::metrics::{EvictionMetrics, ExecutorMetrics, ReasonLabels, RequestLabels};
+use crate::taints::{self, MatchOptions, Outcome, Taint};
+
+/// Upstream's texts (pkg/controller/tainteviction).
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+pub const DELETION_BY_TAINT_MANAGER: &str = "DeletionByTaintManager";
+pub const TAINT_MANAGER_MESSAGE: &str = "Taint manager: deleting due to NoExecute taint";
+
+/// A token bucket for `qps` with `burst`; `None` when `qps <= 0` (unlimited).
+pub fn limiter(qps: f64, burst: u32) -> Option<Arc<DefaultDirectRateLimiter>> {
+    if !(qps > 0.0 && qps.is_finite()) {
+        return None;
+    }
+    let period = Duration::from_secs_f64(1.0 / qps);
+    let quota = Quota::with_period(period)?.allow_burst(NonZeroU32::new(burst.max(1))?);
+    Some(Arc::new(RateLimiter::direct(quota)))
+}
+
+pub struct ExecutorConfig {
+    pub match_options: MatchOptions,
+    /// Pace deletions / evictions (`--pod-eviction-qps`).
+    pub eviction_limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    /// Pace every API write (`--kube-api-qps`).
+    pub api_limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    /// Evictions carried out at once.
+    pub concurrency: usize,
+    /// The `reportingInstance` of events (the pod name in a cluster).
+    pub instance: String,
+}
+
+type NodeTaints = Shared<BoxFuture<'static, Result<Option<Arc<Vec<Taint>>>, String>>>;
+
+#[derive(Clone)]
+pub struct Executor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: kube::Client,
+    results: mpsc::Sender<Input>,
+    clock: Arc<dyn Clock>,
+    cfg: ExecutorConfig,
+    recorder: Recorder,
+    permits: Semaphore,
+    /// Live node reads for immediate evictions, shared by the evictions of one node within a
+    /// short window (30 pods of one node cost one GET).
+    recent_nodes: Mutex<HashMap<String, (Instant, NodeTaints)>>,
+    writes: watch::Receiver<bool>,
+    metrics: EvictionMetrics,
+    exec_metrics: ExecutorMetrics,
+}
+
+const NODE_READ_REUSE: Duration = Duration::from_millis(500);
+
+fn status_code(e: &kube::Error) -> u16 {
+    match e {
+        kube::Error::Api(s) => s.code,
+        _ => 0,
+    }
+}
+
+impl Executor {
+    pub fn new(
+        client: kube::Client,
+        results: mpsc::Sender<Input>,
+        clock: Arc<dyn Clock>,
+        cfg: ExecutorConfig,
+        writes: watch::Receiver<bool>,
+        metrics: EvictionMetrics,
+        exec_metrics: ExecutorMetrics,
+    ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter { controller: "taint-eviction-controller".into(), instance: Some(cfg.instance.clone()) },
+        );
+        let permits = Semaphore::new(cfg.concurrency.max(1));
+        Self {
+            inner: Arc::new(Inner {
+                client,
+                results,
+                clock,
+                cfg,
+                recorder,
+                permits,
+                recent_nodes: Mutex::new(HashMap::new()),
+                writes,
+                metrics,
+                exec_metrics,
+            }),
+        }
+    }
+
+    /// Carries out `effect` in the background.
+    pub fn submit(&self, effect: Effect) {
+        let inner = self.inner.clone();
+        match effect {
+            Effect::EvictPod(ev) => {
+                tokio::spawn(async move {
+                    inner.metrics.in_flight.inc();
+                    let result = inner.evict(&ev).await;
+                    inner.metrics.in_flight.dec();
+                    let _ = inner.results.send(Input::EvictionResult { key: ev.key, uid: ev.uid, result }).await;
+                });
+            }
+            Effect::PodEvent(e) => {
+                tokio::spawn(async move { inner.pod_event(&e).await });
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn count(&self, verb: &'static str, resource: &'static str, code: u16) {
+        self.exec_metrics.requests.get_or_create(&RequestLabels { verb, resource, code }).inc();
+    }
+
+    fn fail(&self, reason: &'static str, detail: String) -> EvictionResult {
+        self.metrics.failures.get_or_create(&ReasonLabels { reason }).inc();
+        EvictionResult::Failed(detail)
+    }
+
+    async fn write_permit(&self) -> bool {
+        if !*self.writes.borrow() {
+            return false;
+        }
+        if let Some(l) = &self.cfg.api_limiter {
+            l.until_ready().await;
+        }
+        true
+    }
+
+    async fn evict(&self, ev: &EvictPod) -> EvictionResult {
+        let Ok(_permit) = self.permits.acquire().await else {
+            return EvictionResult::Failed("executor closed".into());
+        };
+        if let Some(tolerations) = &ev.recheck {
+            match self.live_taints(&ev.node).await {
+                Ok(None) => return EvictionResult::Moot, // the node is gone: not ours
+                Ok(Some(taints)) => {
+                    let outcome = taints::evaluate(&taints, tolerations, self.cfg.match_options, |_, _| None);
+                    if !matches!(outcome, Outcome::EvictNow(_)) {
+                        tracing::info!(pod = %ev.key, node = %ev.node, "live taints no longer require an immediate eviction");
+                        return EvictionResult::Moot;
+                    }
+                }
+                Err(e) => return self.fail("node_read", e),
+            }
+        }
+        if let Some(l) = &self.cfg.eviction_limiter {
+            l.until_ready().await;
+        }
+        if ev.attempt == 0 {
+            let event = PodEvent {
+                namespace: ev.namespace.clone(),
+                name: ev.name.clone(),
+                uid: ev.uid.clone(),
+                reason: crate::eviction::EVENT_REASON,
+                note: format!("Marking for deletion Pod {}/{}", ev.namespace, ev.name),
+                warning: false,
+            };
+            let recorder = self.recorder.clone();
+            let dropped = self.exec_metrics.events_dropped.clone();
+            tokio::spawn(async move { publish(&recorder, &event, &dropped).await });
+        }
+        if !self.write_permit().await {
+            return EvictionResult::Failed("not the leader".into());
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ev.namespace);
+        let now = self.clock.now();
+        // The condition first (upstream's order), with the UID as a precondition.
+        let patch = json!({
+            "metadata": {"uid": ev.uid},
+            "status": {"conditions": [{
+                "type": DISRUPTION_TARGET, "status": "True", "reason": DELETION_BY_TAINT_MANAGER,
+                "message": TAINT_MANAGER_MESSAGE, "lastTransitionTime": now,
+            }]}
+        });
+        match pods.patch_status(&ev.name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
+            Ok(_) => self.count("patch", "pods/status", 200),
+            Err(e) => {
+                let code = status_code(&e);
+                self.count("patch", "pods/status", code);
+                match code {
+                    404 | 409 => return EvictionResult::Done { deleted: false }, // gone, or another pod now
+                    _ => return self.fail("condition", format!("adding the DisruptionTarget condition: {e}")),
+                }
+            }
+        }
+        if !self.write_permit().await {
+            return EvictionResult::Failed("not the leader".into());
+        }
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions { uid: Some(ev.uid.clone()), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        let (verb, resource, result) = match ev.method {
+            Method::Delete => ("delete", "pods", pods.delete(&ev.name, &dp).await.map(|_| ())),
+            Method::Evict => (
+                "create",
+                "pods/eviction",
+                pods.evict(&ev.name, &EvictParams { delete_options: Some(dp), ..EvictParams::default() })
+                    .await
+                    .map(|_| ()),
+            ),
+        };
+        match result {
+            Ok(()) => {
+                self.count(verb, resource, 200);
+                let late = self.clock.now().duration_since(ev.due).as_secs_f64().max(0.0);
+                self.metrics.deletions.inc();
+                self.metrics.deletion_duration.observe(late);
+                self.metrics.lateness.observe(late);
+                tracing::info!(pod = %ev.key, node = %ev.node, method = ?ev.method, lateness_ms = (late * 1000.0) as u64, "evicted");
+                EvictionResult::Done { deleted: true }
+            }
+            Err(e) => {
+                let code = status_code(&e);
+                self.count(verb, resource, code);
+                match code {
+                    404 | 409 => EvictionResult::Done { deleted: false },
+                    429 if ev.method == Method::Evict => {
+                        self.metrics.failures.get_or_create(&ReasonLabels { reason: "disruption_budget" }).inc();
+                        tracing::info!(pod = %ev.key, "eviction blocked by a PodDisruptionBudget; retrying");
+                        EvictionResult::Blocked(e.to_string())
+                    }
+                    _ => {
+                        tracing::warn!(pod = %ev.key, error = %e, attempt = ev.attempt, "eviction failed; retrying");
+                        self.fail("delete", e.to_string())
+                    }
+                }
+            }
+        }
+    }
+
+    /// The node's live taints (`None` if it no longer exists), shared by concurrent callers.
+    async fn live_taints(&self, node: &str) -> Result<Option<Arc<Vec<Taint>>>, String> {
+        let fut = {
+            let mut recent = match self.recent_nodes.lock() {
+                Ok(g) => g,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            let now = Instant::now();
+            recent.retain(|_, (at, _)| now.duration_since(*at) < NODE_READ_REUSE);
+            match recent.get(node) {
+                Some((_, f)) => f.clone(),
+                None => {
+                    let api: Api<Node> = Api::all(self.client.clone());
+                    let name = node.to_owned();
+                    let f: NodeTaints = async move {
+                        match api.get_opt(&name).await {
+                            Ok(Some(n)) => Ok(Some(Arc::new(
+                                n.spec.iter().flat_map(|s| s.taints.iter().flatten()).map(Taint::from).collect(),
+                            ))),
+                            Ok(None) => Ok(None),
+                            Err(e) => Err(format!("reading node {name}: {e}")),
+                        }
+                    }
+                    .boxed()
+                    .shared();
+                    recent.insert(node.to_owned(), (now, f.clone()));
+                    f
+                }
+            }
+        };
+        fut.await
+    }
+
+    async fn pod_event(&self, e: &PodEvent) {
+        if !*self.writes.borrow() {
+            return;
+        }
+        if e.note.starts_with("Cancelling") {
+            self.metrics.cancelled.inc();
+        }
+        publish(&self.recorder, e, &self.exec_metrics.events_dropped).await;
+    }
+}
+
+async fn publish(recorder: &Recorder, e: &PodEvent, dropped: &prometheus_client::metrics::counter::Counter) {
+    let reference = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(e.name.clone()),
+        namespace: Some(e.namespace.clone()),
+        uid: Some(e.uid.clone()),
+        ..ObjectReference::default()
+    };
+    let event = KubeEvent {
+        type_: if e.warning { EventType::Warning } else { EventType::Normal },
+        reason: e.reason.into(),
+        note: Some(e.note.clone()),
+        action: e.reason.into(),
+        secondary: None,
+    };
+    if let Err(err) = recorder.publish(&event, &reference).await {
+        dropped.inc();
+        tracing::debug!(pod = %format!("{}/{}", e.namespace, e.name), error = %err, "event not recorded");
+    }
+}

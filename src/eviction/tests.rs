@@ -1,0 +1,405 @@
+use super::*;
+use crate::index::SlimNode;
+use crate::taints::{Effect as TE, Operator, Taint, Toleration};
+
+fn ts(s: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + s).expect("ts")
+}
+
+fn node(name: &str, taints: Vec<Taint>) -> SlimNode {
+    SlimNode {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        resource_version: "1".into(),
+        created: None,
+        zone: String::new(),
+        exclude_disruption: false,
+        unschedulable: false,
+        taints,
+        conditions: vec![],
+    }
+}
+
+fn no_exec(key: &str, added: Option<i64>) -> Taint {
+    Taint { key: key.into(), value: String::new(), effect: TE::NoExecute, time_added: added.map(ts) }
+}
+
+fn tol(key: &str, seconds: Option<i64>) -> Toleration {
+    Toleration {
+        key: key.into(),
+        operator: Operator::Exists,
+        value: String::new(),
+        effect: Some(TE::NoExecute),
+        toleration_seconds: seconds,
+    }
+}
+
+fn pod(name: &str, node: &str, tolerations: Vec<Toleration>) -> SlimPod {
+    SlimPod {
+        namespace: "ns".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        node_name: node.into(),
+        tolerations,
+        terminal: false,
+        terminating: false,
+        ready: Some(true),
+    }
+}
+
+/// A tiny harness: the index plus the controller, with helpers that feed changes.
+struct World {
+    index: Index,
+    ctl: TaintEviction,
+    out: Vec<Effect>,
+}
+
+impl World {
+    fn new(cfg: Config) -> Self {
+        Self { index: Index::default(), ctl: TaintEviction::new(cfg), out: vec![] }
+    }
+
+    fn set_node(&mut self, n: SlimNode, now: i64) {
+        let old = self.index.nodes.insert(n.name.clone(), n.clone());
+        self.ctl.node_changed(&n, old.as_ref(), &self.index, ts(now), &mut self.out);
+    }
+
+    fn set_pod(&mut self, p: SlimPod, now: i64) {
+        let key = p.key();
+        let old = self.index.upsert_pod(p);
+        self.ctl.pod_changed(&key, old.as_ref(), &self.index, ts(now), &mut self.out);
+    }
+
+    fn tick(&mut self, now: i64) {
+        self.ctl.tick(&self.index, ts(now), &mut self.out);
+    }
+
+    fn take(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.out)
+    }
+
+    fn evictions(&mut self) -> Vec<EvictPod> {
+        self.take()
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::EvictPod(ev) => Some(ev),
+                Effect::PodEvent(_) => None,
+            })
+            .collect()
+    }
+}
+
+fn key(name: &str) -> PodKey {
+    crate::index::pod_key("ns", name)
+}
+
+#[test]
+fn untolerated_pod_is_evicted_at_once_with_a_live_recheck() {
+    let mut w = World::new(Config::default());
+    w.set_node(node("n1", vec![]), 0);
+    w.set_pod(pod("p", "n1", vec![]), 0);
+    assert!(w.take().is_empty());
+    w.set_node(node("n1", vec![no_exec("k", Some(5))]), 5);
+    let ev = w.evictions();
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].key, key("p"));
+    assert_eq!(ev[0].due, ts(5));
+    assert_eq!(ev[0].method, Method::Delete);
+    assert_eq!(ev[0].recheck, Some(vec![]));
+    assert_eq!(ev[0].attempt, 0);
+    // A second node update while in flight does not send a second eviction.
+    w.set_node(node("n1", vec![no_exec("k", Some(5)), no_exec("k2", Some(6))]), 6);
+    assert!(w.evictions().is_empty());
+    w.ctl.result(&key("p"), "uid-p", &EvictionResult::Done { deleted: true }, ts(6));
+    // Until the watch shows the pod terminating, it is not evicted again.
+    w.set_node(node("n1", vec![no_exec("k", Some(5))]), 7);
+    assert!(w.evictions().is_empty());
+}
+
+#[test]
+fn tolerated_forever_is_never_evicted() {
+    let mut w = World::new(Config::default());
+    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    w.set_pod(pod("p", "n1", vec![tol("k", None)]), 0);
+    w.tick(1_000_000);
+    assert!(w.take().is_empty());
+    assert_eq!(w.ctl.pending(), 0);
+}
+
+#[test]
+fn deadline_is_time_added_plus_seconds() {
+    let mut w = World::new(Config::default());
+    w.set_pod(pod("p", "n1", vec![tol("k", Some(30))]), 0);
+    // The controller sees the taint 10 s after it was added: the deadline is still 30 s after.
+    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 10);
+    assert!(w.take().is_empty());
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(30)));
+    assert_eq!(w.ctl.next_wakeup(), Some(ts(30)));
+    w.tick(29);
+    assert!(w.take().is_empty());
+    w.tick(30);
+    let ev = w.evictions();
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].due, ts(30));
+    assert_eq!(ev[0].recheck, None, "a due deadline is not an immediate eviction");
+}
+
+#[test]
+fn missing_or_future_time_added_anchors_on_first_observation() {
+    let mut w = World::new(Config::default());
+    w.set_pod(pod("a", "n1", vec![tol("k", Some(30))]), 0);
+    w.set_pod(pod("b", "n2", vec![tol("k", Some(30))]), 0);
+    w.set_node(node("n1", vec![no_exec("k", None)]), 100);
+    w.set_node(node("n2", vec![no_exec("k", Some(10_000))]), 100);
+    assert_eq!(w.ctl.deadline(&key("a")), Some(ts(130)));
+    assert_eq!(w.ctl.deadline(&key("b")), Some(ts(130)));
+    // Later updates of the node keep the first observation.
+    w.set_pod(pod("a", "n1", vec![tol("", Some(30))]), 120);
+    assert!(w.take().is_empty());
+    w.set_node(node("n1", vec![no_exec("k", None), no_exec("other", Some(0))]), 120);
+    let ev = w.evictions();
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].due, ts(30), "the older taint with timeAdded now decides, and it is past");
+}
+
+#[test]
+fn removing_the_taint_cancels_with_an_event() {
+    let mut w = World::new(Config::default());
+    w.set_pod(pod("p", "n1", vec![tol("k", Some(30))]), 0);
+    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    assert_eq!(w.ctl.pending(), 1);
+    w.set_node(node("n1", vec![]), 10);
+    assert_eq!(
+        w.take(),
+        vec![Effect::PodEvent(PodEvent {
+            namespace: "ns".into(),
+            name: "p".into(),
+            uid: "uid-p".into(),
+            reason: EVENT_REASON,
+            note: "Cancelling deletion of Pod ns/p".into(),
+            warning: false,
+        })]
+    );
+    assert_eq!(w.ctl.pending(), 0);
+    w.tick(100);
+    assert!(w.take().is_empty());
+    // Nothing was scheduled for an untainted node: no cancel event either.
+    w.set_node(node("n1", vec![]), 101);
+    assert!(w.take().is_empty());
+}
+
+#[test]
+fn changing_tolerations_moves_the_deadline() {
+    let mut w = World::new(Config::default());
+    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    w.set_pod(pod("p", "n1", vec![tol("k", Some(100))]), 0);
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(100)));
+    // Shorter (upstream keeps the old timer; we follow the documented meaning).
+    w.set_pod(pod("p", "n1", vec![tol("k", Some(20))]), 5);
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(20)));
+    // Longer.
+    w.set_pod(pod("p", "n1", vec![tol("k", Some(200))]), 6);
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(200)));
+    // A forever toleration placed first cancels.
+    w.set_pod(pod("p", "n1", vec![tol("", None), tol("k", Some(200))]), 7);
+    assert_eq!(w.ctl.deadline(&key("p")), None);
+    assert!(matches!(w.take().as_slice(), [Effect::PodEvent(e)] if e.note.starts_with("Cancelling")));
+    // Shortened below the elapsed time: due at once.
+    w.set_pod(pod("p", "n1", vec![tol("k", Some(3))]), 8);
+    let ev = w.evictions();
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].due, ts(3));
+}
+
+#[test]
+fn several_pods_are_evicted_in_deadline_order() {
+    let mut w = World::new(Config::default());
+    for (name, s) in [("p5", 5), ("p1", 1), ("p3", 3)] {
+        w.set_pod(pod(name, "n1", vec![tol("k", Some(s))]), 0);
+    }
+    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    let mut order = vec![];
+    for now in 0..=6 {
+        w.tick(now);
+        order.extend(w.evictions().into_iter().map(|e| (e.name, now)));
+    }
+    assert_eq!(order, vec![("p1".to_owned(), 1), ("p3".to_owned(), 3), ("p5".to_owned(), 5)]);
+}
+
+#[test]
+fn a_restarted_controller_keeps_the_deadline() {
+    let n = node("n1", vec![no_exec("k", Some(0))]);
+    let p = pod("p", "n1", vec![tol("k", Some(60))]);
+    let mut before = World::new(Config::default());
+    before.set_node(n.clone(), 0);
+    before.set_pod(p.clone(), 0);
+    // Restart 40 s into the countdown: a new controller sees the same objects.
+    let mut after = World::new(Config::default());
+    after.set_pod(p, 40);
+    after.set_node(n, 40);
+    assert_eq!(before.ctl.deadline(&key("p")), after.ctl.deadline(&key("p")));
+    assert_eq!(after.ctl.deadline(&key("p")), Some(ts(60)));
+}
+
+#[test]
+fn failures_retry_with_capped_backoff_until_done() {
+    let cfg = Config { retry_base: Duration::from_secs(1), retry_cap: Duration::from_secs(4), ..Config::default() };
+    let mut w = World::new(cfg);
+    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    w.set_pod(pod("p", "n1", vec![]), 0);
+    let mut now = 0;
+    let mut retries_at = vec![];
+    for _ in 0..6 {
+        let ev = w.evictions();
+        assert_eq!(ev.len(), 1, "at {now}");
+        assert_eq!(ev[0].due, ts(0), "due stays the original time");
+        w.ctl.result(&key("p"), "uid-p", &EvictionResult::Failed("boom".into()), ts(now));
+        let next = w.ctl.next_wakeup().expect("retry scheduled");
+        retries_at.push(next.as_second() - ts(now).as_second());
+        now = next.as_second() - ts(0).as_second();
+        // Node changes while waiting do not bypass the backoff.
+        w.set_node(node("n1", vec![no_exec("k", Some(0)), no_exec("x", Some(0))]), now - 1);
+        w.set_node(node("n1", vec![no_exec("k", Some(0))]), now - 1);
+        assert!(w.evictions().is_empty());
+        w.tick(now);
+    }
+    assert_eq!(retries_at, vec![1, 2, 4, 4, 4, 4]);
+    let ev = w.evictions();
+    assert_eq!(ev[0].attempt, 6);
+    w.ctl.result(&key("p"), "uid-p", &EvictionResult::Done { deleted: true }, ts(now));
+    assert_eq!(w.ctl.pending(), 0);
+    assert_eq!(w.ctl.in_flight(), 0);
+}
+
+#[test]
+fn retry_is_dropped_when_the_taint_goes_away() {
+    let mut w = World::new(Config::default());
+    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    w.set_pod(pod("p", "n1", vec![]), 0);
+    assert_eq!(w.evictions().len(), 1);
+    w.ctl.result(&key("p"), "uid-p", &EvictionResult::Failed("denied".into()), ts(0));
+    w.set_node(node("n1", vec![]), 0);
+    assert!(matches!(w.take().as_slice(), [Effect::PodEvent(e)] if e.note == "Cancelling deletion of Pod ns/p"));
+    w.tick(1000);
+    assert!(w.take().is_empty());
+}
+
+#[test]
+fn evict_mode_falls_back_to_delete_after_the_pdb_wait() {
+    let cfg = Config {
+        mode: EvictionMode::Evict,
+        pdb_max_wait: Some(Duration::from_secs(10)),
+        retry_base: Duration::from_secs(2),
+        retry_cap: Duration::from_secs(2),
+        ..Config::default()
+    };
+    let mut w = World::new(cfg);
+    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    w.set_pod(pod("p", "n1", vec![]), 0);
+    let mut now = 0;
+    let mut methods = vec![];
+    loop {
+        let ev = w.evictions();
+        assert_eq!(ev.len(), 1);
+        methods.push((now, ev[0].method));
+        if ev[0].method == Method::Delete {
+            break;
+        }
+        w.ctl.result(&key("p"), "uid-p", &EvictionResult::Blocked("pdb".into()), ts(now));
+        now += 2;
+        w.tick(now);
+    }
+    assert_eq!(methods.first(), Some(&(0, Method::Evict)));
+    assert_eq!(methods.last(), Some(&(10, Method::Delete)));
+
+    // With no maximum wait, it never falls back.
+    let cfg = Config { mode: EvictionMode::Evict, pdb_max_wait: None, ..Config::default() };
+    let mut w = World::new(cfg);
+    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    w.set_pod(pod("p", "n1", vec![]), 0);
+    for i in 0..50 {
+        let ev = w.evictions();
+        assert_eq!(ev[0].method, Method::Evict);
+        w.ctl.result(&key("p"), "uid-p", &EvictionResult::Blocked("pdb".into()), ts(i * 100));
+        w.tick((i + 1) * 100);
+    }
+}
+
+#[test]
+fn terminating_terminal_and_orphaned_pods_are_left_alone() {
+    let mut w = World::new(Config::default());
+    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    let mut terminating = pod("t", "n1", vec![]);
+    terminating.terminating = true;
+    let mut done = pod("d", "n1", vec![]);
+    done.terminal = true;
+    w.set_pod(terminating, 0);
+    w.set_pod(done.clone(), 0);
+    w.set_pod(pod("orphan", "gone-node", vec![]), 0);
+    assert!(w.take().is_empty());
+
+    // Upstream's behaviour (kubernetes issue 96363) when asked for.
+    let mut w = World::new(Config { skip_terminal_pods: false, ..Config::default() });
+    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    w.set_pod(done, 0);
+    assert_eq!(w.evictions().len(), 1);
+}
+
+#[test]
+fn a_pod_that_starts_terminating_drops_its_timer_quietly() {
+    let mut w = World::new(Config::default());
+    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    w.set_pod(pod("p", "n1", vec![tol("k", Some(60))]), 0);
+    let mut p = pod("p", "n1", vec![tol("k", Some(60))]);
+    p.terminating = true;
+    w.set_pod(p, 10);
+    assert!(w.take().is_empty());
+    assert_eq!(w.ctl.pending(), 0);
+}
+
+#[test]
+fn a_recreated_pod_is_a_different_pod() {
+    let mut w = World::new(Config::default());
+    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    w.set_pod(pod("p", "n1", vec![]), 0);
+    assert_eq!(w.evictions().len(), 1);
+    w.ctl.result(&key("p"), "uid-p", &EvictionResult::Done { deleted: true }, ts(0));
+    w.ctl.pod_removed(&key("p"));
+    w.index.remove_pod("ns/p");
+    let mut again = pod("p", "n1", vec![]);
+    again.uid = "uid-p-2".into();
+    w.set_pod(again, 1);
+    let ev = w.evictions();
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].uid, "uid-p-2");
+    // A stale result for the old pod changes nothing.
+    w.ctl.result(&key("p"), "uid-p", &EvictionResult::Failed("x".into()), ts(1));
+    assert_eq!(w.ctl.in_flight(), 1);
+}
+
+#[test]
+fn moot_result_drops_tracking() {
+    let mut w = World::new(Config::default());
+    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    w.set_pod(pod("p", "n1", vec![]), 0);
+    assert_eq!(w.evictions().len(), 1);
+    w.ctl.result(&key("p"), "uid-p", &EvictionResult::Moot, ts(0));
+    assert_eq!(w.ctl.in_flight(), 0);
+    assert_eq!(w.ctl.pending(), 0);
+    // When the (fresh) node still has the taint, the next update evicts again.
+    w.set_node(node("n1", vec![no_exec("k", Some(0)), no_exec("k2", Some(1))]), 1);
+    assert_eq!(w.evictions().len(), 1);
+}
+
+#[test]
+fn huge_and_negative_seconds_never_misbehave() {
+    let mut w = World::new(Config::default());
+    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    w.set_pod(pod("huge", "n1", vec![tol("k", Some(i64::MAX))]), 0);
+    w.set_pod(pod("neg", "n1", vec![tol("k", Some(i64::MIN))]), 0);
+    let ev = w.evictions();
+    assert_eq!(ev.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["neg"]);
+    assert_eq!(w.ctl.deadline(&key("huge")), Some(Timestamp::MAX));
+    w.tick(1_000_000_000);
+    assert!(w.evictions().is_empty());
+}

@@ -1,0 +1,246 @@
+//! Shared helpers for the integration tests: a controller process scoped to the test's own
+//! nodes (by label), and small builders for nodes and pods.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use nlc_testenv::{ControlPlane, unique};
+use serde_json::{Value, json};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_node-lifecycle-controller");
+
+/// A controller process managing only the nodes labelled `nlc-test=<scope>`.
+pub struct Controller {
+    child: tokio::process::Child,
+    pub port: u16,
+    pub scope: String,
+    log: std::path::PathBuf,
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.ok()?;
+    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Some((code, body))
+}
+
+impl Controller {
+    /// Starts the controller for `scope` with extra flags and waits until it is ready.
+    pub async fn start(env: &ControlPlane, scope: &str, extra: &[&str]) -> Self {
+        let port = free_port();
+        let log = env.dir.join(format!("controller-{scope}-{port}.log"));
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = tokio::process::Command::new(BIN)
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(&env.kubeconfig)
+            .args(["--metrics-bind-address", &format!("127.0.0.1:{port}")])
+            .args(["--node-selector", &format!("nlc-test={scope}")])
+            .args(["--log-level", "info,node_lifecycle_controller=debug"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(file))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn controller");
+        let c = Self { child, port, scope: scope.to_owned(), log };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Some((200, _)) = http_get(port, "/readyz").await {
+                return c;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("controller not ready; log:\n{}", c.logs());
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub async fn metrics(&self) -> String {
+        http_get(self.port, "/metrics").await.map(|r| r.1).unwrap_or_default()
+    }
+
+    /// Kills the process (no graceful shutdown): the harshest restart.
+    pub async fn kill(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// A test's own namespace and node scope.
+pub struct Scope {
+    pub client: kube::Client,
+    pub ns: String,
+    pub scope: String,
+}
+
+impl Scope {
+    pub async fn new(env: &ControlPlane, prefix: &str) -> Self {
+        let client = env.client().await;
+        let ns = unique(prefix);
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns"))
+            .await
+            .expect("create namespace");
+        Self { client, scope: ns.clone(), ns }
+    }
+
+    pub fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Creates a Ready node in this scope, with `taints`.
+    pub async fn node(&self, name_prefix: &str, taints: Value) -> String {
+        let name = unique(&format!("{}-{name_prefix}", self.ns));
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"nlc-test": self.scope}},
+            "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                "lastHeartbeatTime": Timestamp::now(), "lastTransitionTime": Timestamp::now()}]}
+        }))
+        .expect("node");
+        self.nodes().create(&PostParams::default(), &node).await.expect("create node");
+        name
+    }
+
+    /// Replaces the node's taints.
+    pub async fn set_taints(&self, node: &str, taints: Value) {
+        self.nodes()
+            .patch(node, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": taints}})))
+            .await
+            .expect("set taints");
+    }
+
+    /// Creates a pod bound to `node` with `tolerations` (and `labels`).
+    pub async fn pod(&self, name: &str, node: &str, tolerations: Value, labels: Value) -> Pod {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"nodeName": node, "tolerations": tolerations,
+                     "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+        }))
+        .expect("pod");
+        self.pods().create(&PostParams::default(), &pod).await.expect("create pod")
+    }
+}
+
+impl Scope {
+    /// Marks a pod Running and Ready, as a kubelet would (the Eviction API ignores budgets for
+    /// pods that are still Pending).
+    pub async fn mark_running(&self, pod: &str) {
+        let status = json!({"status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": now_s()}]}});
+        self.pods().patch_status(pod, &PatchParams::default(), &Patch::Merge(status)).await.expect("pod status");
+    }
+}
+
+/// Whole seconds: what `timeAdded` keeps after a round trip through the API.
+pub fn now_s() -> Timestamp {
+    Timestamp::from_second(Timestamp::now().as_second()).expect("now")
+}
+
+pub fn no_execute(key: &str, added: Timestamp) -> Value {
+    json!({"key": key, "effect": "NoExecute", "timeAdded": added})
+}
+
+pub fn toleration(key: &str, seconds: Option<i64>) -> Value {
+    match seconds {
+        Some(s) => json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": s}),
+        None => json!({"key": key, "operator": "Exists", "effect": "NoExecute"}),
+    }
+}
+
+/// Records, per pod name, the wall-clock moment its `deletionTimestamp` was first seen.
+#[derive(Clone)]
+pub struct Evictions {
+    seen: Arc<Mutex<HashMap<String, Timestamp>>>,
+    _task: Arc<tokio::task::JoinHandle<()>>,
+}
+
+impl Evictions {
+    pub async fn watch(pods: Api<Pod>) -> Self {
+        let seen: Arc<Mutex<HashMap<String, Timestamp>>> = Arc::default();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let task = {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut ready = Some(ready_tx);
+                let mut stream = watcher(pods, watcher::Config::default()).boxed();
+                while let Some(ev) = stream.next().await {
+                    let pod = match ev {
+                        Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => p,
+                        Ok(watcher::Event::InitDone) => {
+                            if let Some(tx) = ready.take() {
+                                let _ = tx.send(());
+                            }
+                            continue;
+                        }
+                        _ => continue,
+                    };
+                    if pod.metadata.deletion_timestamp.is_some() {
+                        let name = pod.metadata.name.clone().unwrap_or_default();
+                        if let Ok(mut s) = seen.lock() {
+                            s.entry(name).or_insert_with(Timestamp::now);
+                        }
+                    }
+                }
+            })
+        };
+        let _ = ready_rx.await;
+        Self { seen, _task: Arc::new(task) }
+    }
+
+    pub fn at(&self, pod: &str) -> Option<Timestamp> {
+        self.seen.lock().ok().and_then(|s| s.get(pod).copied())
+    }
+
+    /// Waits up to `timeout` for `pod` to be evicted; returns when it was.
+    pub async fn wait(&self, pod: &str, timeout: Duration) -> Option<Timestamp> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(t) = self.at(pod) {
+                return Some(t);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Seconds from `a` to `b` (negative if `b` is earlier).
+pub fn secs_between(a: Timestamp, b: Timestamp) -> f64 {
+    b.duration_since(a).as_secs_f64()
+}
+
+/// Events (core/v1 view) regarding `pod` in `ns`, as (reason, message).
+pub async fn pod_events(client: &kube::Client, ns: &str, pod: &str) -> Vec<(String, String)> {
+    let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
+    let list = api.list(&Default::default()).await.expect("events");
+    list.items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(pod))
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
+}

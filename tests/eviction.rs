@@ -1,0 +1,314 @@
+//! The taint eviction controller against the real control plane. Mirrors upstream's e2e
+//! `NoExecuteTaintManager` suite (single pod and multiple pods) with second-scale durations, and
+//! adds what upstream does not do: restart safety, moving deadlines, PDB-aware eviction with a
+//! fallback, and retries of denied deletes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use jiff::Timestamp;
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use nlc_testenv::shared;
+use serde_json::json;
+
+const KEY: &str = "example.com/evict";
+
+fn has_disruption_condition(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+        cs.iter().any(|c| {
+            c.type_ == "DisruptionTarget"
+                && c.status == "True"
+                && c.reason.as_deref() == Some("DeletionByTaintManager")
+                && c.message.as_deref() == Some("Taint manager: deleting due to NoExecute taint")
+        })
+    })
+}
+
+async fn wait_for_event(s: &Scope, pod: &str, reason: &str, message: &str) -> bool {
+    for _ in 0..100 {
+        if pod_events(&s.client, &s.ns, pod).await.iter().any(|(r, m)| r == reason && m == message) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// Upstream: "evicts pods from tainted nodes" and "pods evicted from tainted nodes have pod
+/// disruption condition"; plus the event.
+#[tokio::test]
+async fn untolerated_pod_is_evicted_right_after_the_taint_appears() {
+    let env = shared();
+    let s = Scope::new(env, "evict-now").await;
+    let node = s.node("n", json!([])).await;
+    s.pod("p", &node, json!([]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let _c = Controller::start(env, &s.scope, &[]).await;
+
+    let tainted_at = Timestamp::now();
+    s.set_taints(&node, json!([no_execute(KEY, now_s())])).await;
+    let at = evictions.wait("p", Duration::from_secs(5)).await.expect("evicted");
+    let delay = secs_between(tainted_at, at);
+    assert!(delay < 1.0, "evicted {delay:.3}s after the taint");
+
+    let pod = s.pods().get("p").await.expect("pod still terminating");
+    assert!(has_disruption_condition(&pod), "{:?}", pod.status);
+    let grace = pod.metadata.deletion_grace_period_seconds;
+    assert_eq!(grace, Some(30), "the pod's own grace period is used");
+    let note = format!("Marking for deletion Pod {}/p", s.ns);
+    assert!(wait_for_event(&s, "p", "TaintManagerEviction", &note).await, "no event {note:?}");
+}
+
+/// Upstream: "doesn't evict pod with tolerations from tainted nodes" and "only evicts pods
+/// without tolerations from tainted nodes".
+#[tokio::test]
+async fn only_pods_without_tolerations_are_evicted() {
+    let env = shared();
+    let s = Scope::new(env, "evict-forever").await;
+    let node = s.node("n", json!([])).await;
+    s.pod("tolerant", &node, json!([toleration(KEY, None)]), json!({})).await;
+    s.pod("intolerant", &node, json!([]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let c = Controller::start(env, &s.scope, &[]).await;
+
+    s.set_taints(&node, json!([no_execute(KEY, now_s())])).await;
+    assert!(evictions.wait("intolerant", Duration::from_secs(5)).await.is_some());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(evictions.at("tolerant"), None, "a pod tolerating forever was evicted:\n{}", c.logs());
+}
+
+/// Upstream: "eventually evict pod with finite tolerations from tainted nodes"; ours anchors
+/// the deadline on `timeAdded` and keeps to it within a second.
+#[tokio::test]
+async fn toleration_seconds_are_counted_from_time_added() {
+    let env = shared();
+    let s = Scope::new(env, "evict-later").await;
+    let node = s.node("n", json!([])).await;
+    s.pod("p", &node, json!([toleration(KEY, Some(3))]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let _c = Controller::start(env, &s.scope, &[]).await;
+
+    let added = now_s();
+    s.set_taints(&node, json!([no_execute(KEY, added)])).await;
+    let deadline = added + Duration::from_secs(3);
+    let at = evictions.wait("p", Duration::from_secs(8)).await.expect("evicted");
+    let late = secs_between(deadline, at);
+    assert!((-0.05..=1.0).contains(&late), "evicted {late:.3}s after the deadline");
+}
+
+/// Upstream (Conformance): "removing taint cancels eviction".
+#[tokio::test]
+async fn removing_the_taint_cancels_the_eviction() {
+    let env = shared();
+    let s = Scope::new(env, "evict-cancel").await;
+    let node = s.node("n", json!([])).await;
+    s.pod("p", &node, json!([toleration(KEY, Some(3))]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let _c = Controller::start(env, &s.scope, &[]).await;
+
+    s.set_taints(&node, json!([no_execute(KEY, now_s())])).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    s.set_taints(&node, json!([])).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(evictions.at("p"), None);
+    let note = format!("Cancelling deletion of Pod {}/p", s.ns);
+    assert!(wait_for_event(&s, "p", "TaintManagerEviction", &note).await, "no event {note:?}");
+}
+
+/// Upstream (Conformance): "evicts pods with minTolerationSeconds", with more pods: each at its
+/// own deadline, in order.
+#[tokio::test]
+async fn several_pods_are_evicted_in_deadline_order() {
+    let env = shared();
+    let s = Scope::new(env, "evict-order").await;
+    let node = s.node("n", json!([])).await;
+    for (name, secs) in [("p4", 4), ("p2", 2), ("p6", 6)] {
+        s.pod(name, &node, json!([toleration(KEY, Some(secs))]), json!({})).await;
+    }
+    let evictions = Evictions::watch(s.pods()).await;
+    let _c = Controller::start(env, &s.scope, &[]).await;
+
+    let added = now_s();
+    s.set_taints(&node, json!([no_execute(KEY, added)])).await;
+    let mut times = vec![];
+    for (name, secs) in [("p2", 2), ("p4", 4), ("p6", 6)] {
+        let at = evictions.wait(name, Duration::from_secs(10)).await.expect("evicted");
+        let late = secs_between(added + Duration::from_secs(secs), at);
+        assert!((-0.05..=1.0).contains(&late), "{name} evicted {late:.3}s after its deadline");
+        times.push(at);
+    }
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+}
+
+/// Tolerations can change on a running pod (only `tolerationSeconds` of existing ones, or new
+/// ones): the deadline follows. Upstream keeps the first timer (kubernetes issues 102993, 108982).
+#[tokio::test]
+async fn changing_toleration_seconds_moves_the_deadline() {
+    let env = shared();
+    let s = Scope::new(env, "evict-move").await;
+    let node = s.node("n", json!([])).await;
+    s.pod("shorter", &node, json!([toleration(KEY, Some(600))]), json!({})).await;
+    s.pod("longer", &node, json!([toleration(KEY, Some(2))]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let c = Controller::start(env, &s.scope, &[]).await;
+
+    let added = now_s();
+    s.set_taints(&node, json!([no_execute(KEY, added)])).await;
+    for (name, secs) in [("shorter", 3), ("longer", 600)] {
+        let mut pod = s.pods().get(name).await.expect("pod");
+        if let Some(spec) = pod.spec.as_mut() {
+            for t in spec.tolerations.iter_mut().flatten() {
+                if t.key.as_deref() == Some(KEY) {
+                    t.toleration_seconds = Some(secs);
+                }
+            }
+        }
+        s.pods().replace(name, &PostParams::default(), &pod).await.expect("update tolerations");
+    }
+    let at = evictions.wait("shorter", Duration::from_secs(8)).await.expect("evicted");
+    let late = secs_between(added + Duration::from_secs(3), at);
+    assert!((-0.05..=1.0).contains(&late), "evicted {late:.3}s after the new deadline");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(evictions.at("longer"), None, "the old 2 s deadline was kept:\n{}", c.logs());
+}
+
+/// Upstream restarts every countdown when the controller restarts (kubernetes issue 108268).
+#[tokio::test]
+async fn a_restarted_controller_keeps_the_deadline() {
+    let env = shared();
+    let s = Scope::new(env, "evict-restart").await;
+    let node = s.node("n", json!([])).await;
+    s.pod("p", &node, json!([toleration(KEY, Some(6))]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let c = Controller::start(env, &s.scope, &[]).await;
+
+    let added = now_s();
+    s.set_taints(&node, json!([no_execute(KEY, added)])).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    c.kill().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let _c2 = Controller::start(env, &s.scope, &[]).await;
+    let at = evictions.wait("p", Duration::from_secs(10)).await.expect("evicted");
+    let late = secs_between(added + Duration::from_secs(6), at);
+    assert!((-0.05..=1.0).contains(&late), "evicted {late:.3}s after the deadline");
+}
+
+/// `--eviction-mode evict` goes through the Eviction API: a PodDisruptionBudget blocks it (this
+/// control plane has no disruption controller, so the API answers 429), and after
+/// `--pdb-max-wait` the pod is deleted anyway: a dead node is always drained in the end.
+#[tokio::test]
+async fn evict_mode_is_blocked_by_a_pdb_then_falls_back_to_delete() {
+    let env = shared();
+    let s = Scope::new(env, "evict-pdb").await;
+    let node = s.node("n", json!([])).await;
+    s.pod("guarded", &node, json!([]), json!({"app": "guarded"})).await;
+    s.pod("free", &node, json!([]), json!({"app": "free"})).await;
+    s.mark_running("guarded").await;
+    s.mark_running("free").await;
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "guard"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}
+    }))
+    .expect("pdb");
+    Api::<PodDisruptionBudget>::namespaced(s.client.clone(), &s.ns)
+        .create(&PostParams::default(), &pdb)
+        .await
+        .expect("create pdb");
+    let evictions = Evictions::watch(s.pods()).await;
+    let c = Controller::start(
+        env,
+        &s.scope,
+        &["--eviction-mode", "evict", "--pdb-max-wait", "3s", "--eviction-retry-max-delay", "500ms"],
+    )
+    .await;
+
+    let added = Timestamp::now();
+    s.set_taints(&node, json!([no_execute(KEY, now_s())])).await;
+    let free = evictions.wait("free", Duration::from_secs(5)).await.expect("the unguarded pod is evicted");
+    assert!(secs_between(added, free) < 1.0);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(evictions.at("guarded"), None, "the PDB was not respected");
+    let Some(at) = evictions.wait("guarded", Duration::from_secs(6)).await else {
+        panic!("never fell back to delete:\n{}", c.logs());
+    };
+    let waited = secs_between(added, at);
+    assert!((3.0..=5.0).contains(&waited), "deleted {waited:.3}s after the taint:\n{}", c.logs());
+    let metrics = c.metrics().await;
+    assert!(metrics.contains("nlc_eviction_failures_total{reason=\"disruption_budget\"}"), "{metrics}");
+}
+
+/// A delete that is denied for a while (here by a ValidatingAdmissionPolicy) is retried with
+/// backoff until it succeeds; upstream gives up after 5 tries 10 ms apart (issue 140639).
+#[tokio::test]
+async fn a_denied_delete_is_retried_until_it_succeeds() {
+    let env = shared();
+    let s = Scope::new(env, "evict-deny").await;
+    let policy_name = format!("{}-deny", s.ns);
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": policy_name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["pods"]}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": s.ns}}
+            },
+            "validations": [{
+                "expression": "!has(oldObject.metadata.labels) || !('deny-delete' in oldObject.metadata.labels)",
+                "message": "deletion denied by the test"
+            }]
+        }
+    }))
+    .expect("policy");
+    Api::<ValidatingAdmissionPolicy>::all(s.client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create policy");
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": policy_name},
+        "spec": {"policyName": policy_name, "validationActions": ["Deny"]}
+    }))
+    .expect("binding");
+    Api::<ValidatingAdmissionPolicyBinding>::all(s.client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("create binding");
+    // Wait until the policy is in force (the API server loads policies asynchronously).
+    s.pod("probe", "nowhere", json!([]), json!({"deny-delete": "x"})).await;
+    let mut enforced = false;
+    for _ in 0..100 {
+        if s.pods().delete("probe", &DeleteParams::default().dry_run()).await.is_err() {
+            enforced = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(enforced, "the admission policy never took effect");
+
+    let node = s.node("n", json!([])).await;
+    s.pod("p", &node, json!([]), json!({"deny-delete": "x"})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let c = Controller::start(env, &s.scope, &["--eviction-retry-max-delay", "1s"]).await;
+    s.set_taints(&node, json!([no_execute(KEY, now_s())])).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(evictions.at("p"), None, "the policy did not deny the delete");
+    let denied = c.metrics().await;
+    assert!(denied.contains("nlc_eviction_failures_total{reason=\"delete\"}"), "{denied}");
+
+    let allowed_at = Timestamp::now();
+    s.pods()
+        .patch("p", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"deny-delete": null}}})))
+        .await
+        .expect("lift the denial");
+    let at = evictions.wait("p", Duration::from_secs(5)).await.expect("retried until it succeeded");
+    assert!(secs_between(allowed_at, at) <= 2.0, "{}", c.logs());
+    let _ = Api::<ValidatingAdmissionPolicyBinding>::all(s.client.clone())
+        .delete(&policy_name, &DeleteParams::default())
+        .await;
+    let _ =
+        Api::<ValidatingAdmissionPolicy>::all(s.client.clone()).delete(&policy_name, &DeleteParams::default()).await;
+}
