@@ -4,8 +4,8 @@
 
 use jiff::Timestamp;
 
-use crate::index::PodKey;
-use crate::taints::Toleration;
+use crate::index::{PodKey, SlimNode};
+use crate::taints::{Effect as TaintEffect, Taint, Toleration};
 
 /// How a pod is removed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,10 +46,82 @@ pub struct PodEvent {
     pub warning: bool,
 }
 
+/// A node condition as written when a kubelet went silent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConditionWrite {
+    pub type_: String,
+    pub reason: &'static str,
+    pub message: &'static str,
+    /// Only for a condition that did not exist (upstream: the node's creation time).
+    pub last_heartbeat: Option<Timestamp>,
+    pub last_transition: Timestamp,
+}
+
+/// Mark a node's conditions `Unknown` (SPEC §3), with optimistic concurrency.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetConditions {
+    pub node: String,
+    pub resource_version: String,
+    pub conditions: Vec<ConditionWrite>,
+    /// When the node's grace period ran out (for the detection-delay metric).
+    pub expired_at: Timestamp,
+}
+
+/// Add and remove taints on a node. The executor applies the change to the node's live taint
+/// list (adding only what is absent by key and effect, so an existing `timeAdded` is kept) and
+/// writes the whole list with the node's resourceVersion, re-reading on conflict.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetTaints {
+    pub node: String,
+    pub resource_version: String,
+    /// The taints as we last saw them (the first attempt's base).
+    pub current: Vec<Taint>,
+    /// Added with `timeAdded` = the moment of the write.
+    pub add: Vec<(String, TaintEffect)>,
+    pub remove: Vec<(String, TaintEffect)>,
+    /// A first NoExecute taint that went through the zone's rate limiter: counted in
+    /// `node_collector_evictions_total{zone}`.
+    pub counted_zone: Option<String>,
+}
+
+/// An event about a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeEvent {
+    pub node: String,
+    pub uid: String,
+    pub reason: &'static str,
+    pub note: String,
+}
+
+/// Set a pod's `Ready` condition to False (upstream's MarkPodsNotReady), then record the
+/// Warning event `NodeNotReady` on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MarkPodNotReady {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
     EvictPod(EvictPod),
     PodEvent(PodEvent),
+    SetConditions(SetConditions),
+    SetTaints(SetTaints),
+    NodeEvent(NodeEvent),
+    MarkPodNotReady(MarkPodNotReady),
+}
+
+/// What became of a [`SetConditions`] or [`SetTaints`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum NodeWriteResult {
+    /// Written, or found already as wanted; the node as the API returned it, when it did.
+    Done(Option<Box<SlimNode>>),
+    /// The node changed since we read it (a fresh kubelet write wins); decide again on the
+    /// fresh object.
+    Conflict,
+    NotFound,
+    Failed(String),
 }
 
 /// What became of an [`EvictPod`].

@@ -16,7 +16,10 @@
 //! - [`taints`]: PURE taint/toleration matching, eviction outcome and deadlines, well-known keys.
 //! - [`default_tolerations`]: PURE DefaultTolerationSeconds rule.
 //! - [`explain`]: the `explain` command (pure decision + text/JSON rendering).
-//! - [`zone`]: PURE zone key.
+//! - [`zone`]: PURE zone key, zone state, tainting rate per state.
+//! - [`health`]: PURE heartbeat bookkeeping, grace periods, the conditions of a silent node.
+//! - [`rules`]: PURE condition -> taint rules (upstream's table by default, configurable).
+//! - [`lifecycle`]: PURE node lifecycle decisions: conditions, taints, zone limiters.
 //! - [`index`]: PURE slim cluster cache, pods indexed by node.
 //! - [`eviction`]: PURE taint eviction decisions and the timer queue.
 //! - [`effect`]: effects, the plain-data boundary between decisions and the executor.
@@ -34,8 +37,11 @@ pub mod effect;
 pub mod error;
 pub mod eviction;
 pub mod explain;
+pub mod health;
 pub mod index;
+pub mod lifecycle;
 pub mod metrics;
+pub mod rules;
 pub mod taints;
 pub mod telemetry;
 pub mod zone;

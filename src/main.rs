@@ -20,7 +20,7 @@ fn main() -> ExitCode {
                 eprintln!("error: {e}");
                 return ExitCode::from(2);
             }
-            runtime.block_on(node_lifecycle_controller::controller::run(args))
+            runtime.block_on(node_lifecycle_controller::controller::run(*args))
         }
         Command::Explain(args) => runtime.block_on(run_explain(args)),
     };

@@ -142,3 +142,78 @@ impl ExecutorMetrics {
         m
     }
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ZoneLabels {
+    pub zone: String,
+}
+
+/// The node lifecycle controller, with upstream's names (`node_collector_*`).
+#[derive(Clone)]
+pub struct LifecycleMetrics {
+    pub zone_health: Family<ZoneLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub zone_size: Family<ZoneLabels, Gauge>,
+    pub unhealthy_nodes: Family<ZoneLabels, Gauge>,
+    pub evictions: Family<ZoneLabels, Counter>,
+    pub detection_delay: prometheus_client::metrics::histogram::Histogram,
+    pub all_zones_disrupted: Gauge,
+    pub pods_marked_not_ready: Counter,
+}
+
+impl Default for LifecycleMetrics {
+    fn default() -> Self {
+        use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+        Self {
+            zone_health: Family::default(),
+            zone_size: Family::default(),
+            unhealthy_nodes: Family::default(),
+            evictions: Family::default(),
+            // 1 ms to ~65 s.
+            detection_delay: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+            all_zones_disrupted: Gauge::default(),
+            pods_marked_not_ready: Counter::default(),
+        }
+    }
+}
+
+impl LifecycleMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "node_collector_zone_health",
+            "Gauge measuring percentage of healthy nodes per zone.",
+            m.zone_health.clone(),
+        );
+        registry.register(
+            "node_collector_zone_size",
+            "Gauge measuring number of registered Nodes per zones.",
+            m.zone_size.clone(),
+        );
+        registry.register(
+            "node_collector_unhealthy_nodes_in_zone",
+            "Gauge measuring number of not Ready Nodes per zones.",
+            m.unhealthy_nodes.clone(),
+        );
+        registry.register(
+            "node_collector_evictions",
+            "Number of Node evictions that happened since current instance of NodeController started.",
+            m.evictions.clone(),
+        );
+        registry.register(
+            "nlc_node_detection_delay_seconds",
+            "Time from a node's grace period running out to its conditions being written Unknown",
+            m.detection_delay.clone(),
+        );
+        registry.register(
+            "nlc_all_zones_disrupted",
+            "1 while every zone is in FullDisruption (NoExecute tainting stopped)",
+            m.all_zones_disrupted.clone(),
+        );
+        registry.register(
+            "nlc_pods_marked_not_ready",
+            "Pods whose Ready condition was set to False because their node stopped being ready",
+            m.pods_marked_not_ready.clone(),
+        );
+        m
+    }
+}

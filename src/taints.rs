@@ -287,6 +287,32 @@ pub fn anchor(time_added: Option<Timestamp>, first_observed: Timestamp) -> Times
     }
 }
 
+/// Applies a controller's taint change to a node's live taint list: removes `remove` (by key and
+/// effect) and appends each of `add` that is absent (by key and effect), with `time_added`. An
+/// existing taint is never replaced, so its `timeAdded` -- the anchor of every pending eviction --
+/// survives. Taints of other owners are untouched and keep their order. `None` when nothing
+/// changes.
+pub fn apply_changes(
+    current: &[Taint],
+    add: &[(String, Effect)],
+    remove: &[(String, Effect)],
+    time_added: Timestamp,
+) -> Option<Vec<Taint>> {
+    let mut next: Vec<Taint> =
+        current.iter().filter(|t| !remove.iter().any(|(k, e)| *k == t.key && *e == t.effect)).cloned().collect();
+    for (key, effect) in add {
+        if !next.iter().any(|t| t.key == *key && t.effect == *effect) {
+            next.push(Taint {
+                key: key.clone(),
+                value: String::new(),
+                effect: effect.clone(),
+                time_added: Some(time_added),
+            });
+        }
+    }
+    (next != current).then_some(next)
+}
+
 /// Why a pod must go now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EvictNowCause {

@@ -26,6 +26,16 @@ struct Relist {
     synced: bool,
 }
 
+/// Whether resourceVersion `new` is newer than `old`. ResourceVersions are opaque, but every
+/// API server in use takes them from etcd revisions, which are integers that only grow; when
+/// either does not parse, the new object is taken.
+fn is_newer(new: &str, old: &str) -> bool {
+    match (new.parse::<u64>(), old.parse::<u64>()) {
+        (Ok(n), Ok(o)) => n > o,
+        _ => true,
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Cache {
     pub index: Index,
@@ -58,6 +68,15 @@ impl Cache {
     pub fn apply_node(&mut self, ev: Event<SlimNode>, out: &mut Vec<Change>) {
         match ev {
             Event::Init => self.nodes.seen = Some(HashSet::new()),
+            Event::Apply(n)
+                if self
+                    .index
+                    .nodes
+                    .get(&n.name)
+                    .is_some_and(|old| !is_newer(&n.resource_version, &old.resource_version)) =>
+            {
+                // Already known: our own write's result arrived before its watch event.
+            }
             Event::InitApply(n) | Event::Apply(n) => {
                 if let Some(seen) = &mut self.nodes.seen {
                     seen.insert(n.name.clone());
@@ -163,6 +182,34 @@ mod tests {
             taints: vec![],
             conditions: vec![],
         }
+    }
+
+    #[test]
+    fn older_or_equal_resource_versions_are_ignored() {
+        let mut c = Cache::default();
+        let mut out = Vec::new();
+        let mut n = node("a");
+        n.resource_version = "10".into();
+        c.apply_node(Event::Apply(n.clone()), &mut out);
+        assert_eq!(out.len(), 1);
+        out.clear();
+        for rv in ["10", "9"] {
+            let mut stale = n.clone();
+            stale.resource_version = rv.into();
+            stale.unschedulable = true;
+            c.apply_node(Event::Apply(stale), &mut out);
+        }
+        assert!(out.is_empty());
+        assert!(!c.index.nodes["a"].unschedulable);
+        let mut newer = n.clone();
+        newer.resource_version = "11".into();
+        c.apply_node(Event::Apply(newer), &mut out);
+        assert_eq!(out.len(), 1);
+        // Opaque versions: take the new object.
+        let mut odd = n;
+        odd.resource_version = "x".into();
+        c.apply_node(Event::Apply(odd), &mut out);
+        assert_eq!(c.index.nodes["a"].resource_version, "x");
     }
 
     #[test]

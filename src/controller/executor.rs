@@ -19,8 +19,12 @@ use tokio::time::Instant;
 
 use super::Input;
 use crate::clock::Clock;
-use crate::effect::{Effect, EvictPod, EvictionResult, Method, PodEvent};
-use crate::metrics::{EvictionMetrics, ExecutorMetrics, ReasonLabels, RequestLabels};
+use crate::effect::{
+    Effect, EvictPod, EvictionResult, MarkPodNotReady, Method, NodeEvent, NodeWriteResult, PodEvent, SetConditions,
+    SetTaints,
+};
+use crate::index::SlimNode;
+use crate::metrics::{EvictionMetrics, ExecutorMetrics, LifecycleMetrics, ReasonLabels, RequestLabels, ZoneLabels};
 use crate::taints::{self, MatchOptions, Outcome, Taint};
 
 /// Upstream's texts (pkg/controller/tainteviction).
@@ -46,8 +50,20 @@ pub struct ExecutorConfig {
     pub api_limiter: Option<Arc<DefaultDirectRateLimiter>>,
     /// Evictions carried out at once.
     pub concurrency: usize,
+    /// Pace taint writes other than a node's first NoExecute taint, which its zone paces
+    /// (`--node-taint-qps`).
+    pub taint_limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    /// Pace MarkPodsNotReady (`--mark-pods-not-ready-qps`).
+    pub mark_pods_limiter: Option<Arc<DefaultDirectRateLimiter>>,
     /// The `reportingInstance` of events (the pod name in a cluster).
     pub instance: String,
+}
+
+/// The metrics the executor records into.
+pub struct Metrics {
+    pub eviction: EvictionMetrics,
+    pub executor: ExecutorMetrics,
+    pub lifecycle: LifecycleMetrics,
 }
 
 type NodeTaints = Shared<BoxFuture<'static, Result<Option<Arc<Vec<Taint>>>, String>>>;
@@ -63,13 +79,16 @@ struct Inner {
     clock: Arc<dyn Clock>,
     cfg: ExecutorConfig,
     recorder: Recorder,
+    node_recorder: Recorder,
     permits: Semaphore,
+    node_permits: Semaphore,
     /// Live node reads for immediate evictions, shared by the evictions of one node within a
     /// short window (30 pods of one node cost one GET).
     recent_nodes: Mutex<HashMap<String, (Instant, NodeTaints)>>,
     writes: watch::Receiver<bool>,
     metrics: EvictionMetrics,
     exec_metrics: ExecutorMetrics,
+    lifecycle_metrics: LifecycleMetrics,
 }
 
 const NODE_READ_REUSE: Duration = Duration::from_millis(500);
@@ -88,14 +107,20 @@ impl Executor {
         clock: Arc<dyn Clock>,
         cfg: ExecutorConfig,
         writes: watch::Receiver<bool>,
-        metrics: EvictionMetrics,
-        exec_metrics: ExecutorMetrics,
+        metrics: Metrics,
     ) -> Self {
+        let Metrics { eviction: metrics, executor: exec_metrics, lifecycle: lifecycle_metrics } = metrics;
+        // Upstream's event sources: taint-eviction-controller for pods, node-controller for nodes.
         let recorder = Recorder::new(
             client.clone(),
             Reporter { controller: "taint-eviction-controller".into(), instance: Some(cfg.instance.clone()) },
         );
+        let node_recorder = Recorder::new(
+            client.clone(),
+            Reporter { controller: "node-controller".into(), instance: Some(cfg.instance.clone()) },
+        );
         let permits = Semaphore::new(cfg.concurrency.max(1));
+        let node_permits = Semaphore::new(cfg.concurrency.max(1));
         Self {
             inner: Arc::new(Inner {
                 client,
@@ -103,11 +128,14 @@ impl Executor {
                 clock,
                 cfg,
                 recorder,
+                node_recorder,
                 permits,
+                node_permits,
                 recent_nodes: Mutex::new(HashMap::new()),
                 writes,
                 metrics,
                 exec_metrics,
+                lifecycle_metrics,
             }),
         }
     }
@@ -126,6 +154,24 @@ impl Executor {
             }
             Effect::PodEvent(e) => {
                 tokio::spawn(async move { inner.pod_event(&e).await });
+            }
+            Effect::SetConditions(w) => {
+                tokio::spawn(async move {
+                    let result = inner.set_conditions(&w).await;
+                    let _ = inner.results.send(Input::NodeWriteResult { node: w.node, result }).await;
+                });
+            }
+            Effect::SetTaints(w) => {
+                tokio::spawn(async move {
+                    let result = inner.set_taints(&w).await;
+                    let _ = inner.results.send(Input::NodeWriteResult { node: w.node, result }).await;
+                });
+            }
+            Effect::NodeEvent(e) => {
+                tokio::spawn(async move { inner.node_event(&e).await });
+            }
+            Effect::MarkPodNotReady(p) => {
+                tokio::spawn(async move { inner.mark_pod_not_ready(&p).await });
             }
         }
     }
@@ -285,6 +331,183 @@ impl Inner {
             }
         };
         fut.await
+    }
+
+    /// Marks a silent node's conditions Unknown: a strategic-merge patch of `status.conditions`
+    /// (merged by type) carrying the resourceVersion we decided on, so that a kubelet's newer
+    /// write makes ours fail instead of being overwritten.
+    async fn set_conditions(&self, w: &SetConditions) -> NodeWriteResult {
+        let Ok(_permit) = self.node_permits.acquire().await else {
+            return NodeWriteResult::Failed("executor closed".into());
+        };
+        if !self.write_permit().await {
+            return NodeWriteResult::Failed("not the leader".into());
+        }
+        let conditions: Vec<serde_json::Value> = w
+            .conditions
+            .iter()
+            .map(|c| {
+                let mut v = json!({
+                    "type": c.type_, "status": "Unknown", "reason": c.reason, "message": c.message,
+                    "lastTransitionTime": c.last_transition,
+                });
+                if let Some(hb) = c.last_heartbeat {
+                    v["lastHeartbeatTime"] = json!(hb);
+                }
+                v
+            })
+            .collect();
+        let patch = json!({
+            "metadata": {"resourceVersion": w.resource_version},
+            "status": {"conditions": conditions},
+        });
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        match nodes.patch_status(&w.node, &PatchParams::default(), &Patch::Strategic(&patch)).await {
+            Ok(node) => {
+                self.count("patch", "nodes/status", 200);
+                let delay = self.clock.now().duration_since(w.expired_at).as_secs_f64().max(0.0);
+                self.lifecycle_metrics.detection_delay.observe(delay);
+                tracing::info!(node = %w.node, detection_delay_ms = (delay * 1000.0) as u64, "node stopped posting status; conditions set to Unknown");
+                NodeWriteResult::Done(Some(Box::new(SlimNode::from(&node))))
+            }
+            Err(e) => {
+                let code = status_code(&e);
+                self.count("patch", "nodes/status", code);
+                match code {
+                    409 => NodeWriteResult::Conflict,
+                    404 => NodeWriteResult::NotFound,
+                    _ => {
+                        tracing::warn!(node = %w.node, error = %e, "writing node conditions failed");
+                        NodeWriteResult::Failed(e.to_string())
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies a taint change to the node's live list and writes the whole list with the
+    /// node's resourceVersion (never a forced apply); on conflict, re-reads and tries again.
+    async fn set_taints(&self, w: &SetTaints) -> NodeWriteResult {
+        let Ok(_permit) = self.node_permits.acquire().await else {
+            return NodeWriteResult::Failed("executor closed".into());
+        };
+        if w.counted_zone.is_none()
+            && let Some(l) = &self.cfg.taint_limiter
+        {
+            l.until_ready().await;
+        }
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut current = w.current.clone();
+        let mut rv = w.resource_version.clone();
+        let mut fresh: Option<Box<SlimNode>> = None;
+        for attempt in 0..5u32 {
+            let Some(next) = taints::apply_changes(&current, &w.add, &w.remove, self.clock.now()) else {
+                return NodeWriteResult::Done(fresh);
+            };
+            if !self.write_permit().await {
+                return NodeWriteResult::Failed("not the leader".into());
+            }
+            let list: Vec<k8s_openapi::api::core::v1::Taint> = next.iter().map(Into::into).collect();
+            let patch = json!({"metadata": {"resourceVersion": rv}, "spec": {"taints": list}});
+            match nodes.patch(&w.node, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(node) => {
+                    self.count("patch", "nodes", 200);
+                    if let Some(zone) = &w.counted_zone {
+                        self.lifecycle_metrics.evictions.get_or_create(&ZoneLabels { zone: zone.clone() }).inc();
+                    }
+                    tracing::info!(node = %w.node, add = ?w.add, remove = ?w.remove, "taints updated");
+                    return NodeWriteResult::Done(Some(Box::new(SlimNode::from(&node))));
+                }
+                Err(e) => {
+                    let code = status_code(&e);
+                    self.count("patch", "nodes", code);
+                    match code {
+                        409 => {}
+                        404 => return NodeWriteResult::NotFound,
+                        _ => {
+                            tracing::warn!(node = %w.node, error = %e, "writing node taints failed");
+                            return NodeWriteResult::Failed(e.to_string());
+                        }
+                    }
+                }
+            }
+            // Conflict: read the node as it is now and apply the change to that.
+            tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+            match nodes.get_opt(&w.node).await {
+                Ok(Some(node)) => {
+                    self.count("get", "nodes", 200);
+                    let slim = SlimNode::from(&node);
+                    current = slim.taints.clone();
+                    rv = slim.resource_version.clone();
+                    fresh = Some(Box::new(slim));
+                }
+                Ok(None) => return NodeWriteResult::NotFound,
+                Err(e) => return NodeWriteResult::Failed(format!("re-reading node {}: {e}", w.node)),
+            }
+        }
+        NodeWriteResult::Conflict
+    }
+
+    async fn node_event(&self, e: &NodeEvent) {
+        if !*self.writes.borrow() {
+            return;
+        }
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(e.node.clone()),
+            uid: Some(e.uid.clone()),
+            ..ObjectReference::default()
+        };
+        let event = KubeEvent {
+            type_: EventType::Normal,
+            reason: e.reason.into(),
+            note: Some(e.note.clone()),
+            action: e.reason.into(),
+            secondary: None,
+        };
+        if let Err(err) = self.node_recorder.publish(&event, &reference).await {
+            self.exec_metrics.events_dropped.inc();
+            tracing::debug!(node = %e.node, error = %err, "event not recorded");
+        }
+    }
+
+    /// Upstream's MarkPodsNotReady for one pod: its Ready condition becomes False (reason and
+    /// message untouched), then a Warning event `NodeNotReady` "Node is not ready".
+    async fn mark_pod_not_ready(&self, p: &MarkPodNotReady) {
+        if let Some(l) = &self.cfg.mark_pods_limiter {
+            l.until_ready().await;
+        }
+        if !self.write_permit().await {
+            return;
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &p.namespace);
+        let patch = json!({
+            "metadata": {"uid": p.uid},
+            "status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": self.clock.now()}]}
+        });
+        match pods.patch_status(&p.name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
+            Ok(_) => {
+                self.count("patch", "pods/status", 200);
+                self.lifecycle_metrics.pods_marked_not_ready.inc();
+                let event = PodEvent {
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                    uid: p.uid.clone(),
+                    reason: "NodeNotReady",
+                    note: "Node is not ready".into(),
+                    warning: true,
+                };
+                publish(&self.node_recorder, &event, &self.exec_metrics.events_dropped).await;
+            }
+            Err(e) => {
+                let code = status_code(&e);
+                self.count("patch", "pods/status", code);
+                if code != 404 && code != 409 {
+                    tracing::warn!(pod = %format!("{}/{}", p.namespace, p.name), error = %e, "marking pod not ready failed");
+                }
+            }
+        }
     }
 
     async fn pod_event(&self, e: &PodEvent) {

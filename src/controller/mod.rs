@@ -18,10 +18,11 @@ use tokio::sync::{mpsc, watch as signal};
 
 use crate::clock::{Clock, MonotonicWall, far_future};
 use crate::config::{EvictionArgs, EvictionModeArg, RunArgs};
-use crate::effect::EvictionResult;
+use crate::effect::{EvictionResult, NodeWriteResult};
 use crate::eviction::{self, TaintEviction};
 use crate::index::{PodKey, SlimLease, SlimNode, SlimPod};
-use crate::metrics::{EvictionMetrics, ExecutorMetrics, ResourceLabels, WatchMetrics};
+use crate::lifecycle::NodeLifecycle;
+use crate::metrics::{EvictionMetrics, ExecutorMetrics, LifecycleMetrics, ResourceLabels, WatchMetrics, ZoneLabels};
 use crate::taints::MatchOptions;
 use executor::{Executor, ExecutorConfig};
 use state::State;
@@ -37,6 +38,11 @@ pub enum Input {
         key: PodKey,
         uid: String,
         result: EvictionResult,
+    },
+    /// The executor's report on a node status or taint write.
+    NodeWriteResult {
+        node: String,
+        result: NodeWriteResult,
     },
 }
 
@@ -127,6 +133,33 @@ fn instance_name(flag: Option<String>) -> String {
         .unwrap_or_else(|| "node-lifecycle-controller".to_owned())
 }
 
+/// Zone gauges, upstream's way: health is the percentage of ready nodes; a zone that vanished
+/// reads size 0, health 100.
+fn report_zones(state: &State, m: &LifecycleMetrics, reported: &mut std::collections::HashSet<String>) {
+    let Some(lc) = &state.lifecycle else { return };
+    let zones = lc.zone_reports();
+    reported.retain(|old| {
+        let gone = !zones.iter().any(|z| z.zone == *old);
+        if gone {
+            let labels = ZoneLabels { zone: old.clone() };
+            m.zone_size.get_or_create(&labels).set(0);
+            m.unhealthy_nodes.get_or_create(&labels).set(0);
+            m.zone_health.get_or_create(&labels).set(100.0);
+        }
+        !gone
+    });
+    for z in zones {
+        reported.insert(z.zone.clone());
+        let labels = ZoneLabels { zone: z.zone };
+        m.zone_size.get_or_create(&labels).set(z.size as i64);
+        m.unhealthy_nodes.get_or_create(&labels).set(z.unhealthy as i64);
+        let health = if z.size == 0 { 100.0 } else { 100.0 * (z.size - z.unhealthy) as f64 / z.size as f64 };
+        m.zone_health.get_or_create(&labels).set(health);
+        m.evictions.get_or_create(&labels).inc_by(0);
+    }
+    m.all_zones_disrupted.set(i64::from(lc.all_zones_disrupted()));
+}
+
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let RunArgs {
         kube,
@@ -137,7 +170,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         kube_api_burst,
         instance,
         eviction,
+        lifecycle,
     } = args;
+    let lifecycle_config = if lifecycle.enable_node_lifecycle {
+        Some(lifecycle.to_config().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?)
+    } else {
+        None
+    };
+    if let Some(c) = &lifecycle_config
+        && c.grace.monitor < std::time::Duration::from_secs(45)
+    {
+        tracing::warn!(grace = ?c.grace.monitor, "--node-monitor-grace-period is below upstream's guidance (more than 45s: the kubelet's HTTP/2 ping and read-idle timeouts)");
+    }
     let match_options = MatchOptions { comparison_operators: enable_comparison_operators };
     let client = crate::client::client(&kube).await?;
     let version = client.apiserver_version().await?;
@@ -147,6 +191,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let watch_metrics = WatchMetrics::register(&mut registry);
     let eviction_metrics = EvictionMetrics::register(&mut registry);
     let executor_metrics = ExecutorMetrics::register(&mut registry);
+    let lifecycle_metrics = LifecycleMetrics::register(&mut registry);
     let registry = Arc::new(registry);
 
     let (ready_tx, ready_rx) = signal::channel(false);
@@ -172,26 +217,38 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             eviction_limiter: executor::limiter(eviction.pod_eviction_qps, eviction.pod_eviction_burst),
             api_limiter: executor::limiter(kube_api_qps, kube_api_burst),
             concurrency: eviction.eviction_concurrency,
+            taint_limiter: executor::limiter(lifecycle.node_taint_qps, lifecycle.node_taint_burst),
+            mark_pods_limiter: executor::limiter(
+                lifecycle.mark_pods_not_ready_qps,
+                (lifecycle.mark_pods_not_ready_qps.ceil() as u32).max(1),
+            ),
             instance: instance_name(instance),
         },
         writes_rx,
-        eviction_metrics.clone(),
-        executor_metrics,
+        executor::Metrics {
+            eviction: eviction_metrics.clone(),
+            executor: executor_metrics,
+            lifecycle: lifecycle_metrics.clone(),
+        },
     );
     spawn_watches(&client, &node_selector, &tx, &watch_metrics);
     drop(tx);
 
     let taint_eviction =
         eviction.enable_taint_eviction.then(|| TaintEviction::new(eviction_config(&eviction, match_options)));
-    let mut state = State::new(taint_eviction);
+    let mut state = State::new(taint_eviction, lifecycle_config.map(NodeLifecycle::new));
     let mut effects = Vec::new();
+    let mut reported_zones = std::collections::HashSet::new();
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
         let wake = state.next_wakeup().map_or_else(far_future, |t| clock.instant_at(t));
         tokio::select! {
             _ = &mut shutdown => break,
-            _ = tokio::time::sleep_until(wake) => state.tick(clock.now(), &mut effects),
+            _ = tokio::time::sleep_until(wake) => {
+                state.tick(clock.now(), &mut effects);
+                report_zones(&state, &lifecycle_metrics, &mut reported_zones);
+            }
             input = rx.recv() => {
                 let Some(input) = input else { break };
                 state.handle(input, clock.now(), &mut effects);
@@ -199,6 +256,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 while let Ok(more) = rx.try_recv() {
                     state.handle(more, clock.now(), &mut effects);
                 }
+                state.after_batch(clock.now(), &mut effects);
                 let cache = &state.cache;
                 if cache.synced() && !*ready_tx.borrow() {
                     tracing::info!(

@@ -83,7 +83,7 @@ impl World {
             .into_iter()
             .filter_map(|e| match e {
                 Effect::EvictPod(ev) => Some(ev),
-                Effect::PodEvent(_) => None,
+                _ => None,
             })
             .collect()
     }

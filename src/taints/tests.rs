@@ -200,6 +200,26 @@ fn add_seconds_saturates() {
 }
 
 #[test]
+fn apply_changes_keeps_foreign_taints_and_time_added() {
+    let t0 = ts("2026-01-01T00:00:00Z");
+    let t1 = ts("2026-01-01T00:01:00Z");
+    let user = taint("example.com/mine", "x", "NoSchedule");
+    let unreachable = taint(keys::UNREACHABLE, "", "NoExecute").added_at(t0);
+    let current = vec![user.clone(), unreachable.clone()];
+    let ne = |k: &str| (k.to_owned(), Effect::NoExecute);
+    // Already there: nothing to write, and the old timeAdded stays.
+    assert_eq!(apply_changes(&current, &[ne(keys::UNREACHABLE)], &[], t1), None);
+    // Swap: remove one, add the other with the new time; the user's taint is untouched.
+    let swapped = apply_changes(&current, &[ne(keys::NOT_READY)], &[ne(keys::UNREACHABLE)], t1).expect("changed");
+    assert_eq!(swapped, vec![user.clone(), taint(keys::NOT_READY, "", "NoExecute").added_at(t1)]);
+    // Removing something absent changes nothing.
+    assert_eq!(apply_changes(std::slice::from_ref(&user), &[], &[ne(keys::NOT_READY)], t1), None);
+    // A NoSchedule taint of the same key is a different taint.
+    let ns = (keys::UNREACHABLE.to_owned(), Effect::NoSchedule);
+    assert_eq!(apply_changes(&current, std::slice::from_ref(&ns), &[], t1).expect("added").len(), 3);
+}
+
+#[test]
 fn scheduling_table() {
     let ns = taint("a", "", "NoSchedule");
     let pns = taint("b", "", "PreferNoSchedule");

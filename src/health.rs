@@ -1,0 +1,242 @@
+//! Node health (SPEC §3): heartbeat bookkeeping in local observation time and the conditions
+//! written when a kubelet goes silent. PURE.
+//!
+//! A heartbeat is a change of the node's `Ready.lastHeartbeatTime` or a newer Lease
+//! `spec.renewTime`. We record *when we saw it* (`probe`), never compare the kubelet's clock with
+//! ours. A node with a `Ready` condition is overdue `--node-monitor-grace-period` after its last
+//! probe; one that never posted `Ready`, `--node-startup-grace-period` after.
+
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+
+use crate::effect::ConditionWrite;
+use crate::index::SlimNode;
+
+/// Condition types made `Unknown` when a kubelet goes silent, in upstream's order.
+/// `NetworkUnavailable` is left alone (managed at the control-plane level).
+pub const MONITORED_CONDITIONS: [&str; 4] = ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"];
+
+pub const REASON_UNKNOWN: &str = "NodeStatusUnknown";
+pub const MESSAGE_UNKNOWN: &str = "Kubelet stopped posting node status.";
+pub const REASON_NEVER_UPDATED: &str = "NodeStatusNeverUpdated";
+pub const MESSAGE_NEVER_UPDATED: &str = "Kubelet never posted node status.";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grace {
+    /// `--node-monitor-grace-period` (50s).
+    pub monitor: Duration,
+    /// `--node-startup-grace-period` (60s).
+    pub startup: Duration,
+}
+
+/// Heartbeat bookkeeping of one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// When we last observed a heartbeat (or first saw the node, or were told to start afresh).
+    pub at: Timestamp,
+    ready_heartbeat: Option<Timestamp>,
+    has_ready: bool,
+    lease_renew: Option<Timestamp>,
+}
+
+impl Probe {
+    /// A node seen for the first time (including every node when the controller starts): a
+    /// fresh grace period from now.
+    pub fn new(node: &SlimNode, lease_renew: Option<Timestamp>, now: Timestamp) -> Self {
+        let ready = node.condition("Ready");
+        Self { at: now, ready_heartbeat: ready.and_then(|c| c.last_heartbeat), has_ready: ready.is_some(), lease_renew }
+    }
+
+    /// Observes a node update; true if it carried a heartbeat (`Ready.lastHeartbeatTime`
+    /// changed, or `Ready` appeared or disappeared).
+    pub fn observe_node(&mut self, node: &SlimNode, now: Timestamp) -> bool {
+        let ready = node.condition("Ready");
+        let heartbeat = ready.and_then(|c| c.last_heartbeat);
+        let beat = ready.is_some() != self.has_ready || heartbeat != self.ready_heartbeat;
+        self.has_ready = ready.is_some();
+        self.ready_heartbeat = heartbeat;
+        if beat {
+            self.at = self.at.max(now);
+        }
+        beat
+    }
+
+    /// Takes in our own status write's result without counting it as a heartbeat (it may add a
+    /// `Ready` condition that the kubelet never posted).
+    pub fn observe_own_write(&mut self, node: &SlimNode) {
+        let ready = node.condition("Ready");
+        self.has_ready = ready.is_some();
+        self.ready_heartbeat = ready.and_then(|c| c.last_heartbeat);
+    }
+
+    /// Observes the node's Lease; true if `renewTime` moved forward.
+    pub fn observe_lease(&mut self, renew: Option<Timestamp>, now: Timestamp) -> bool {
+        let newer = match (self.lease_renew, renew) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(old), Some(new)) => new > old,
+        };
+        if newer {
+            self.lease_renew = renew;
+            self.at = self.at.max(now);
+        }
+        newer
+    }
+
+    /// Starts a fresh grace period (recovery from an all-zones outage).
+    pub fn refresh(&mut self, now: Timestamp) {
+        self.at = self.at.max(now);
+    }
+
+    /// When the node's grace period runs out.
+    pub fn deadline(&self, grace: Grace) -> Timestamp {
+        let g = if self.has_ready { grace.monitor } else { grace.startup };
+        self.at.checked_add(SignedDuration::try_from(g).unwrap_or(SignedDuration::MAX)).unwrap_or(Timestamp::MAX)
+    }
+
+    pub fn overdue(&self, grace: Grace, now: Timestamp) -> bool {
+        now >= self.deadline(grace)
+    }
+}
+
+/// The condition writes for a node whose grace period ran out (upstream's tryUpdateNodeHealth):
+/// each monitored condition that is not already `Unknown` becomes `Unknown` with
+/// `NodeStatusUnknown` (keeping its `lastHeartbeatTime`); a missing one is added with
+/// `NodeStatusNeverUpdated` and the node's creation time as heartbeat. As upstream, nothing is
+/// written unless `Ready` itself changes.
+pub fn unknown_conditions(node: &SlimNode, now: Timestamp) -> Option<Vec<ConditionWrite>> {
+    if node.condition("Ready").is_some_and(|c| c.status == "Unknown") {
+        return None;
+    }
+    let writes = MONITORED_CONDITIONS
+        .iter()
+        .filter_map(|t| match node.condition(t) {
+            None => Some(ConditionWrite {
+                type_: (*t).to_owned(),
+                reason: REASON_NEVER_UPDATED,
+                message: MESSAGE_NEVER_UPDATED,
+                last_heartbeat: Some(node.created.unwrap_or(now)),
+                last_transition: now,
+            }),
+            Some(c) if c.status != "Unknown" => Some(ConditionWrite {
+                type_: (*t).to_owned(),
+                reason: REASON_UNKNOWN,
+                message: MESSAGE_UNKNOWN,
+                last_heartbeat: None,
+                last_transition: now,
+            }),
+            Some(_) => None,
+        })
+        .collect();
+    Some(writes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::Condition;
+
+    fn ts(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).expect("ts")
+    }
+
+    const GRACE: Grace = Grace { monitor: Duration::from_secs(50), startup: Duration::from_secs(60) };
+
+    fn cond(t: &str, status: &str, heartbeat: Option<i64>) -> Condition {
+        Condition {
+            type_: t.into(),
+            status: status.into(),
+            reason: None,
+            last_heartbeat: heartbeat.map(ts),
+            last_transition: Some(ts(-1000)),
+        }
+    }
+
+    fn node(conditions: Vec<Condition>) -> SlimNode {
+        SlimNode {
+            name: "n".into(),
+            uid: "u".into(),
+            resource_version: "1".into(),
+            created: Some(ts(-5000)),
+            zone: String::new(),
+            exclude_disruption: false,
+            unschedulable: false,
+            taints: vec![],
+            conditions,
+        }
+    }
+
+    #[test]
+    fn grace_runs_from_the_last_observed_heartbeat() {
+        let n = node(vec![cond("Ready", "True", Some(-10_000))]);
+        // Seen for the first time at 0: a fresh grace period, whatever the kubelet's timestamps say.
+        let mut p = Probe::new(&n, None, ts(0));
+        assert_eq!(p.deadline(GRACE), ts(50));
+        assert!(!p.overdue(GRACE, ts(49)));
+        assert!(p.overdue(GRACE, ts(50)));
+        // The same status again is no heartbeat.
+        assert!(!p.observe_node(&n, ts(20)));
+        assert_eq!(p.deadline(GRACE), ts(50));
+        // A new Ready heartbeat (even an older timestamp: skew) is.
+        assert!(p.observe_node(&node(vec![cond("Ready", "True", Some(-20_000))]), ts(30)));
+        assert_eq!(p.deadline(GRACE), ts(80));
+        // Leases: only a newer renewTime counts.
+        assert!(p.observe_lease(Some(ts(5)), ts(40)));
+        assert!(!p.observe_lease(Some(ts(5)), ts(45)));
+        assert!(!p.observe_lease(Some(ts(1)), ts(46)));
+        assert!(!p.observe_lease(None, ts(47)));
+        assert_eq!(p.deadline(GRACE), ts(90));
+    }
+
+    #[test]
+    fn startup_grace_until_ready_is_posted() {
+        let mut p = Probe::new(&node(vec![]), None, ts(0));
+        assert_eq!(p.deadline(GRACE), ts(60));
+        assert!(p.observe_node(&node(vec![cond("Ready", "True", Some(0))]), ts(10)));
+        assert_eq!(p.deadline(GRACE), ts(60));
+    }
+
+    #[test]
+    fn conditions_written_for_a_silent_node() {
+        let n = node(vec![
+            cond("Ready", "True", Some(1)),
+            cond("MemoryPressure", "False", Some(1)),
+            cond("DiskPressure", "Unknown", Some(1)),
+        ]);
+        let w = unknown_conditions(&n, ts(100)).expect("Ready changes");
+        assert_eq!(
+            w,
+            vec![
+                ConditionWrite {
+                    type_: "Ready".into(),
+                    reason: REASON_UNKNOWN,
+                    message: MESSAGE_UNKNOWN,
+                    last_heartbeat: None,
+                    last_transition: ts(100)
+                },
+                ConditionWrite {
+                    type_: "MemoryPressure".into(),
+                    reason: REASON_UNKNOWN,
+                    message: MESSAGE_UNKNOWN,
+                    last_heartbeat: None,
+                    last_transition: ts(100)
+                },
+                // DiskPressure is already Unknown: untouched.
+                ConditionWrite {
+                    type_: "PIDPressure".into(),
+                    reason: REASON_NEVER_UPDATED,
+                    message: MESSAGE_NEVER_UPDATED,
+                    last_heartbeat: Some(ts(-5000)),
+                    last_transition: ts(100)
+                },
+            ]
+        );
+        // Ready already Unknown: no write at all (upstream).
+        assert_eq!(unknown_conditions(&node(vec![cond("Ready", "Unknown", None)]), ts(100)), None);
+        // Never posted anything: all four added as NeverUpdated.
+        let w = unknown_conditions(&node(vec![]), ts(100)).expect("write");
+        assert_eq!(w.iter().map(|c| c.type_.as_str()).collect::<Vec<_>>(), MONITORED_CONDITIONS);
+        assert!(w.iter().all(|c| c.reason == REASON_NEVER_UPDATED));
+    }
+}
