@@ -38,25 +38,11 @@ impl State {
                 }
             }
             Input::NodeWriteResult { node, result } => {
-                let was_ready = self
-                    .cache
-                    .index
-                    .nodes
-                    .get(&node)
-                    .and_then(|n| n.condition("Ready"))
-                    .is_some_and(|c| c.status == "True");
                 if let NodeWriteResult::Done(Some(fresh)) = &result {
                     own_write = true;
                     self.cache.apply_node(Event::Apply(fresh.as_ref().clone()), &mut self.changes);
                 }
-                let now_ready = self
-                    .cache
-                    .index
-                    .nodes
-                    .get(&node)
-                    .and_then(|n| n.condition("Ready"))
-                    .is_some_and(|c| c.status == "True");
-                write_result = Some((node, result, was_ready && !now_ready));
+                write_result = Some((node, result));
             }
         }
         let index = &self.cache.index;
@@ -101,8 +87,8 @@ impl State {
                 Change::LeaseRemoved(_) => {}
             }
         }
-        if let (Some(lc), Some((node, result, flipped))) = (&mut self.lifecycle, write_result) {
-            lc.write_result(&node, &result, flipped, index, now, out);
+        if let (Some(lc), Some((node, result))) = (&mut self.lifecycle, write_result) {
+            lc.write_result(&node, &result, index, now, out);
         }
     }
 

@@ -64,6 +64,9 @@ struct NodeState {
     expired_at: Option<Timestamp>,
     /// The zone queue holding this node, if any.
     queued_in: Option<String>,
+    /// The status write out turns Ready=True into Unknown: when it lands, the NodeNotReady event
+    /// and MarkPodsNotReady follow.
+    flipping: bool,
 }
 
 #[derive(Debug)]
@@ -186,7 +189,14 @@ impl NodeLifecycle {
         self.expiry.set(node.name.clone(), probe.deadline(self.cfg.grace));
         self.nodes.insert(
             node.name.clone(),
-            NodeState { probe, writing: false, conflicted_rv: None, expired_at: None, queued_in: None },
+            NodeState {
+                probe,
+                writing: false,
+                conflicted_rv: None,
+                expired_at: None,
+                queued_in: None,
+                flipping: false,
+            },
         );
         out.push(Effect::NodeEvent(NodeEvent {
             node: node.name.clone(),
@@ -290,19 +300,18 @@ impl NodeLifecycle {
         }
     }
 
-    /// The executor's report on a node write. `old_ready` is the node's Ready status before a
-    /// status write (to detect our own True -> Unknown flip).
+    /// The executor's report on a node write.
     pub fn write_result(
         &mut self,
         name: &str,
         result: &NodeWriteResult,
-        flipped_from_ready: bool,
         index: &Index,
         now: Timestamp,
         out: &mut Vec<Effect>,
     ) {
         let Some(st) = self.nodes.get_mut(name) else { return };
         st.writing = false;
+        let flipped_from_ready = std::mem::take(&mut st.flipping);
         match result {
             NodeWriteResult::Conflict => {
                 st.conflicted_rv = index.nodes.get(name).map(|n| n.resource_version.clone());
@@ -402,8 +411,10 @@ impl NodeLifecycle {
             && let Some(conditions) = health::unknown_conditions(node, now)
         {
             let expired_at = st.expired_at.unwrap_or_else(|| st.probe.deadline(grace));
+            let was_ready = node.condition("Ready").is_some_and(|c| c.status == "True");
             if let Some(st) = self.nodes.get_mut(name) {
                 st.writing = true;
+                st.flipping = was_ready;
             }
             out.push(Effect::SetConditions(SetConditions {
                 node: name.to_owned(),

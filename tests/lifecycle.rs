@@ -1,0 +1,473 @@
+//! The node lifecycle controller against the real control plane. The tests play the kubelets:
+//! they renew Leases in `kube-node-lease` and write node status; "killing" a node is to stop
+//! renewing its Lease. Grace periods are seconds long to keep the suite fast.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use nlc_testenv::{shared, unique};
+use serde_json::{Value, json};
+
+const NOT_READY: &str = "node.kubernetes.io/not-ready";
+const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+
+/// Flags for a fast controller: 3 s grace, a 1 s safety pass.
+const FAST: &[&str] =
+    &["--node-monitor-grace-period", "3s", "--node-startup-grace-period", "3s", "--node-monitor-period", "1s"];
+
+fn flags(extra: &[&'static str]) -> Vec<&'static str> {
+    FAST.iter().chain(extra).copied().collect()
+}
+
+/// Fake kubelets: renew the Leases of the nodes in `alive` every 500 ms.
+struct Kubelets {
+    alive: Arc<Mutex<HashSet<String>>>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl Kubelets {
+    async fn start(client: &kube::Client, nodes: &[String]) -> Self {
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+        for n in nodes {
+            let lease: Lease = serde_json::from_value(json!({
+                "metadata": {"name": n},
+                "spec": {"holderIdentity": n, "leaseDurationSeconds": 40, "renewTime": MicroTime(Timestamp::now())}
+            }))
+            .expect("lease");
+            leases.create(&PostParams::default(), &lease).await.expect("create lease");
+        }
+        let alive: Arc<Mutex<HashSet<String>>> = Arc::new(Mutex::new(nodes.iter().cloned().collect()));
+        let task = {
+            let alive = alive.clone();
+            tokio::spawn(async move {
+                loop {
+                    let names: Vec<String> = alive.lock().map(|a| a.iter().cloned().collect()).unwrap_or_default();
+                    for n in names {
+                        let patch = json!({"spec": {"renewTime": MicroTime(Timestamp::now())}});
+                        let _ = leases.patch(&n, &PatchParams::default(), &Patch::Merge(&patch)).await;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            })
+        };
+        Self { alive, _task: task }
+    }
+
+    fn stop(&self, node: &str) {
+        if let Ok(mut a) = self.alive.lock() {
+            a.remove(node);
+        }
+    }
+
+    fn resume(&self, node: &str) {
+        if let Ok(mut a) = self.alive.lock() {
+            a.insert(node.to_owned());
+        }
+    }
+}
+
+async fn make_node(s: &Scope, zone: &str, taints: Value) -> String {
+    let name = unique(&format!("{}-{zone}", s.ns));
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"nlc-test": s.scope, "topology.kubernetes.io/zone": zone, "topology.kubernetes.io/region": "r"}},
+        "spec": {"taints": taints},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+            "lastHeartbeatTime": now_s(), "lastTransitionTime": now_s()}]}
+    }))
+    .expect("node");
+    s.nodes().create(&PostParams::default(), &node).await.expect("create node");
+    name
+}
+
+async fn set_condition(s: &Scope, node: &str, type_: &str, status: &str) {
+    let patch = json!({"status": {"conditions": [{"type": type_, "status": status, "reason": "Test",
+        "lastHeartbeatTime": Timestamp::now(), "lastTransitionTime": now_s()}]}});
+    s.nodes().patch_status(node, &PatchParams::default(), &Patch::Strategic(&patch)).await.expect("status");
+}
+
+fn taint_of<'a>(node: &'a Node, key: &str, effect: &str) -> Option<&'a k8s_openapi::api::core::v1::Taint> {
+    node.spec.as_ref()?.taints.as_ref()?.iter().find(|t| t.key == key && t.effect == effect)
+}
+
+fn ready_of(node: &Node) -> Option<k8s_openapi::api::core::v1::NodeCondition> {
+    node.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready").cloned()
+}
+
+/// Polls `node` until `pred` holds; returns the node and when it was first seen holding.
+async fn wait_node(
+    s: &Scope,
+    node: &str,
+    timeout: Duration,
+    pred: impl Fn(&Node) -> bool,
+) -> Option<(Node, Timestamp)> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Ok(n) = s.nodes().get(node).await
+            && pred(&n)
+        {
+            return Some((n, Timestamp::now()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+async fn node_now(s: &Scope, node: &str) -> Node {
+    s.nodes().get(node).await.expect("node")
+}
+
+#[tokio::test]
+async fn a_silent_node_is_marked_unknown_within_grace_and_gets_unreachable_taints() {
+    let env = shared();
+    let s = Scope::new(env, "lc-silent").await;
+    let mut nodes = vec![];
+    for _ in 0..3 {
+        nodes.push(make_node(&s, "z1", json!([])).await);
+    }
+    let kubelets = Kubelets::start(&s.client, &nodes).await;
+    s.pod("p", &nodes[0], json!([{"operator": "Exists"}]), json!({})).await;
+    s.mark_running("p").await;
+    let c = Controller::start(env, &s.scope, &flags(&[])).await;
+    // The new-node not-ready:NoSchedule taint goes once the node is seen Ready.
+    assert!(
+        wait_node(&s, &nodes[0], Duration::from_secs(5), |n| taint_of(n, NOT_READY, "NoSchedule").is_none())
+            .await
+            .is_some()
+    );
+
+    kubelets.stop(&nodes[0]);
+    let stopped = Timestamp::now();
+    let (n, at) =
+        wait_node(&s, &nodes[0], Duration::from_secs(8), |n| ready_of(n).is_some_and(|r| r.status == "Unknown"))
+            .await
+            .unwrap_or_else(|| panic!("never marked Unknown:\n{}", c.logs()));
+    let after = secs_between(stopped, at);
+    // The last renewal was at most 0.5 s before `stopped`: grace 3 s + 1 s.
+    assert!(after <= 4.0, "marked Unknown {after:.3}s after the last heartbeat");
+    let ready = ready_of(&n).expect("ready");
+    assert_eq!(ready.reason.as_deref(), Some("NodeStatusUnknown"));
+    assert_eq!(ready.message.as_deref(), Some("Kubelet stopped posting node status."));
+    let conds = n.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    for t in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+        let c = conds.iter().find(|c| c.type_ == t).expect("added");
+        assert_eq!((c.status.as_str(), c.reason.as_deref()), ("Unknown", Some("NodeStatusNeverUpdated")), "{t}");
+    }
+    let tainted = wait_node(&s, &nodes[0], Duration::from_secs(3), |n| {
+        taint_of(n, UNREACHABLE, "NoExecute").is_some() && taint_of(n, UNREACHABLE, "NoSchedule").is_some()
+    })
+    .await;
+    assert!(tainted.is_some(), "{}", c.logs());
+    // The healthy nodes are untouched.
+    assert!(node_now(&s, &nodes[1]).await.spec.and_then(|s| s.taints).unwrap_or_default().is_empty());
+    // MarkPodsNotReady (paced, so it may trail the taints a little).
+    let mut pod_ready = None;
+    for _ in 0..60 {
+        let pod = s.pods().get("p").await.expect("pod");
+        pod_ready = pod
+            .status
+            .and_then(|s| s.conditions)
+            .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status);
+        if pod_ready.as_deref() == Some("False") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(pod_ready.as_deref(), Some("False"), "{}", c.logs());
+    let metrics = c.metrics().await;
+    assert!(metrics.contains("nlc_node_detection_delay_seconds_count 1"), "{metrics}");
+}
+
+#[tokio::test]
+async fn ready_false_gives_not_ready_taints_and_recovery_removes_them() {
+    let env = shared();
+    let s = Scope::new(env, "lc-notready").await;
+    let nodes = vec![make_node(&s, "z1", json!([])).await, make_node(&s, "z1", json!([])).await];
+    let _k = Kubelets::start(&s.client, &nodes).await;
+    let _c = Controller::start(env, &s.scope, &flags(&[])).await;
+    set_condition(&s, &nodes[0], "Ready", "False").await;
+    let got = wait_node(&s, &nodes[0], Duration::from_secs(5), |n| {
+        taint_of(n, NOT_READY, "NoSchedule").is_some() && taint_of(n, NOT_READY, "NoExecute").is_some()
+    })
+    .await;
+    let (n, _) = got.expect("not-ready taints");
+    assert!(taint_of(&n, NOT_READY, "NoExecute").and_then(|t| t.time_added.as_ref()).is_some(), "timeAdded is set");
+    set_condition(&s, &nodes[0], "Ready", "True").await;
+    let cleared = wait_node(&s, &nodes[0], Duration::from_secs(5), |n| {
+        n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_none_or(|t| t.is_empty())
+    })
+    .await;
+    assert!(cleared.is_some(), "taints removed once Ready=True");
+}
+
+#[tokio::test]
+async fn not_ready_to_unreachable_is_swapped_at_once() {
+    let env = shared();
+    let s = Scope::new(env, "lc-swap").await;
+    let nodes = vec![
+        make_node(&s, "z1", json!([])).await,
+        make_node(&s, "z1", json!([])).await,
+        make_node(&s, "z1", json!([])).await,
+    ];
+    let k = Kubelets::start(&s.client, &nodes).await;
+    // One token per 1000 s: only an immediate swap can explain a second NoExecute taint.
+    let _c = Controller::start(env, &s.scope, &flags(&["--node-eviction-rate", "0.001"])).await;
+    set_condition(&s, &nodes[0], "Ready", "False").await;
+    assert!(
+        wait_node(&s, &nodes[0], Duration::from_secs(5), |n| taint_of(n, NOT_READY, "NoExecute").is_some())
+            .await
+            .is_some()
+    );
+    k.stop(&nodes[0]);
+    let stopped = Timestamp::now();
+    let (n, at) = wait_node(&s, &nodes[0], Duration::from_secs(8), |n| taint_of(n, UNREACHABLE, "NoExecute").is_some())
+        .await
+        .expect("swapped");
+    assert!(taint_of(&n, NOT_READY, "NoExecute").is_none(), "mutually exclusive");
+    assert!(secs_between(stopped, at) <= 4.5, "swapped {:.3}s after the last heartbeat", secs_between(stopped, at));
+}
+
+#[tokio::test]
+async fn pressure_conditions_and_unschedulable_give_their_noschedule_taints() {
+    let env = shared();
+    let s = Scope::new(env, "lc-pressure").await;
+    let node = make_node(&s, "z1", json!([])).await;
+    let _k = Kubelets::start(&s.client, std::slice::from_ref(&node)).await;
+    let _c = Controller::start(env, &s.scope, &flags(&[])).await;
+    for (cond, key) in [
+        ("MemoryPressure", "node.kubernetes.io/memory-pressure"),
+        ("DiskPressure", "node.kubernetes.io/disk-pressure"),
+        ("PIDPressure", "node.kubernetes.io/pid-pressure"),
+        ("NetworkUnavailable", "node.kubernetes.io/network-unavailable"),
+    ] {
+        set_condition(&s, &node, cond, "True").await;
+        assert!(
+            wait_node(&s, &node, Duration::from_secs(5), |n| taint_of(n, key, "NoSchedule").is_some()).await.is_some(),
+            "{key}"
+        );
+        set_condition(&s, &node, cond, "False").await;
+        assert!(
+            wait_node(&s, &node, Duration::from_secs(5), |n| taint_of(n, key, "NoSchedule").is_none()).await.is_some(),
+            "{key}"
+        );
+    }
+    s.nodes()
+        .patch(&node, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}})))
+        .await
+        .expect("cordon");
+    let key = "node.kubernetes.io/unschedulable";
+    assert!(wait_node(&s, &node, Duration::from_secs(5), |n| taint_of(n, key, "NoSchedule").is_some()).await.is_some());
+    s.nodes()
+        .patch(&node, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": false}})))
+        .await
+        .expect("uncordon");
+    assert!(wait_node(&s, &node, Duration::from_secs(5), |n| taint_of(n, key, "NoSchedule").is_none()).await.is_some());
+}
+
+/// Two nodes failing together in one (otherwise healthy) zone are tainted about 1/rate apart.
+#[tokio::test]
+async fn the_configured_rate_is_respected() {
+    let env = shared();
+    let s = Scope::new(env, "lc-rate").await;
+    let mut nodes = vec![];
+    for _ in 0..5 {
+        nodes.push(make_node(&s, "z1", json!([])).await);
+    }
+    let k = Kubelets::start(&s.client, &nodes).await;
+    let _c = Controller::start(env, &s.scope, &flags(&["--node-eviction-rate", "0.5"])).await;
+    k.stop(&nodes[0]);
+    k.stop(&nodes[1]);
+    let mut first = None;
+    let mut second = None;
+    let deadline = Instant::now() + Duration::from_secs(12);
+    while Instant::now() < deadline && second.is_none() {
+        for n in &nodes[..2] {
+            let tainted = taint_of(&node_now(&s, n).await, UNREACHABLE, "NoExecute").is_some();
+            if tainted
+                && first.as_ref().is_none_or(|(f, _): &(String, Timestamp)| f != n)
+                && first.is_some()
+                && second.is_none()
+            {
+                second = Some(Timestamp::now());
+            } else if tainted && first.is_none() {
+                first = Some((n.clone(), Timestamp::now()));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, t1) = first.expect("first tainted");
+    let t2 = second.expect("second tainted");
+    let gap = secs_between(t1, t2);
+    assert!((1.5..=2.7).contains(&gap), "tainted {gap:.3}s apart at 0.5 nodes/s");
+}
+
+/// A zone whose 3 nodes all stop is in FullDisruption and still tainted (at the normal rate)
+/// while another zone is healthy.
+#[tokio::test]
+async fn a_fully_disrupted_zone_is_tainted_while_others_are_healthy() {
+    let env = shared();
+    let s = Scope::new(env, "lc-fullzone").await;
+    let mut down = vec![];
+    for _ in 0..3 {
+        down.push(make_node(&s, "za", json!([])).await);
+    }
+    let up = vec![make_node(&s, "zb", json!([])).await, make_node(&s, "zb", json!([])).await];
+    let all: Vec<String> = down.iter().chain(&up).cloned().collect();
+    let k = Kubelets::start(&s.client, &all).await;
+    let c = Controller::start(env, &s.scope, &flags(&["--node-eviction-rate", "2"])).await;
+    for n in &down {
+        k.stop(n);
+    }
+    for n in &down {
+        let got = wait_node(&s, n, Duration::from_secs(10), |n| taint_of(n, UNREACHABLE, "NoExecute").is_some()).await;
+        assert!(got.is_some(), "{n} not tainted:\n{}", c.logs());
+    }
+    let metrics = c.metrics().await;
+    assert!(metrics.contains("node_collector_unhealthy_nodes_in_zone{zone=\"r:\0:za\"} 3"), "{metrics}");
+    assert!(metrics.contains("node_collector_zone_health{zone=\"r:\0:zb\"} 100.0"), "{metrics}");
+    assert!(metrics.contains("node_collector_evictions_total{zone=\"r:\0:za\"} 3"), "{metrics}");
+}
+
+/// When every zone stops, the control plane is the likely fault: no NoExecute taint remains
+/// and none is added; when a node is back, tainting resumes.
+#[tokio::test]
+async fn when_every_zone_stops_no_noexecute_taint_is_added() {
+    let env = shared();
+    let s = Scope::new(env, "lc-allzones").await;
+    let a = make_node(&s, "za", json!([])).await;
+    let b = make_node(&s, "zb", json!([])).await;
+    let k = Kubelets::start(&s.client, &[a.clone(), b.clone()]).await;
+    let c = Controller::start(env, &s.scope, &flags(&["--node-eviction-rate", "1"])).await;
+    k.stop(&a);
+    k.stop(&b);
+    for n in [&a, &b] {
+        let got =
+            wait_node(&s, n, Duration::from_secs(8), |n| ready_of(n).is_some_and(|r| r.status == "Unknown")).await;
+        assert!(got.is_some());
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for n in [&a, &b] {
+        let node = node_now(&s, n).await;
+        assert!(
+            taint_of(&node, UNREACHABLE, "NoExecute").is_none(),
+            "{n} got a NoExecute taint in an all-zones outage:\n{}",
+            c.logs()
+        );
+        assert!(taint_of(&node, UNREACHABLE, "NoSchedule").is_some(), "NoSchedule taints still follow the conditions");
+    }
+    assert!(c.metrics().await.contains("nlc_all_zones_disrupted 1"));
+    // b comes back (its kubelet renews and posts Ready): a, still silent, is tainted again.
+    k.resume(&b);
+    set_condition(&s, &b, "Ready", "True").await;
+    let got = wait_node(&s, &a, Duration::from_secs(8), |n| taint_of(n, UNREACHABLE, "NoExecute").is_some()).await;
+    assert!(got.is_some(), "{}", c.logs());
+    assert!(
+        wait_node(&s, &b, Duration::from_secs(5), |n| taint_of(n, UNREACHABLE, "NoSchedule").is_none()).await.is_some()
+    );
+    assert!(c.metrics().await.contains("nlc_all_zones_disrupted 0"));
+}
+
+#[tokio::test]
+async fn user_taints_are_never_touched_and_a_restart_keeps_time_added() {
+    let env = shared();
+    let s = Scope::new(env, "lc-restart").await;
+    let user = json!([
+        {"key": "example.com/dedicated", "value": "gpu", "effect": "NoSchedule"},
+        {"key": "example.com/drain", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}
+    ]);
+    let nodes = vec![
+        make_node(&s, "z1", user.clone()).await,
+        make_node(&s, "z1", json!([])).await,
+        make_node(&s, "z1", json!([])).await,
+    ];
+    let k = Kubelets::start(&s.client, &nodes).await;
+    let c = Controller::start(env, &s.scope, &flags(&["--enable-taint-eviction=false"])).await;
+    k.stop(&nodes[0]);
+    let (n, _) = wait_node(&s, &nodes[0], Duration::from_secs(8), |n| taint_of(n, UNREACHABLE, "NoExecute").is_some())
+        .await
+        .expect("tainted");
+    let added = taint_of(&n, UNREACHABLE, "NoExecute").and_then(|t| t.time_added.clone()).expect("timeAdded");
+    c.kill().await;
+    let c2 = Controller::start(env, &s.scope, &flags(&["--enable-taint-eviction=false"])).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let n = node_now(&s, &nodes[0]).await;
+    assert_eq!(taint_of(&n, UNREACHABLE, "NoExecute").and_then(|t| t.time_added.clone()), Some(added), "{}", c2.logs());
+    // The user's taints are exactly as they were, in order, after tainting and a restart.
+    let taints: Vec<Value> = n
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| serde_json::to_value(t).expect("json"))
+        .collect();
+    let user_now: Vec<Value> =
+        taints.into_iter().filter(|t| t["key"].as_str().is_some_and(|k| k.starts_with("example.com/"))).collect();
+    assert_eq!(Value::Array(user_now), user);
+    // And they survive recovery.
+    k.resume(&nodes[0]);
+    set_condition(&s, &nodes[0], "Ready", "True").await;
+    let (n, _) = wait_node(&s, &nodes[0], Duration::from_secs(5), |n| taint_of(n, UNREACHABLE, "NoExecute").is_none())
+        .await
+        .expect("recovered");
+    assert_eq!(n.spec.and_then(|s| s.taints).map(|t| t.len()), Some(2));
+}
+
+/// A custom rule maps node-problem-detector's KernelDeadlock to a NoExecute taint, whose pods
+/// the eviction controller then evicts.
+#[tokio::test]
+async fn a_custom_rule_taints_and_its_pods_are_evicted() {
+    let env = shared();
+    let s = Scope::new(env, "lc-custom").await;
+    let nodes = vec![make_node(&s, "z1", json!([])).await, make_node(&s, "z1", json!([])).await];
+    let _k = Kubelets::start(&s.client, &nodes).await;
+    s.pod("victim", &nodes[0], json!([]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let c = Controller::start(
+        env,
+        &s.scope,
+        &flags(&["--taint-rule", "KernelDeadlock=True:example.com/kernel-deadlock:NoExecute"]),
+    )
+    .await;
+    set_condition(&s, &nodes[0], "KernelDeadlock", "True").await;
+    let got = wait_node(&s, &nodes[0], Duration::from_secs(5), |n| {
+        taint_of(n, "example.com/kernel-deadlock", "NoExecute").is_some()
+    })
+    .await;
+    assert!(got.is_some(), "{}", c.logs());
+    assert!(evictions.wait("victim", Duration::from_secs(5)).await.is_some(), "{}", c.logs());
+}
+
+#[test]
+fn broken_configuration_is_a_clear_error() {
+    let dir = std::env::temp_dir().join(unique("nlc-config"));
+    std::fs::write(&dir, "taintRules:\n- condition: X\n  status: Maybe\n  key: k\n  effect: NoExecute\n")
+        .expect("write");
+    for args in [
+        vec!["--config".to_owned(), dir.display().to_string()],
+        vec!["--taint-rule".into(), "nonsense".into()],
+        vec!["--node-monitor-grace-period".into(), "0s".into()],
+        vec!["--unhealthy-zone-threshold".into(), "1.5".into()],
+        vec!["--node-eviction-rate".into(), "-1".into()],
+    ] {
+        let out = std::process::Command::new(BIN)
+            .arg("run")
+            .args(&args)
+            .args(["--kubeconfig", "/nonexistent"])
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(err.contains("status") || err.contains("--") || err.contains("rule"), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_file(&dir);
+}
