@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test controlplane lint bench bench-semantics
+.PHONY: run test controlplane lint bench-semantics bench-eviction bench-lifecycle release
 
 controlplane:
 	scripts/build-controlplane.sh
@@ -21,3 +21,16 @@ lint:
 
 bench-semantics:
 	$(CARGO) bench --bench semantics
+
+release:
+	$(CARGO) build --release --locked --bin node-lifecycle-controller -p node-lifecycle-controller
+	$(CARGO) build --release --locked --bin bench -p nlc-testenv
+
+# 1,000 nodes x 30 pods, every node tainted NoExecute at once (see testenv/src/bin/bench.rs).
+# BENCH_ARGS passes more, e.g. BENCH_ARGS="-- --kube-api-qps 20 --kube-api-burst 30".
+bench-eviction: controlplane release
+	target/release/bench eviction $(BENCH_ARGS)
+
+# 1,000 nodes heartbeating; 10 minutes of steady state, then 50 nodes stop.
+bench-lifecycle: controlplane release
+	target/release/bench lifecycle $(BENCH_ARGS)

@@ -26,6 +26,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the controllers against a cluster.
     Run(Box<RunArgs>),
+    /// Serve DefaultTolerationSeconds as a mutating admission webhook (without the controllers).
+    Webhook(WebhookCommand),
     /// Explain what Kubernetes decides for one pod on one node: which toleration tolerates each
     /// taint, whether the pod may be scheduled there, and when it would be evicted.
     Explain(ExplainArgs),
@@ -89,6 +91,75 @@ pub struct RunArgs {
     pub eviction: EvictionArgs,
     #[command(flatten)]
     pub lifecycle: LifecycleArgs,
+    /// Also serve the DefaultTolerationSeconds admission webhook from this process.
+    #[arg(long, env = "NLC_ENABLE_WEBHOOK")]
+    pub enable_webhook: bool,
+    #[command(flatten)]
+    pub webhook: WebhookArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WebhookCommand {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// Address for `/healthz`, `/readyz` and `/metrics`.
+    #[arg(long, default_value = "0.0.0.0:8080", env = "NLC_METRICS_BIND_ADDRESS")]
+    pub metrics_bind_address: SocketAddr,
+    #[command(flatten)]
+    pub webhook: WebhookArgs,
+}
+
+/// The DefaultTolerationSeconds admission webhook.
+#[derive(Clone, Debug, Args)]
+pub struct WebhookArgs {
+    /// HTTPS address of the webhook (`POST /mutate`).
+    #[arg(long, default_value = "0.0.0.0:8443", env = "NLC_WEBHOOK_BIND_ADDRESS")]
+    pub webhook_bind_address: SocketAddr,
+    /// PEM certificate (chain) for the webhook; reloaded when the file changes.
+    #[arg(long, env = "NLC_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key for the webhook; reloaded when the file changes.
+    #[arg(long, env = "NLC_TLS_PRIVATE_KEY_FILE")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// tolerationSeconds of the not-ready:NoExecute toleration added to pods that have none.
+    #[arg(long, allow_negative_numbers = true, default_value_t = crate::default_tolerations::DEFAULT_TOLERATION_SECONDS, env = "NLC_DEFAULT_NOT_READY_TOLERATION_SECONDS")]
+    pub default_not_ready_toleration_seconds: i64,
+    /// tolerationSeconds of the unreachable:NoExecute toleration added to pods that have none.
+    #[arg(long, allow_negative_numbers = true, default_value_t = crate::default_tolerations::DEFAULT_TOLERATION_SECONDS, env = "NLC_DEFAULT_UNREACHABLE_TOLERATION_SECONDS")]
+    pub default_unreachable_toleration_seconds: i64,
+}
+
+impl WebhookArgs {
+    pub fn to_config(&self) -> Result<crate::webhook::server::Config, String> {
+        let Self {
+            webhook_bind_address,
+            tls_cert_file,
+            tls_private_key_file,
+            default_not_ready_toleration_seconds,
+            default_unreachable_toleration_seconds,
+        } = self;
+        let (Some(cert), Some(key)) = (tls_cert_file, tls_private_key_file) else {
+            return Err("the webhook needs --tls-cert-file and --tls-private-key-file".into());
+        };
+        for (flag, v) in [
+            ("--default-not-ready-toleration-seconds", default_not_ready_toleration_seconds),
+            ("--default-unreachable-toleration-seconds", default_unreachable_toleration_seconds),
+        ] {
+            if *v < 0 {
+                return Err(format!("{flag} must be >= 0 (a negative value would evict every pod at once), got {v}"));
+            }
+        }
+        Ok(crate::webhook::server::Config {
+            bind: *webhook_bind_address,
+            cert_file: cert.clone(),
+            key_file: key.clone(),
+            defaults: crate::default_tolerations::DefaultTolerationSeconds {
+                not_ready: *default_not_ready_toleration_seconds,
+                unreachable: *default_unreachable_toleration_seconds,
+            },
+            reload_every: Duration::from_secs(5),
+        })
+    }
 }
 
 /// The node lifecycle controller. Flags keep kube-controller-manager's names and defaults.

@@ -92,7 +92,9 @@ pub struct SlimPod {
     pub name: String,
     pub uid: String,
     pub node_name: String,
-    pub tolerations: Vec<Toleration>,
+    /// Shared between pods with the same tolerations (pods of one template have the same list):
+    /// the cache interns them.
+    pub tolerations: Arc<[Toleration]>,
     /// Phase Succeeded or Failed.
     pub terminal: bool,
     /// `metadata.deletionTimestamp` is set.
@@ -115,7 +117,13 @@ impl From<&Pod> for SlimPod {
             name: p.metadata.name.clone().unwrap_or_default(),
             uid: p.metadata.uid.clone().unwrap_or_default(),
             node_name: p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default(),
-            tolerations: p.spec.iter().flat_map(|s| s.tolerations.iter().flatten()).map(Toleration::from).collect(),
+            tolerations: p
+                .spec
+                .iter()
+                .flat_map(|s| s.tolerations.iter().flatten())
+                .map(Toleration::from)
+                .collect::<Vec<_>>()
+                .into(),
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
             terminating: p.metadata.deletion_timestamp.is_some(),
             ready: p
@@ -151,11 +159,21 @@ pub struct Index {
     pub pods: HashMap<PodKey, SlimPod>,
     pub leases: HashMap<String, SlimLease>,
     by_node: HashMap<String, HashSet<PodKey>>,
+    /// Interned toleration lists.
+    tolerations: HashSet<Arc<[Toleration]>>,
+    removed_since_prune: usize,
 }
 
 impl Index {
     /// Inserts or replaces a pod; returns the previous version.
-    pub fn upsert_pod(&mut self, pod: SlimPod) -> Option<SlimPod> {
+    pub fn upsert_pod(&mut self, mut pod: SlimPod) -> Option<SlimPod> {
+        pod.tolerations = match self.tolerations.get(&pod.tolerations) {
+            Some(shared) => shared.clone(),
+            None => {
+                self.tolerations.insert(pod.tolerations.clone());
+                pod.tolerations
+            }
+        };
         let key = pod.key();
         let node = pod.node_name.clone();
         let old = self.pods.insert(key.clone(), pod);
@@ -173,7 +191,18 @@ impl Index {
     pub fn remove_pod(&mut self, key: &str) -> Option<SlimPod> {
         let old = self.pods.remove(key)?;
         self.unlink(&old.node_name, key);
+        self.removed_since_prune += 1;
+        if self.removed_since_prune > 1024 && self.removed_since_prune > self.tolerations.len() {
+            // Drop lists no pod uses any more (only the interner holds them).
+            self.tolerations.retain(|t| Arc::strong_count(t) > 1);
+            self.removed_since_prune = 0;
+        }
         Some(old)
+    }
+
+    /// Distinct toleration lists held.
+    pub fn distinct_tolerations(&self) -> usize {
+        self.tolerations.len()
     }
 
     fn unlink(&mut self, node: &str, key: &str) {
@@ -205,7 +234,7 @@ mod tests {
             name: name.into(),
             uid: format!("uid-{name}"),
             node_name: node.into(),
-            tolerations: vec![],
+            tolerations: Arc::from([]),
             terminal: false,
             terminating: false,
             ready: None,
@@ -230,6 +259,33 @@ mod tests {
         let mut names: Vec<_> = idx.pods_on("n2").map(|p| p.key()).collect();
         names.sort();
         assert_eq!(names, vec![pod_key("a", "p2"), pod_key("b", "p1")]);
+    }
+
+    #[test]
+    fn identical_tolerations_are_shared() {
+        let mut idx = Index::default();
+        let tol = crate::taints::Toleration::from(&k8s_openapi::api::core::v1::Toleration {
+            operator: Some("Exists".into()),
+            ..Default::default()
+        });
+        for i in 0..3000 {
+            let mut p = pod("a", &format!("p{i}"), "n1");
+            p.tolerations = vec![tol.clone()].into();
+            idx.upsert_pod(p);
+        }
+        assert_eq!(idx.distinct_tolerations(), 1, "one shared list");
+        let first = idx.pods[&pod_key("a", "p0")].tolerations.clone();
+        assert!(Arc::ptr_eq(&first, &idx.pods[&pod_key("a", "p2999")].tolerations));
+        drop(first);
+        for i in 0..3000 {
+            idx.remove_pod(&format!("a/p{i}"));
+        }
+        idx.upsert_pod(pod("a", "again", "n1"));
+        for i in 0..1100 {
+            idx.upsert_pod(pod("b", &format!("q{i}"), "n1"));
+            idx.remove_pod(&format!("b/q{i}"));
+        }
+        assert_eq!(idx.distinct_tolerations(), 1, "unused lists are pruned");
     }
 
     #[test]

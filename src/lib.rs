@@ -25,6 +25,7 @@
 //! - [`effect`]: effects, the plain-data boundary between decisions and the executor.
 //! - [`controller`]: I/O: watches, the controller task (its pure `state`), the executor.
 //! - [`clock`]: the one clock (monotonic wall time; paused in tests).
+//! - [`webhook`]: DefaultTolerationSeconds as a mutating admission webhook (pure `mutate`, TLS transport).
 //! - [`config`], [`client`], [`telemetry`], [`metrics`], [`admin`], [`error`]: plumbing.
 
 pub mod admin;
@@ -44,6 +45,7 @@ pub mod metrics;
 pub mod rules;
 pub mod taints;
 pub mod telemetry;
+pub mod webhook;
 pub mod zone;
 
 pub use error::{Error, Result};

@@ -22,6 +22,13 @@ fn main() -> ExitCode {
             }
             runtime.block_on(node_lifecycle_controller::controller::run(*args))
         }
+        Command::Webhook(args) => {
+            if let Err(e) = node_lifecycle_controller::telemetry::init(cli.log.log_format, &cli.log.log_level) {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+            runtime.block_on(node_lifecycle_controller::webhook::server::run_standalone(args))
+        }
         Command::Explain(args) => runtime.block_on(run_explain(args)),
     };
     match result {

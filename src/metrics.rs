@@ -52,11 +52,29 @@ pub fn render(registry: &Registry) -> String {
 pub struct EvictionMetrics {
     pub deletions: Counter,
     pub deletion_duration: prometheus_client::metrics::histogram::Histogram,
-    pub lateness: prometheus_client::metrics::histogram::Histogram,
+    pub lateness: Family<
+        KindLabels,
+        prometheus_client::metrics::histogram::Histogram,
+        fn() -> prometheus_client::metrics::histogram::Histogram,
+    >,
     pub pending: Gauge,
     pub in_flight: Gauge,
     pub failures: Family<ReasonLabels, Counter>,
     pub cancelled: Counter,
+}
+
+/// `timed`: the deadline came from a toleration's seconds; `immediate`: the pod was not
+/// tolerated (its "deadline" is the moment that was decided).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+/// 1 ms to ~65 s.
+fn lateness_histogram() -> prometheus_client::metrics::histogram::Histogram {
+    prometheus_client::metrics::histogram::Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.001, 2.0, 17,
+    ))
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -66,14 +84,13 @@ pub struct ReasonLabels {
 
 impl Default for EvictionMetrics {
     fn default() -> Self {
-        use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+        use prometheus_client::metrics::histogram::Histogram;
         Self {
             deletions: Counter::default(),
             deletion_duration: Histogram::new([
                 0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10.0, 30.0, 60.0, 120.0, 180.0, 240.0,
             ]),
-            // 1 ms to ~65 s.
-            lateness: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+            lateness: Family::new_with_constructor(lateness_histogram),
             pending: Gauge::default(),
             in_flight: Gauge::default(),
             failures: Family::default(),
@@ -97,7 +114,7 @@ impl EvictionMetrics {
         );
         registry.register(
             "nlc_eviction_lateness_seconds",
-            "Time from a pod's eviction deadline to its successful deletion",
+            "Time from a pod's eviction deadline to its successful deletion, by kind (timed or immediate)",
             m.lateness.clone(),
         );
         registry.register("nlc_evictions_pending", "Pods with a scheduled or retrying eviction", m.pending.clone());
@@ -215,5 +232,43 @@ impl LifecycleMetrics {
             m.pods_marked_not_ready.clone(),
         );
         m
+    }
+}
+
+/// The admission webhook.
+#[derive(Clone)]
+pub struct WebhookMetrics {
+    pub requests: Family<CodeLabels, Counter>,
+    pub duration: prometheus_client::metrics::histogram::Histogram,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabels {
+    pub code: u16,
+}
+
+impl Default for WebhookMetrics {
+    fn default() -> Self {
+        use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+        // 10 us to ~160 ms.
+        Self { requests: Family::default(), duration: Histogram::new(exponential_buckets(0.000_01, 2.0, 15)) }
+    }
+}
+
+impl WebhookMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register("nlc_webhook_requests", "Admission requests, by HTTP status", m.requests.clone());
+        registry.register(
+            "nlc_webhook_duration_seconds",
+            "Time to decide an admission request (excluding TLS and HTTP)",
+            m.duration.clone(),
+        );
+        m
+    }
+
+    pub fn observe(&self, code: u16, took: std::time::Duration) {
+        self.requests.get_or_create(&CodeLabels { code }).inc();
+        self.duration.observe(took.as_secs_f64());
     }
 }

@@ -143,7 +143,7 @@ impl fmt::Display for Taint {
 }
 
 /// A toleration operator; the empty string means `Equal`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Operator {
     Equal,
     Exists,
@@ -175,7 +175,7 @@ impl Operator {
 }
 
 /// A pod toleration. `effect: None` is the empty effect (matches every effect).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Toleration {
     pub key: String,
     pub operator: Operator,

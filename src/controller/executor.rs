@@ -66,6 +66,20 @@ pub struct Metrics {
     pub lifecycle: LifecycleMetrics,
 }
 
+/// Events are best effort and must never slow down an eviction: they wait in a bounded queue
+/// drained by a few workers, so that in a storm the API server's capacity goes to deletions
+/// first. A full queue drops (and counts) the event.
+enum QueuedEvent {
+    /// On a pod, from the taint eviction controller (`taint-eviction-controller`).
+    Eviction(PodEvent),
+    /// On a pod, from the node lifecycle controller (`node-controller`).
+    PodFromNodeController(PodEvent),
+    Node(NodeEvent),
+}
+
+const EVENT_QUEUE: usize = 20_000;
+const EVENT_WORKERS: usize = 4;
+
 type NodeTaints = Shared<BoxFuture<'static, Result<Option<Arc<Vec<Taint>>>, String>>>;
 
 #[derive(Clone)]
@@ -78,8 +92,7 @@ struct Inner {
     results: mpsc::Sender<Input>,
     clock: Arc<dyn Clock>,
     cfg: ExecutorConfig,
-    recorder: Recorder,
-    node_recorder: Recorder,
+    events: mpsc::Sender<QueuedEvent>,
     permits: Semaphore,
     node_permits: Semaphore,
     /// Live node reads for immediate evictions, shared by the evictions of one node within a
@@ -121,14 +134,21 @@ impl Executor {
         );
         let permits = Semaphore::new(cfg.concurrency.max(1));
         let node_permits = Semaphore::new(cfg.concurrency.max(1));
+        let (events, events_rx) = mpsc::channel(EVENT_QUEUE);
+        tokio::spawn(event_worker(
+            events_rx,
+            recorder,
+            node_recorder,
+            writes.clone(),
+            exec_metrics.events_dropped.clone(),
+        ));
         Self {
             inner: Arc::new(Inner {
                 client,
                 results,
                 clock,
                 cfg,
-                recorder,
-                node_recorder,
+                events,
                 permits,
                 node_permits,
                 recent_nodes: Mutex::new(HashMap::new()),
@@ -153,7 +173,10 @@ impl Executor {
                 });
             }
             Effect::PodEvent(e) => {
-                tokio::spawn(async move { inner.pod_event(&e).await });
+                if e.note.starts_with("Cancelling") {
+                    inner.metrics.cancelled.inc();
+                }
+                inner.event(QueuedEvent::Eviction(e));
             }
             Effect::SetConditions(w) => {
                 tokio::spawn(async move {
@@ -167,9 +190,7 @@ impl Executor {
                     let _ = inner.results.send(Input::NodeWriteResult { node: w.node, result }).await;
                 });
             }
-            Effect::NodeEvent(e) => {
-                tokio::spawn(async move { inner.node_event(&e).await });
-            }
+            Effect::NodeEvent(e) => inner.event(QueuedEvent::Node(e)),
             Effect::MarkPodNotReady(p) => {
                 tokio::spawn(async move { inner.mark_pod_not_ready(&p).await });
             }
@@ -226,9 +247,7 @@ impl Inner {
                 note: format!("Marking for deletion Pod {}/{}", ev.namespace, ev.name),
                 warning: false,
             };
-            let recorder = self.recorder.clone();
-            let dropped = self.exec_metrics.events_dropped.clone();
-            tokio::spawn(async move { publish(&recorder, &event, &dropped).await });
+            self.event(QueuedEvent::Eviction(event));
         }
         if !self.write_permit().await {
             return EvictionResult::Failed("not the leader".into());
@@ -277,7 +296,8 @@ impl Inner {
                 let late = self.clock.now().duration_since(ev.due).as_secs_f64().max(0.0);
                 self.metrics.deletions.inc();
                 self.metrics.deletion_duration.observe(late);
-                self.metrics.lateness.observe(late);
+                let kind = if ev.recheck.is_some() { "immediate" } else { "timed" };
+                self.metrics.lateness.get_or_create(&crate::metrics::KindLabels { kind }).observe(late);
                 tracing::info!(pod = %ev.key, node = %ev.node, method = ?ev.method, lateness_ms = (late * 1000.0) as u64, "evicted");
                 EvictionResult::Done { deleted: true }
             }
@@ -448,27 +468,9 @@ impl Inner {
         NodeWriteResult::Conflict
     }
 
-    async fn node_event(&self, e: &NodeEvent) {
-        if !*self.writes.borrow() {
-            return;
-        }
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(e.node.clone()),
-            uid: Some(e.uid.clone()),
-            ..ObjectReference::default()
-        };
-        let event = KubeEvent {
-            type_: EventType::Normal,
-            reason: e.reason.into(),
-            note: Some(e.note.clone()),
-            action: e.reason.into(),
-            secondary: None,
-        };
-        if let Err(err) = self.node_recorder.publish(&event, &reference).await {
+    fn event(&self, e: QueuedEvent) {
+        if self.events.try_send(e).is_err() {
             self.exec_metrics.events_dropped.inc();
-            tracing::debug!(node = %e.node, error = %err, "event not recorded");
         }
     }
 
@@ -498,7 +500,7 @@ impl Inner {
                     note: "Node is not ready".into(),
                     warning: true,
                 };
-                publish(&self.node_recorder, &event, &self.exec_metrics.events_dropped).await;
+                self.event(QueuedEvent::PodFromNodeController(event));
             }
             Err(e) => {
                 let code = status_code(&e);
@@ -509,36 +511,74 @@ impl Inner {
             }
         }
     }
+}
 
-    async fn pod_event(&self, e: &PodEvent) {
-        if !*self.writes.borrow() {
-            return;
+async fn event_worker(
+    mut rx: mpsc::Receiver<QueuedEvent>,
+    pods: Recorder,
+    nodes: Recorder,
+    writes: watch::Receiver<bool>,
+    dropped: prometheus_client::metrics::counter::Counter,
+) {
+    let slots = Arc::new(Semaphore::new(EVENT_WORKERS));
+    while let Some(e) = rx.recv().await {
+        if !*writes.borrow() {
+            continue;
         }
-        if e.note.starts_with("Cancelling") {
-            self.metrics.cancelled.inc();
-        }
-        publish(&self.recorder, e, &self.exec_metrics.events_dropped).await;
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        let (pods, nodes, dropped) = (pods.clone(), nodes.clone(), dropped.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let (recorder, event, reference) = match &e {
+                QueuedEvent::Eviction(p) => (&pods, pod_event(p), pod_ref(p)),
+                QueuedEvent::PodFromNodeController(p) => (&nodes, pod_event(p), pod_ref(p)),
+                QueuedEvent::Node(n) => (&nodes, node_event(n), node_ref(n)),
+            };
+            if let Err(err) = recorder.publish(&event, &reference).await {
+                dropped.inc();
+                tracing::debug!(object = ?reference.name, error = %err, "event not recorded");
+            }
+        });
     }
 }
 
-async fn publish(recorder: &Recorder, e: &PodEvent, dropped: &prometheus_client::metrics::counter::Counter) {
-    let reference = ObjectReference {
+fn pod_ref(e: &PodEvent) -> ObjectReference {
+    ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),
         name: Some(e.name.clone()),
         namespace: Some(e.namespace.clone()),
         uid: Some(e.uid.clone()),
         ..ObjectReference::default()
-    };
-    let event = KubeEvent {
+    }
+}
+
+fn node_ref(e: &NodeEvent) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(e.node.clone()),
+        uid: Some(e.uid.clone()),
+        ..ObjectReference::default()
+    }
+}
+
+fn pod_event(e: &PodEvent) -> KubeEvent {
+    KubeEvent {
         type_: if e.warning { EventType::Warning } else { EventType::Normal },
         reason: e.reason.into(),
         note: Some(e.note.clone()),
         action: e.reason.into(),
         secondary: None,
-    };
-    if let Err(err) = recorder.publish(&event, &reference).await {
-        dropped.inc();
-        tracing::debug!(pod = %format!("{}/{}", e.namespace, e.name), error = %err, "event not recorded");
+    }
+}
+
+fn node_event(e: &NodeEvent) -> KubeEvent {
+    KubeEvent {
+        type_: EventType::Normal,
+        reason: e.reason.into(),
+        note: Some(e.note.clone()),
+        action: e.reason.into(),
+        secondary: None,
     }
 }

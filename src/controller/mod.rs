@@ -171,7 +171,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         instance,
         eviction,
         lifecycle,
+        enable_webhook,
+        webhook,
     } = args;
+    let webhook_config = if enable_webhook {
+        let cfg = webhook.to_config().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        crate::webhook::server::load_certified_key(&cfg.cert_file, &cfg.key_file)?;
+        Some(cfg)
+    } else {
+        None
+    };
     let lifecycle_config = if lifecycle.enable_node_lifecycle {
         Some(lifecycle.to_config().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?)
     } else {
@@ -192,6 +201,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let eviction_metrics = EvictionMetrics::register(&mut registry);
     let executor_metrics = ExecutorMetrics::register(&mut registry);
     let lifecycle_metrics = LifecycleMetrics::register(&mut registry);
+    let webhook_metrics = crate::metrics::WebhookMetrics::register(&mut registry);
     let registry = Arc::new(registry);
 
     let (ready_tx, ready_rx) = signal::channel(false);
@@ -205,6 +215,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
 
     let clock: Arc<dyn Clock> = MonotonicWall::shared();
+    let webhook_task = webhook_config.map(|cfg| {
+        let (synced, _) = signal::channel(false);
+        tokio::spawn(crate::webhook::server::start(
+            client.clone(),
+            cfg,
+            webhook_metrics.clone(),
+            stop_rx.clone(),
+            synced,
+        ))
+    });
     let (tx, mut rx) = mpsc::channel::<Input>(4096);
     // Writes are enabled from the start while there is no leader election: one replica.
     let (_writes_tx, writes_rx) = signal::channel(true);
@@ -284,6 +304,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     let _ = stop_tx.send(true);
+    if let Some(w) = webhook_task {
+        w.await??;
+    }
     admin.await??;
     tracing::info!("stopped");
     Ok(())

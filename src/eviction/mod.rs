@@ -339,7 +339,7 @@ impl TaintEviction {
                     due: t.due,
                     method,
                     attempt: t.attempts,
-                    recheck: recheck.then(|| pod.tolerations.clone()),
+                    recheck: recheck.then(|| pod.tolerations.to_vec()),
                 }));
             }
         }

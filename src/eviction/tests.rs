@@ -40,7 +40,7 @@ fn pod(name: &str, node: &str, tolerations: Vec<Toleration>) -> SlimPod {
         name: name.into(),
         uid: format!("uid-{name}"),
         node_name: node.into(),
-        tolerations,
+        tolerations: tolerations.into(),
         terminal: false,
         terminating: false,
         ready: Some(true),

@@ -59,7 +59,7 @@ fn pod(name: &str, node: &str) -> SlimPod {
         name: name.into(),
         uid: format!("uid-{name}"),
         node_name: node.into(),
-        tolerations: vec![],
+        tolerations: std::sync::Arc::from([]),
         terminal: false,
         terminating: false,
         ready: Some(true),

@@ -43,13 +43,23 @@ pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 impl Controller {
     /// Starts the controller for `scope` with extra flags and waits until it is ready.
     pub async fn start(env: &ControlPlane, scope: &str, extra: &[&str]) -> Self {
+        Self::start_with_kubeconfig(&env.kubeconfig, env, scope, extra).await
+    }
+
+    /// The same, with another identity.
+    pub async fn start_with_kubeconfig(
+        kubeconfig: &std::path::Path,
+        env: &ControlPlane,
+        scope: &str,
+        extra: &[&str],
+    ) -> Self {
         let port = free_port();
         let log = env.dir.join(format!("controller-{scope}-{port}.log"));
         let file = std::fs::File::create(&log).expect("log file");
         let child = tokio::process::Command::new(BIN)
             .arg("run")
             .arg("--kubeconfig")
-            .arg(&env.kubeconfig)
+            .arg(kubeconfig)
             .args(["--metrics-bind-address", &format!("127.0.0.1:{port}")])
             .args(["--node-selector", &format!("nlc-test={scope}")])
             .args(["--log-level", "info,node_lifecycle_controller=debug"])

@@ -1,0 +1,307 @@
+//! The webhook's transport: HTTPS with the certificate and key read from files and reloaded when
+//! they change (cert-manager rotates them in place), a namespace cache for the per-namespace
+//! defaults, and `POST /mutate`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures::StreamExt;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::{WatchStreamExt, watcher};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::sync::watch;
+
+use super::{NOT_READY_ANNOTATION, NamespaceAnnotations, UNREACHABLE_ANNOTATION, review};
+use crate::default_tolerations::DefaultTolerationSeconds;
+use crate::metrics::WebhookMetrics;
+
+pub struct Config {
+    pub bind: SocketAddr,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub defaults: DefaultTolerationSeconds,
+    /// How often the certificate files are checked for changes.
+    pub reload_every: Duration,
+}
+
+/// Loads a certificate chain and its key into a rustls `CertifiedKey`.
+pub fn load_certified_key(cert: &Path, key: &Path) -> anyhow::Result<CertifiedKey> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| anyhow::anyhow!("--tls-cert-file {}: {e}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow::anyhow!("--tls-cert-file {}: {e}", cert.display()))?;
+    if chain.is_empty() {
+        anyhow::bail!("--tls-cert-file {}: no certificate found", cert.display());
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| anyhow::anyhow!("--tls-private-key-file {}: {e}", key.display()))?;
+    let signer = rustls::crypto::ring::sign::any_supported_type(&key_der)
+        .map_err(|e| anyhow::anyhow!("--tls-private-key-file {}: {e}", key.display()))?;
+    let certified = CertifiedKey::new(chain, signer);
+    certified.keys_match().map_err(|e| anyhow::anyhow!("the certificate and the key do not match: {e}"))?;
+    Ok(certified)
+}
+
+/// Serves whatever certificate was loaded last.
+#[derive(Debug)]
+struct Reloading(RwLock<Arc<CertifiedKey>>);
+
+impl ResolvesServerCert for Reloading {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.0.read().ok().map(|k| k.clone())
+    }
+}
+
+fn file_stamp(paths: &[&Path]) -> Vec<Option<(std::time::SystemTime, u64, Vec<u8>)>> {
+    paths
+        .iter()
+        .map(|p| {
+            let meta = std::fs::metadata(p).ok()?;
+            let content = std::fs::read(p).ok()?;
+            Some((meta.modified().ok()?, meta.len(), content))
+        })
+        .collect()
+}
+
+/// Keeps `cache` up to date with the namespaces that carry one of our annotations. Sets
+/// `synced` once the first list is complete.
+pub async fn namespace_cache(
+    client: kube::Client,
+    cache: Arc<RwLock<NamespaceAnnotations>>,
+    synced: watch::Sender<bool>,
+) {
+    // Metadata only: annotations are all we need.
+    let api: Api<PartialObjectMeta<Namespace>> = Api::all(client);
+    let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    let mut building: Option<NamespaceAnnotations> = None;
+    let ours = |meta: &kube::core::ObjectMeta| -> Option<std::collections::HashMap<String, String>> {
+        let a = meta.annotations.as_ref()?;
+        let picked: std::collections::HashMap<String, String> = a
+            .iter()
+            .filter(|(k, _)| *k == NOT_READY_ANNOTATION || *k == UNREACHABLE_ANNOTATION)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        (!picked.is_empty()).then_some(picked)
+    };
+    while let Some(ev) = stream.next().await {
+        let ev = match ev {
+            Ok(ev) => ev,
+            Err(e) => {
+                tracing::warn!(error = %e, "namespace watch failed; retrying");
+                continue;
+            }
+        };
+        match ev {
+            watcher::Event::Init => building = Some(NamespaceAnnotations::new()),
+            watcher::Event::InitApply(ns) => {
+                if let (Some(b), Some(a)) = (building.as_mut(), ours(&ns.metadata)) {
+                    b.insert(ns.metadata.name.clone().unwrap_or_default(), a);
+                }
+            }
+            watcher::Event::InitDone => {
+                if let (Some(b), Ok(mut c)) = (building.take(), cache.write()) {
+                    *c = b;
+                }
+                let _ = synced.send(true);
+            }
+            watcher::Event::Apply(ns) => {
+                if let Ok(mut c) = cache.write() {
+                    let name = ns.metadata.name.clone().unwrap_or_default();
+                    match ours(&ns.metadata) {
+                        Some(a) => c.insert(name, a),
+                        None => c.remove(&name),
+                    };
+                }
+            }
+            watcher::Event::Delete(ns) => {
+                if let Ok(mut c) = cache.write() {
+                    c.remove(ns.metadata.name.as_deref().unwrap_or_default());
+                }
+            }
+        }
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    namespaces: Arc<RwLock<NamespaceAnnotations>>,
+    defaults: DefaultTolerationSeconds,
+    metrics: WebhookMetrics,
+    synced: watch::Receiver<bool>,
+}
+
+async fn mutate_handler(State(s): State<AppState>, body: Bytes) -> Response {
+    let start = Instant::now();
+    let (code, out) = match s.namespaces.read() {
+        Ok(ns) => review(&body, &ns, s.defaults),
+        Err(_) => review(&body, &NamespaceAnnotations::new(), s.defaults),
+    };
+    s.metrics.observe(code, start.elapsed());
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let content_type = if code == 200 { "application/json" } else { "text/plain; charset=utf-8" };
+    (status, [(header::CONTENT_TYPE, content_type)], out).into_response()
+}
+
+pub fn router(
+    namespaces: Arc<RwLock<NamespaceAnnotations>>,
+    defaults: DefaultTolerationSeconds,
+    metrics: WebhookMetrics,
+    synced: watch::Receiver<bool>,
+) -> Router {
+    Router::new()
+        .route("/mutate", post(mutate_handler))
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|State(s): State<AppState>| async move {
+                if *s.synced.borrow() {
+                    (StatusCode::OK, "ok")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "namespace cache not synced")
+                }
+            }),
+        )
+        // Pods can be large (up to the 1.5 MiB object limit, plus the review around them).
+        .layer(DefaultBodyLimit::max(8 * 1024 * 1024))
+        .with_state(AppState { namespaces, defaults, metrics, synced })
+}
+
+/// Serves HTTPS on `cfg.bind` until `shutdown` resolves. Fails at once (with the flag's name)
+/// if the certificate cannot be loaded or the address bound.
+pub async fn serve(cfg: Config, app: Router, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+    let first = load_certified_key(&cfg.cert_file, &cfg.key_file)?;
+    let resolver = Arc::new(Reloading(RwLock::new(Arc::new(first))));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver.clone());
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let listener = tokio::net::TcpListener::bind(cfg.bind)
+        .await
+        .map_err(|e| anyhow::anyhow!("--webhook-bind-address {}: {e}", cfg.bind))?;
+    tracing::info!(address = %listener.local_addr()?, "serving the admission webhook (POST /mutate)");
+
+    // Reload the certificate when its files change; keep the old one if the new one is bad.
+    let reloader = {
+        let (cert, key) = (cfg.cert_file.clone(), cfg.key_file.clone());
+        let mut stamp = file_stamp(&[&cert, &key]);
+        let every = cfg.reload_every;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let now = file_stamp(&[&cert, &key]);
+                if now == stamp {
+                    continue;
+                }
+                match load_certified_key(&cert, &key) {
+                    Ok(k) => {
+                        if let Ok(mut cur) = resolver.0.write() {
+                            *cur = Arc::new(k);
+                        }
+                        stamp = now;
+                        tracing::info!(cert = %cert.display(), "reloaded the webhook certificate");
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the changed certificate files do not load yet; keeping the current certificate")
+                    }
+                }
+            }
+        })
+    };
+
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => break,
+            accepted = listener.accept() => {
+                let (stream, _) = match accepted {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let (acceptor, app) = (acceptor.clone(), app.clone());
+                tokio::spawn(async move {
+                    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => return,
+                    };
+                    let service = TowerToHyperService::new(app);
+                    if let Err(e) = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(tls), service).await {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                });
+            }
+        }
+    }
+    reloader.abort();
+    Ok(())
+}
+
+/// Starts the namespace cache and the HTTPS server; resolves when the server stops.
+pub async fn start(
+    client: kube::Client,
+    cfg: Config,
+    metrics: WebhookMetrics,
+    shutdown: watch::Receiver<bool>,
+    synced_tx: watch::Sender<bool>,
+) -> anyhow::Result<()> {
+    let namespaces: Arc<RwLock<NamespaceAnnotations>> = Arc::default();
+    let synced_rx = synced_tx.subscribe();
+    let cache = tokio::spawn(namespace_cache(client, namespaces.clone(), synced_tx));
+    let app = router(namespaces, cfg.defaults, metrics, synced_rx);
+    let result = serve(cfg, app, shutdown).await;
+    cache.abort();
+    result
+}
+
+/// `node-lifecycle-controller webhook`: the webhook alone, with its admin endpoint.
+pub async fn run_standalone(cmd: crate::config::WebhookCommand) -> anyhow::Result<()> {
+    let crate::config::WebhookCommand { kube, metrics_bind_address, webhook } = cmd;
+    let cfg = webhook.to_config().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    // Fail fast on unreadable certificates, before connecting.
+    load_certified_key(&cfg.cert_file, &cfg.key_file)?;
+    let client = crate::client::client(&kube).await?;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = WebhookMetrics::register(&mut registry);
+    let registry = Arc::new(registry);
+    let (ready_tx, ready_rx) = watch::channel(false);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let listener = crate::admin::bind(metrics_bind_address).await?;
+    let admin = {
+        let mut stop = stop_rx.clone();
+        tokio::spawn(crate::admin::serve(listener, crate::admin::router(registry, ready_rx), async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }))
+    };
+    // Ready once the namespace cache has synced (the per-namespace defaults are known).
+    let server = tokio::spawn(start(client, cfg, metrics, stop_rx, ready_tx));
+    crate::controller::shutdown_signal().await;
+    let _ = stop_tx.send(true);
+    server.await??;
+    admin.await??;
+    Ok(())
+}

@@ -1,0 +1,209 @@
+//! The DefaultTolerationSeconds webhook registered with a real kube-apiserver whose built-in
+//! DefaultTolerationSeconds plugin is disabled: the tolerations the API server stores come from
+//! us.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use common::{BIN, free_port, http_get};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Toleration};
+use kube::api::{Api, DeleteParams, PostParams};
+use nlc_testenv::{Options, shared_with, unique};
+use serde_json::json;
+
+fn env() -> &'static nlc_testenv::ControlPlane {
+    shared_with(Options {
+        apiserver_args: vec!["--disable-admission-plugins=ServiceAccount,DefaultTolerationSeconds".into()],
+        ..Options::default()
+    })
+}
+
+struct Webhook {
+    child: tokio::process::Child,
+    port: u16,
+}
+
+impl Webhook {
+    async fn start(extra: &[&str]) -> Self {
+        let env = env();
+        let (port, admin) = (free_port(), free_port());
+        let child = tokio::process::Command::new(BIN)
+            .arg("webhook")
+            .arg("--kubeconfig")
+            .arg(&env.kubeconfig)
+            .args(["--webhook-bind-address", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-bind-address", &format!("127.0.0.1:{admin}")])
+            // The API server's own serving certificate: issued by the test CA for 127.0.0.1.
+            .arg("--tls-cert-file")
+            .arg(&env.pki.serving_cert)
+            .arg("--tls-private-key-file")
+            .arg(&env.pki.serving_key)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn webhook");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some((200, _)) = http_get(admin, "/readyz").await {
+                return Self { child, port };
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("webhook not ready");
+    }
+}
+
+/// Registers the webhook for namespaces labelled `nlc-webhook-test=<scope>`.
+async fn register(client: &kube::Client, scope: &str, port: u16) -> String {
+    let ca = std::fs::read(&env().pki.ca_cert).expect("ca");
+    let name = unique(&format!("{scope}-dts"));
+    let cfg: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "default-toleration-seconds.node-lifecycle-controller.io",
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate"),
+                             "caBundle": base64::engine::general_purpose::STANDARD.encode(ca)},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}],
+            "namespaceSelector": {"matchLabels": {"nlc-webhook-test": scope}},
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 2
+        }]
+    }))
+    .expect("config");
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &cfg)
+        .await
+        .expect("register");
+    name
+}
+
+async fn namespace(client: &kube::Client, scope: &str, annotations: serde_json::Value) -> String {
+    let name = unique(scope);
+    let ns: Namespace = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"nlc-webhook-test": scope}, "annotations": annotations}
+    }))
+    .expect("ns");
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("namespace");
+    name
+}
+
+async fn create_pod(client: &kube::Client, ns: &str, tolerations: serde_json::Value) -> Vec<Toleration> {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"generateName": "p-"},
+        "spec": {"nodeName": "nowhere", "tolerations": tolerations, "containers": [{"name": "c", "image": "x"}]}
+    }))
+    .expect("pod");
+    let created =
+        Api::<Pod>::namespaced(client.clone(), ns).create(&PostParams::default(), &pod).await.expect("create pod");
+    created.spec.and_then(|s| s.tolerations).unwrap_or_default()
+}
+
+fn secs_of(t: &[Toleration], key: &str) -> Option<Option<i64>> {
+    t.iter().find(|t| t.key.as_deref() == Some(key)).map(|t| t.toleration_seconds)
+}
+
+const NR: &str = "node.kubernetes.io/not-ready";
+const UN: &str = "node.kubernetes.io/unreachable";
+
+/// Waits until the API server calls the webhook (it loads configurations asynchronously).
+async fn until_mutated(client: &kube::Client, ns: &str) {
+    for _ in 0..100 {
+        if !create_pod(client, ns, json!([])).await.is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the webhook never took effect");
+}
+
+#[tokio::test]
+async fn the_webhook_adds_default_tolerations_with_namespace_overrides() {
+    let env = env();
+    let client = env.client().await;
+    let wh = Webhook::start(&["--default-unreachable-toleration-seconds", "600"]).await;
+    let scope = unique("wh");
+    let name = register(&client, &scope, wh.port).await;
+    let plain = namespace(&client, &scope, json!({})).await;
+    until_mutated(&client, &plain).await;
+
+    // The built-in plugin is off: without us there would be no tolerations at all.
+    let t = create_pod(&client, &plain, json!([])).await;
+    assert_eq!(secs_of(&t, NR), Some(Some(300)));
+    assert_eq!(secs_of(&t, UN), Some(Some(600)));
+    assert!(t.iter().all(|t| t.operator.as_deref() == Some("Exists") && t.effect.as_deref() == Some("NoExecute")));
+
+    // A pod that already tolerates both is stored unchanged.
+    let own = json!([{"key": NR, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}, {"operator": "Exists", "effect": "NoExecute"}]);
+    let t = create_pod(&client, &plain, own.clone()).await;
+    assert_eq!(serde_json::to_value(&t).expect("json"), own);
+
+    // Namespace overrides; an invalid one falls back to the global default.
+    let tuned = namespace(
+        &client,
+        &scope,
+        json!({"node-lifecycle-controller.io/default-not-ready-toleration-seconds": "30",
+               "node-lifecycle-controller.io/default-unreachable-toleration-seconds": "soon"}),
+    )
+    .await;
+    let mut t = vec![];
+    for _ in 0..50 {
+        t = create_pod(&client, &tuned, json!([])).await;
+        if secs_of(&t, NR) == Some(Some(30)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await; // the namespace cache catches up
+    }
+    assert_eq!(secs_of(&t, NR), Some(Some(30)));
+    assert_eq!(secs_of(&t, UN), Some(Some(600)), "invalid annotation: the global default applies");
+
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone()).delete(&name, &DeleteParams::default()).await;
+}
+
+#[tokio::test]
+async fn with_the_webhook_down_pods_are_still_created() {
+    let env = env();
+    let client = env.client().await;
+    let mut wh = Webhook::start(&[]).await;
+    let scope = unique("whdown");
+    let name = register(&client, &scope, wh.port).await;
+    let ns = namespace(&client, &scope, json!({})).await;
+    until_mutated(&client, &ns).await;
+    let _ = wh.child.kill().await;
+    let _ = wh.child.wait().await;
+    // failurePolicy: Ignore -- creation succeeds, without tolerations.
+    let t = create_pod(&client, &ns, json!([])).await;
+    assert!(t.is_empty(), "{t:?}");
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone()).delete(&name, &DeleteParams::default()).await;
+}
+
+#[tokio::test]
+async fn broken_webhook_configuration_fails_clearly() {
+    for args in [
+        vec!["webhook", "--tls-cert-file", "/nonexistent.crt", "--tls-private-key-file", "/nonexistent.key"],
+        vec!["webhook"],
+        vec!["webhook", "--tls-cert-file", "/etc/hostname", "--tls-private-key-file", "/etc/hostname"],
+        vec![
+            "webhook",
+            "--tls-cert-file",
+            "a",
+            "--tls-private-key-file",
+            "b",
+            "--default-not-ready-toleration-seconds",
+            "-1",
+        ],
+    ] {
+        let out = std::process::Command::new(BIN).args(&args).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains("--tls") || err.contains("toleration-seconds"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
