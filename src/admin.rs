@@ -54,3 +54,16 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     axum::serve(listener, router).with_graceful_shutdown(shutdown).await
 }
+
+/// Binds `addr` and serves the admin endpoint in the background until `stop` turns true.
+pub async fn start(
+    addr: SocketAddr,
+    registry: Arc<Registry>,
+    ready: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
+    let listener = bind(addr).await?;
+    Ok(tokio::spawn(serve(listener, router(registry, ready), async move {
+        let _ = stop.wait_for(|s| *s).await;
+    })))
+}

@@ -57,6 +57,7 @@ pub struct EvictionMetrics {
         prometheus_client::metrics::histogram::Histogram,
         fn() -> prometheus_client::metrics::histogram::Histogram,
     >,
+    pub fire_lateness: prometheus_client::metrics::histogram::Histogram,
     pub pending: Gauge,
     pub in_flight: Gauge,
     pub failures: Family<ReasonLabels, Counter>,
@@ -91,6 +92,7 @@ impl Default for EvictionMetrics {
                 0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10.0, 30.0, 60.0, 120.0, 180.0, 240.0,
             ]),
             lateness: Family::new_with_constructor(lateness_histogram),
+            fire_lateness: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 17)),
             pending: Gauge::default(),
             in_flight: Gauge::default(),
             failures: Family::default(),
@@ -116,6 +118,11 @@ impl EvictionMetrics {
             "nlc_eviction_lateness_seconds",
             "Time from a pod's eviction deadline to its successful deletion, by kind (timed or immediate)",
             m.lateness.clone(),
+        );
+        registry.register(
+            "nlc_eviction_fire_lateness_seconds",
+            "Time from a timed eviction's deadline to the controller handing it to the executor (the timer queue's own lateness, before any API call)",
+            m.fire_lateness.clone(),
         );
         registry.register("nlc_evictions_pending", "Pods with a scheduled or retrying eviction", m.pending.clone());
         registry.register("nlc_evictions_in_flight", "Evictions being carried out", m.in_flight.clone());

@@ -51,6 +51,105 @@ pub enum Resource {
     Lease,
 }
 
+/// One resource's store, so that the re-list protocol is written once.
+trait Store {
+    type Object;
+    fn key(o: &Self::Object) -> String;
+    fn upsert(&mut self, o: Self::Object) -> Option<Self::Object>;
+    fn remove(&mut self, key: &str) -> Option<Self::Object>;
+    fn keys(&self) -> Vec<String>;
+}
+
+struct Nodes<'a>(&'a mut Index);
+struct Pods<'a>(&'a mut Index);
+struct Leases<'a>(&'a mut Index);
+
+impl Store for Nodes<'_> {
+    type Object = SlimNode;
+    fn key(o: &SlimNode) -> String {
+        o.name.clone()
+    }
+    fn upsert(&mut self, o: SlimNode) -> Option<SlimNode> {
+        self.0.nodes.insert(o.name.clone(), o)
+    }
+    fn remove(&mut self, key: &str) -> Option<SlimNode> {
+        self.0.nodes.remove(key)
+    }
+    fn keys(&self) -> Vec<String> {
+        self.0.nodes.keys().cloned().collect()
+    }
+}
+
+impl Store for Pods<'_> {
+    type Object = SlimPod;
+    fn key(o: &SlimPod) -> String {
+        o.key().to_string()
+    }
+    fn upsert(&mut self, o: SlimPod) -> Option<SlimPod> {
+        self.0.upsert_pod(o)
+    }
+    fn remove(&mut self, key: &str) -> Option<SlimPod> {
+        self.0.remove_pod(key)
+    }
+    fn keys(&self) -> Vec<String> {
+        self.0.pods.keys().map(|k| k.to_string()).collect()
+    }
+}
+
+impl Store for Leases<'_> {
+    type Object = SlimLease;
+    fn key(o: &SlimLease) -> String {
+        o.name.clone()
+    }
+    fn upsert(&mut self, o: SlimLease) -> Option<SlimLease> {
+        self.0.leases.insert(o.name.clone(), o)
+    }
+    fn remove(&mut self, key: &str) -> Option<SlimLease> {
+        self.0.leases.remove(key)
+    }
+    fn keys(&self) -> Vec<String> {
+        self.0.leases.keys().cloned().collect()
+    }
+}
+
+/// The re-list protocol for one resource; `upserted(key, old)` and `removed(old)` describe the
+/// changes pushed to `out`.
+fn apply<S: Store>(
+    store: &mut S,
+    relist: &mut Relist,
+    ev: Event<S::Object>,
+    out: &mut Vec<Change>,
+    upserted: fn(String, Option<S::Object>) -> Change,
+    removed: fn(S::Object) -> Change,
+) {
+    match ev {
+        Event::Init => relist.seen = Some(HashSet::new()),
+        Event::InitApply(o) | Event::Apply(o) => {
+            let key = S::key(&o);
+            if let Some(seen) = &mut relist.seen {
+                seen.insert(key.clone());
+            }
+            let old = store.upsert(o);
+            out.push(upserted(key, old));
+        }
+        Event::Delete(o) => {
+            if let Some(old) = store.remove(&S::key(&o)) {
+                out.push(removed(old));
+            }
+        }
+        Event::InitDone => {
+            if let Some(seen) = relist.seen.take() {
+                for key in store.keys().into_iter().filter(|k| !seen.contains(k)) {
+                    if let Some(old) = store.remove(&key) {
+                        out.push(removed(old));
+                    }
+                }
+            }
+            relist.synced = true;
+        }
+    }
+}
+
 impl Cache {
     /// All three resources have completed their initial list.
     pub fn synced(&self) -> bool {
@@ -66,103 +165,41 @@ impl Cache {
     }
 
     pub fn apply_node(&mut self, ev: Event<SlimNode>, out: &mut Vec<Change>) {
-        match ev {
-            Event::Init => self.nodes.seen = Some(HashSet::new()),
-            Event::Apply(n)
-                if self
-                    .index
-                    .nodes
-                    .get(&n.name)
-                    .is_some_and(|old| !is_newer(&n.resource_version, &old.resource_version)) =>
-            {
-                // Already known: our own write's result arrived before its watch event.
-            }
-            Event::InitApply(n) | Event::Apply(n) => {
-                if let Some(seen) = &mut self.nodes.seen {
-                    seen.insert(n.name.clone());
-                }
-                let name = n.name.clone();
-                let old = self.index.nodes.insert(n.name.clone(), n);
-                out.push(Change::NodeUpserted { name, old });
-            }
-            Event::Delete(n) => {
-                if let Some(old) = self.index.nodes.remove(&n.name) {
-                    out.push(Change::NodeRemoved(old));
-                }
-            }
-            Event::InitDone => {
-                if let Some(seen) = self.nodes.seen.take() {
-                    let gone: Vec<String> = self.index.nodes.keys().filter(|k| !seen.contains(*k)).cloned().collect();
-                    for k in gone {
-                        if let Some(old) = self.index.nodes.remove(&k) {
-                            out.push(Change::NodeRemoved(old));
-                        }
-                    }
-                }
-                self.nodes.synced = true;
-            }
+        if let Event::Apply(n) = &ev
+            && self.index.nodes.get(&n.name).is_some_and(|old| !is_newer(&n.resource_version, &old.resource_version))
+        {
+            return; // already known: our own write's result arrived before its watch event
         }
+        apply(
+            &mut Nodes(&mut self.index),
+            &mut self.nodes,
+            ev,
+            out,
+            |name, old| Change::NodeUpserted { name, old },
+            Change::NodeRemoved,
+        );
     }
 
     pub fn apply_pod(&mut self, ev: Event<SlimPod>, out: &mut Vec<Change>) {
-        match ev {
-            Event::Init => self.pods.seen = Some(HashSet::new()),
-            Event::InitApply(p) | Event::Apply(p) => {
-                let key = p.key();
-                if let Some(seen) = &mut self.pods.seen {
-                    seen.insert(key.to_string());
-                }
-                let old = self.index.upsert_pod(p);
-                out.push(Change::PodUpserted { key, old });
-            }
-            Event::Delete(p) => {
-                if let Some(old) = self.index.remove_pod(&p.key()) {
-                    out.push(Change::PodRemoved(old));
-                }
-            }
-            Event::InitDone => {
-                if let Some(seen) = self.pods.seen.take() {
-                    let gone: Vec<PodKey> =
-                        self.index.pods.keys().filter(|k| !seen.contains(k.as_ref())).cloned().collect();
-                    for k in gone {
-                        if let Some(old) = self.index.remove_pod(&k) {
-                            out.push(Change::PodRemoved(old));
-                        }
-                    }
-                }
-                self.pods.synced = true;
-            }
-        }
+        apply(
+            &mut Pods(&mut self.index),
+            &mut self.pods,
+            ev,
+            out,
+            |key, old| Change::PodUpserted { key: key.into(), old },
+            Change::PodRemoved,
+        );
     }
 
     pub fn apply_lease(&mut self, ev: Event<SlimLease>, out: &mut Vec<Change>) {
-        match ev {
-            Event::Init => self.leases.seen = Some(HashSet::new()),
-            Event::InitApply(l) | Event::Apply(l) => {
-                if let Some(seen) = &mut self.leases.seen {
-                    seen.insert(l.name.clone());
-                }
-                let name = l.name.clone();
-                let old = self.index.leases.insert(l.name.clone(), l);
-                out.push(Change::LeaseUpserted { name, old });
-            }
-            Event::Delete(l) => {
-                if let Some(old) = self.index.leases.remove(&l.name) {
-                    out.push(Change::LeaseRemoved(old));
-                }
-            }
-            Event::InitDone => {
-                if let Some(seen) = self.leases.seen.take() {
-                    let gone: Vec<String> = self.index.leases.keys().filter(|k| !seen.contains(*k)).cloned().collect();
-                    for k in gone {
-                        if let Some(old) = self.index.leases.remove(&k) {
-                            out.push(Change::LeaseRemoved(old));
-                        }
-                    }
-                }
-                self.leases.synced = true;
-            }
-        }
+        apply(
+            &mut Leases(&mut self.index),
+            &mut self.leases,
+            ev,
+            out,
+            |name, old| Change::LeaseUpserted { name, old },
+            Change::LeaseRemoved,
+        );
     }
 }
 

@@ -165,6 +165,10 @@ impl Executor {
         let inner = self.inner.clone();
         match effect {
             Effect::EvictPod(ev) => {
+                if ev.attempt == 0 && ev.recheck.is_none() {
+                    let late = inner.clock.now().duration_since(ev.due).as_secs_f64().max(0.0);
+                    inner.metrics.fire_lateness.observe(late);
+                }
                 tokio::spawn(async move {
                     inner.metrics.in_flight.inc();
                     let result = inner.evict(&ev).await;

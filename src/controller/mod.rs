@@ -206,13 +206,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let (ready_tx, ready_rx) = signal::channel(false);
     let (stop_tx, stop_rx) = signal::channel(false);
-    let listener = crate::admin::bind(metrics_bind_address).await?;
-    let admin = {
-        let mut stop = stop_rx.clone();
-        tokio::spawn(crate::admin::serve(listener, crate::admin::router(registry.clone(), ready_rx), async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }))
-    };
+    let admin = crate::admin::start(metrics_bind_address, registry.clone(), ready_rx, stop_rx.clone()).await?;
 
     let clock: Arc<dyn Clock> = MonotonicWall::shared();
     let webhook_task = webhook_config.map(|cfg| {

@@ -290,13 +290,7 @@ pub async fn run_standalone(cmd: crate::config::WebhookCommand) -> anyhow::Resul
     let registry = Arc::new(registry);
     let (ready_tx, ready_rx) = watch::channel(false);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let listener = crate::admin::bind(metrics_bind_address).await?;
-    let admin = {
-        let mut stop = stop_rx.clone();
-        tokio::spawn(crate::admin::serve(listener, crate::admin::router(registry, ready_rx), async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }))
-    };
+    let admin = crate::admin::start(metrics_bind_address, registry, ready_rx, stop_rx.clone()).await?;
     // Ready once the namespace cache has synced (the per-namespace defaults are known).
     let server = tokio::spawn(start(client, cfg, metrics, stop_rx, ready_tx));
     crate::controller::shutdown_signal().await;

@@ -45,6 +45,7 @@ struct Args {
     grace: String,
     controller: PathBuf,
     upstream: bool,
+    connections: usize,
     extra: Vec<String>,
 }
 
@@ -60,6 +61,7 @@ fn parse_args() -> Result<Args> {
         grace: "50s".into(),
         controller: PathBuf::from("target/release/node-lifecycle-controller"),
         upstream: false,
+        connections: 16,
         extra: vec![],
     };
     let mut it = std::env::args().skip(1);
@@ -76,15 +78,16 @@ fn parse_args() -> Result<Args> {
             "--grace" => a.grace = val()?,
             "--controller" => a.controller = val()?.into(),
             "--upstream" => a.upstream = true,
+            "--connections" => a.connections = val()?.parse()?,
             "--" => {
                 a.extra = it.by_ref().collect();
             }
             other => bail!("unknown flag {other}"),
         }
     }
-    if a.mode != "eviction" && a.mode != "lifecycle" {
+    if !matches!(a.mode.as_str(), "eviction" | "lifecycle" | "webhook") {
         bail!(
-            "usage: bench eviction|lifecycle [--nodes N] [--pods N] [--target N] [--stop N] [--steady SECS] \
+            "usage: bench eviction|lifecycle|webhook [--connections N] [--nodes N] [--pods N] [--target N] [--stop N] [--steady SECS] \
              [--lease-period SECS] [--grace DUR] [--controller BIN | --upstream] [-- CONTROLLER FLAGS]"
         );
     }
@@ -279,7 +282,9 @@ async fn set_taints(client: &kube::Client, nodes: &[String], taints: serde_json:
 /// Watches bench pods and records when each first shows a deletionTimestamp.
 fn watch_deletions(client: &kube::Client) -> (Arc<Mutex<HashMap<String, Timestamp>>>, tokio::task::JoinHandle<()>) {
     let seen: Arc<Mutex<HashMap<String, Timestamp>>> = Arc::default();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    // Metadata only: deletionTimestamp is all we look at, and full pods would cost the API server
+    // and this process CPU that the controller under test should have.
+    let pods: Api<kube::core::PartialObjectMeta<Pod>> = Api::namespaced(client.clone(), NS);
     let task = {
         let seen = seen.clone();
         tokio::spawn(async move {
@@ -307,7 +312,11 @@ async fn eviction(cp: &ControlPlane, args: &Args) -> Result<serde_json::Value> {
     eprintln!("bench: {} nodes and {} pods created in {:.1}s", nodes.len(), plan.len(), t.elapsed().as_secs_f64());
 
     let (seen, watch_task) = watch_deletions(&client);
-    let flags: Vec<String> = if args.upstream { vec![] } else { vec!["--enable-node-lifecycle=false".into()] };
+    let flags: Vec<String> = if args.upstream {
+        vec!["--node-monitor-grace-period=10m".into(), "--node-startup-grace-period=10m".into()]
+    } else {
+        vec!["--enable-node-lifecycle=false".into()]
+    };
     let mut ctl = start_controller(cp, args, &flags).await?;
     // Let it list everything (30,000 pods) before the storm.
     tokio::time::sleep(Duration::from_secs(15)).await;
@@ -368,8 +377,9 @@ async fn eviction(cp: &ControlPlane, args: &Args) -> Result<serde_json::Value> {
                              "max": lateness.last().copied().unwrap_or(f64::NAN), "min": lateness.first().copied().unwrap_or(f64::NAN)},
         "immediate_after_taint_s": {"n": immediate.len(), "p50": percentile(&immediate, 50.0), "p99": percentile(&immediate, 99.0)},
         "controller_peak_rss_mb": peak, "controller_rss_idle_mb": rss_idle, "controller_cpu_s_during_storm": cpu,
-        "controller_lateness_timed_s": histogram_quantiles(&metrics, "nlc_eviction_lateness_seconds_bucket{kind=\"timed\""),
-        "controller_lateness_immediate_s": histogram_quantiles(&metrics, "nlc_eviction_lateness_seconds_bucket{kind=\"immediate\""),
+        "controller_lateness_timed_s": histogram_quantiles(&metrics, "nlc_eviction_lateness_seconds", "kind=\"timed\""),
+        "controller_lateness_immediate_s": histogram_quantiles(&metrics, "nlc_eviction_lateness_seconds", "kind=\"immediate\""),
+        "controller_fire_lateness_s": histogram_quantiles(&metrics, "nlc_eviction_fire_lateness_seconds", ""),
     });
     Ok(report)
 }
@@ -485,11 +495,128 @@ async fn lifecycle(cp: &ControlPlane, args: &Args) -> Result<serde_json::Value> 
     }))
 }
 
+/// A pod as a Deployment would create it, without tolerations: the webhook adds two.
+fn admission_review() -> Vec<u8> {
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "web-7d4b9c-", "namespace": "shop", "labels": {"app": "web", "pod-template-hash": "7d4b9c"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d4b9c", "uid": "6a1c2f0e-1111-2222-3333-444455556666", "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {
+            "containers": [{"name": "web", "image": "registry.example/web:1.2.3", "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+                "env": [{"name": "MODE", "value": "production"}, {"name": "LOG_LEVEL", "value": "info"}],
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 5},
+                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent"}],
+            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default", "securityContext": {}, "schedulerName": "default-scheduler"
+        }
+    });
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "0c9a8d74-9cb7-44dd-b98e-09fd62def2f4", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "shop", "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"}, "object": pod, "dryRun": false}
+    }))
+    .unwrap_or_default()
+}
+
+/// Admission requests per second against `webhook` pinned to one core (taskset -c 0), from
+/// CONNECTIONS keep-alive HTTPS connections, for STEADY seconds.
+async fn webhook(cp: &ControlPlane, args: &Args) -> Result<serde_json::Value> {
+    use http_body_util::{BodyExt, Full};
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let log = std::fs::File::create(cp.dir.join("webhook.log"))?;
+    let child = tokio::process::Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(&args.controller)
+        .arg("webhook")
+        .arg("--kubeconfig")
+        .arg(&cp.kubeconfig)
+        .arg("--tls-cert-file")
+        .arg(&cp.pki.serving_cert)
+        .arg("--tls-private-key-file")
+        .arg(&cp.pki.serving_key)
+        .args([
+            "--webhook-bind-address",
+            &format!("127.0.0.1:{port}"),
+            "--metrics-bind-address",
+            &format!("127.0.0.1:{admin}"),
+        ])
+        .args(["--log-level", "warn"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().context("pid")?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let measured = Measured { child, pid, metrics_port: admin };
+
+    let mut roots = rustls::RootCertStore::empty();
+    for c in <rustls_pki_types::CertificateDer as rustls_pki_types::pem::PemObject>::pem_file_iter(&cp.pki.ca_cert)? {
+        roots.add(c?)?;
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
+    let body = bytes::Bytes::from(admission_review());
+    let stop_at = Instant::now() + Duration::from_secs(args.steady);
+    let cpu0 = measured.cpu_seconds();
+    let started = Instant::now();
+    let mut tasks = vec![];
+    for _ in 0..args.connections {
+        let (connector, body) = (connector.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = vec![];
+            let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+            tcp.set_nodelay(true)?;
+            let name = rustls_pki_types::ServerName::try_from("127.0.0.1")?.to_owned();
+            let stream = connector.connect(name, tcp).await?;
+            let (mut sender, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+            tokio::spawn(conn);
+            while Instant::now() < stop_at {
+                let req = hyper::Request::post("/mutate")
+                    .header("content-type", "application/json")
+                    .header("host", "127.0.0.1")
+                    .body(Full::new(body.clone()))?;
+                let t = Instant::now();
+                let resp = sender.send_request(req).await?;
+                let status = resp.status();
+                let bytes = resp.into_body().collect().await?.to_bytes();
+                if !status.is_success() || !bytes.windows(5).any(|w| w == b"patch") {
+                    anyhow::bail!("bad answer {status}: {}", String::from_utf8_lossy(&bytes));
+                }
+                lat.push(t.elapsed().as_secs_f64());
+            }
+            anyhow::Ok(lat)
+        }));
+    }
+    let mut all = vec![];
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let cpu = measured.cpu_seconds() - cpu0;
+    all.sort_by(f64::total_cmp);
+    Ok(json!({
+        "benchmark": "webhook",
+        "connections": args.connections, "seconds": secs, "requests": all.len(),
+        "requests_per_s": all.len() as f64 / secs,
+        "latency_ms": {"p50": percentile(&all, 50.0) * 1e3, "p99": percentile(&all, 99.0) * 1e3, "max": all.last().copied().unwrap_or(0.0) * 1e3},
+        "webhook_cpu_cores": cpu / secs, "webhook_peak_rss_mb": measured.peak_rss_mb(),
+        "body_bytes": body.len(),
+    }))
+}
+
 /// p50/p99 upper bounds from a Prometheus histogram's cumulative buckets (the bucket bound at
 /// which the cumulative count first reaches the quantile).
-fn histogram_quantiles(metrics: &str, prefix: &str) -> serde_json::Value {
+fn histogram_quantiles(metrics: &str, name: &str, label: &str) -> serde_json::Value {
     let mut buckets: Vec<(f64, f64)> = vec![];
-    for line in metrics.lines().filter(|l| l.starts_with(prefix)) {
+    let prefix = format!("{name}_bucket{{");
+    for line in metrics.lines().filter(|l| l.starts_with(&prefix) && l.contains(label)) {
         let le = line.split("le=\"").nth(1).and_then(|r| r.split('"').next()).and_then(|v| v.parse::<f64>().ok());
         let count = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
         if let (Some(le), Some(count)) = (le.or(if line.contains("+Inf") { Some(f64::INFINITY) } else { None }), count)
@@ -532,6 +659,7 @@ async fn main() -> Result<()> {
     eprintln!("bench: kube-apiserver {} at {}", cp.version, cp.server);
     let report = match args.mode.as_str() {
         "eviction" => eviction(&cp, &args).await?,
+        "webhook" => webhook(&cp, &args).await?,
         _ => lifecycle(&cp, &args).await?,
     };
     let text = serde_json::to_string_pretty(&report)?;
