@@ -5,7 +5,9 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use jiff::Timestamp;
-use node_lifecycle_controller::taints::{Effect, MatchOptions, Operator, Taint, Toleration, anchor, evaluate};
+use node_lifecycle_controller::taints::{
+    Effect, MatchOptions, Operator, Taint, Toleration, anchor, evaluate, first_tolerating, scheduling,
+};
 
 fn fixture() -> (Vec<Taint>, Vec<Toleration>) {
     let t0: Timestamp = "2026-01-01T00:00:00Z".parse().expect("ts");
@@ -38,6 +40,19 @@ fn bench(c: &mut Criterion) {
     let opts = MatchOptions::default();
     c.bench_function("evaluate 10 taints x 10 tolerations", |b| {
         b.iter(|| evaluate(black_box(&taints), black_box(&tolerations), opts, |_, t| Some(anchor(t.time_added, seen))))
+    });
+
+    // Everything `explain` computes per taint: the first tolerating toleration of each of the 10
+    // taints, the scheduling verdict and the eviction outcome.
+    c.bench_function("match all 10 taints + scheduling + outcome", |b| {
+        b.iter(|| {
+            let matched: usize =
+                black_box(&taints).iter().filter_map(|t| first_tolerating(black_box(&tolerations), t, opts)).sum();
+            let sched = scheduling(black_box(&taints), black_box(&tolerations), opts);
+            let outcome =
+                evaluate(black_box(&taints), black_box(&tolerations), opts, |_, t| Some(anchor(t.time_added, seen)));
+            (matched, sched, outcome)
+        })
     });
 }
 

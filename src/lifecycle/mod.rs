@@ -235,10 +235,11 @@ impl NodeLifecycle {
                 st.conflicted_rv = None;
             }
         }
+        let ready_status = |n: &SlimNode| n.condition("Ready").map(|c| c.status.clone());
         if old.is_none_or(|o| {
             o.zone != node.zone
                 || o.exclude_disruption != node.exclude_disruption
-                || o.condition("Ready") != node.condition("Ready")
+                || ready_status(o) != ready_status(node)
         }) {
             self.zones_dirty = true;
         }
