@@ -30,6 +30,11 @@ struct Webhook {
 impl Webhook {
     async fn start(extra: &[&str]) -> Self {
         let env = env();
+        Self::start_with(&env.pki.serving_cert, &env.pki.serving_key, extra).await
+    }
+
+    async fn start_with(cert: &std::path::Path, key: &std::path::Path, extra: &[&str]) -> Self {
+        let env = env();
         let (port, admin) = (free_port(), free_port());
         let child = tokio::process::Command::new(BIN)
             .arg("webhook")
@@ -37,11 +42,11 @@ impl Webhook {
             .arg(&env.kubeconfig)
             .args(["--webhook-bind-address", &format!("127.0.0.1:{port}")])
             .args(["--metrics-bind-address", &format!("127.0.0.1:{admin}")])
-            // The API server's own serving certificate: issued by the test CA for 127.0.0.1.
+            // By default the API server's own serving certificate: issued by the test CA for 127.0.0.1.
             .arg("--tls-cert-file")
-            .arg(&env.pki.serving_cert)
+            .arg(cert)
             .arg("--tls-private-key-file")
-            .arg(&env.pki.serving_key)
+            .arg(key)
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -61,7 +66,11 @@ impl Webhook {
 
 /// Registers the webhook for namespaces labelled `nlc-webhook-test=<scope>`.
 async fn register(client: &kube::Client, scope: &str, port: u16) -> String {
-    let ca = std::fs::read(&env().pki.ca_cert).expect("ca");
+    register_with_ca(client, scope, port, &env().pki.ca_cert).await
+}
+
+async fn register_with_ca(client: &kube::Client, scope: &str, port: u16, ca: &std::path::Path) -> String {
+    let ca = std::fs::read(ca).expect("ca");
     let name = unique(&format!("{scope}-dts"));
     let cfg: MutatingWebhookConfiguration = serde_json::from_value(json!({
         "metadata": {"name": name},
@@ -181,6 +190,54 @@ async fn with_the_webhook_down_pods_are_still_created() {
     // failurePolicy: Ignore -- creation succeeds, without tolerations.
     let t = create_pod(&client, &ns, json!([])).await;
     assert!(t.is_empty(), "{t:?}");
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone()).delete(&name, &DeleteParams::default()).await;
+}
+
+/// cert-manager rotates the certificate in place: the webhook serves the new one without a
+/// restart. Here the new certificate comes from another CA, and the API server is told to trust
+/// only that CA: pods are mutated again only once the webhook has reloaded.
+#[tokio::test]
+async fn a_rotated_certificate_is_picked_up_without_a_restart() {
+    let env = env();
+    let client = env.client().await;
+    let dir = env.dir.join(unique("rotation"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    std::fs::copy(&env.pki.serving_cert, &cert).expect("copy cert");
+    std::fs::copy(&env.pki.serving_key, &key).expect("copy key");
+    let wh = Webhook::start_with(&cert, &key, &[]).await;
+    let scope = unique("whrot");
+    let name = register(&client, &scope, wh.port).await;
+    let ns = namespace(&client, &scope, json!({})).await;
+    until_mutated(&client, &ns).await;
+
+    // A new CA and serving certificate; the API server now trusts only the new CA.
+    let other = nlc_testenv::Pki::create(&dir.join("other")).expect("pki");
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone()).delete(&name, &DeleteParams::default()).await;
+    let name = register_with_ca(&client, &scope, wh.port, &other.ca_cert).await;
+    // With the old certificate still served, the call fails and is ignored: no tolerations.
+    let mut rejected = false;
+    for _ in 0..50 {
+        if create_pod(&client, &ns, json!([])).await.is_empty() {
+            rejected = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(rejected, "the API server never switched to the new CA");
+    // Rotate the files in place (cert-manager writes new contents into the mounted secret).
+    std::fs::copy(&other.serving_cert, &cert).expect("rotate cert");
+    std::fs::copy(&other.serving_key, &key).expect("rotate key");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut mutated = false;
+    while Instant::now() < deadline {
+        if !create_pod(&client, &ns, json!([])).await.is_empty() {
+            mutated = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(mutated, "the webhook did not serve the rotated certificate");
     let _ = Api::<MutatingWebhookConfiguration>::all(client.clone()).delete(&name, &DeleteParams::default()).await;
 }
 

@@ -136,7 +136,7 @@ impl ControlPlane {
             match Self::start_once(&assets, &opts) {
                 Ok(cp) => return Ok(cp),
                 Err(e) => {
-                    eprintln!("testenv: control plane failed to start, retrying: {e:#}");
+                    note(&format!("control plane failed to start, retrying: {e:#}"));
                     last_err = Some(e);
                 }
             }
@@ -242,7 +242,8 @@ impl ControlPlane {
         match cp.wait_ready(Duration::from_secs(120)) {
             Ok(version) => {
                 cp.version = version;
-                eprintln!("testenv: kube-apiserver {} ready at {} (dir {})", cp.version, cp.server, cp.dir.display());
+                // Straight to stderr, past libtest's capture: the CI log shows the version.
+                note(&format!("kube-apiserver {} ready at {} (dir {})", cp.version, cp.server, cp.dir.display()));
                 Ok(cp)
             }
             Err(e) => {
@@ -449,8 +450,8 @@ pub fn stop_detached(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Writes a line to stderr that survives libtest's output capture ordering well enough for CI
-/// logs.
+/// Writes a line to stderr directly (not through `eprintln!`, which libtest captures), so that
+/// it shows in CI logs even when the test passes.
 pub fn note(msg: &str) {
     let _ = writeln!(std::io::stderr(), "testenv: {msg}");
 }
