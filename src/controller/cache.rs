@@ -83,7 +83,7 @@ impl Store for Nodes<'_> {
 impl Store for Pods<'_> {
     type Object = SlimPod;
     fn key(o: &SlimPod) -> String {
-        o.key().to_string()
+        format!("{}/{}", o.namespace, o.name)
     }
     fn upsert(&mut self, o: SlimPod) -> Option<SlimPod> {
         self.0.upsert_pod(o)
