@@ -60,10 +60,6 @@ impl ZoneLimiter {
         Self { qps, bucket: bucket(qps, &clock), clock }
     }
 
-    pub fn qps(&self) -> f64 {
-        self.qps
-    }
-
     /// Takes a token if one is available at `now`; otherwise says when the next one will be
     /// (`None`: never, the zone is stopped).
     pub fn try_take(&self, now: Timestamp) -> Result<(), Option<Timestamp>> {
@@ -91,11 +87,6 @@ impl ZoneLimiter {
         if old_empty && let Some(b) = &self.bucket {
             let _ = b.check();
         }
-    }
-
-    /// Time between two tokens.
-    pub fn interval(&self) -> Option<Duration> {
-        (self.qps > 0.0).then(|| Duration::from_secs_f64(1.0 / self.qps))
     }
 }
 
