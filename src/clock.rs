@@ -1,8 +1,12 @@
-//! The one clock. Wall-clock time (for API timestamps and taint deadlines) is derived from a
-//! monotonic instant, so that it follows tokio's paused time in tests and never jumps backwards
-//! within a process.
+//! The one clock: wall-clock time for API timestamps and taint deadlines, monotonic time for
+//! sleeping. Production follows the system's wall clock ([`SystemClock`]), so a `timeAdded`
+//! written after a clock correction is right; a [`StepDetector`] notices when the wall clock
+//! jumps relative to the monotonic clock, so that heartbeats measured before the jump are not
+//! compared with times after it. Tests use [`FakeClock`], which follows tokio's paused time and
+//! can be stepped.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use tokio::time::Instant;
@@ -28,42 +32,86 @@ pub fn far_future() -> Instant {
     Instant::now() + std::time::Duration::from_secs(86_400 * 365 * 30)
 }
 
-/// Wall time anchored once on the system clock, advanced by tokio's monotonic clock.
-#[derive(Clone, Debug)]
-pub struct MonotonicWall {
-    wall0: Timestamp,
-    inst0: Instant,
-}
+/// The system's wall clock and tokio's monotonic clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
 
-impl MonotonicWall {
-    pub fn new() -> Self {
-        Self { wall0: Timestamp::now(), inst0: Instant::now() }
-    }
-
-    /// Anchored at a chosen wall time (tests).
-    pub fn starting_at(wall0: Timestamp) -> Self {
-        Self { wall0, inst0: Instant::now() }
-    }
-
+impl SystemClock {
     pub fn shared() -> Arc<dyn Clock> {
-        Arc::new(Self::new())
+        Arc::new(Self)
     }
 }
 
-impl Default for MonotonicWall {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Clock for MonotonicWall {
+impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
-        let elapsed = SignedDuration::try_from(self.inst0.elapsed()).unwrap_or(SignedDuration::MAX);
-        self.wall0.checked_add(elapsed).unwrap_or(Timestamp::MAX)
+        Timestamp::now()
     }
 
     fn instant(&self) -> Instant {
         Instant::now()
+    }
+}
+
+/// Wall time anchored at a chosen moment and advanced by tokio's (pausable) monotonic clock;
+/// [`FakeClock::step`] moves the wall clock alone, as an NTP correction or an operator would.
+#[derive(Debug)]
+pub struct FakeClock {
+    wall0: Timestamp,
+    inst0: Instant,
+    offset: Mutex<SignedDuration>,
+}
+
+impl FakeClock {
+    pub fn starting_at(wall0: Timestamp) -> Self {
+        Self { wall0, inst0: Instant::now(), offset: Mutex::new(SignedDuration::ZERO) }
+    }
+
+    /// Steps the wall clock by `by` (negative: backwards); monotonic time is unaffected.
+    pub fn step(&self, by: SignedDuration) {
+        let mut o = self.offset.lock().unwrap_or_else(|p| p.into_inner());
+        *o = o.saturating_add(by);
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> Timestamp {
+        let elapsed = SignedDuration::try_from(self.inst0.elapsed()).unwrap_or(SignedDuration::MAX);
+        let offset = *self.offset.lock().unwrap_or_else(|p| p.into_inner());
+        self.wall0.checked_add(elapsed.saturating_add(offset)).unwrap_or(Timestamp::MAX)
+    }
+
+    fn instant(&self) -> Instant {
+        Instant::now()
+    }
+}
+
+/// How far the wall clock may drift from the monotonic clock between two looks before it
+/// counts as a step (NTP slews far more slowly than this).
+pub const STEP_TOLERANCE: Duration = Duration::from_secs(1);
+
+/// Notices wall-clock steps: between two observations the wall clock should advance by what
+/// the monotonic clock advanced.
+#[derive(Clone, Copy, Debug)]
+pub struct StepDetector {
+    wall: Timestamp,
+    inst: Instant,
+}
+
+impl StepDetector {
+    pub fn new(clock: &dyn Clock) -> Self {
+        Self { wall: clock.now(), inst: clock.instant() }
+    }
+
+    /// The step since the last observation, if the wall clock moved by more than
+    /// [`STEP_TOLERANCE`] beyond (or short of) the monotonic clock.
+    pub fn observe(&mut self, clock: &dyn Clock) -> Option<SignedDuration> {
+        let (wall, inst) = (clock.now(), clock.instant());
+        let walled = wall.duration_since(self.wall);
+        let passed = SignedDuration::try_from(inst.duration_since(self.inst)).unwrap_or(SignedDuration::MAX);
+        self.wall = wall;
+        self.inst = inst;
+        let step = walled.saturating_sub(passed);
+        (step.unsigned_abs() > STEP_TOLERANCE).then_some(step)
     }
 }
 
@@ -72,13 +120,25 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn follows_paused_time() {
+    async fn follows_paused_time_and_steps() {
         let t0: Timestamp = "2026-01-01T00:00:00Z".parse().expect("ts");
-        let c = MonotonicWall::starting_at(t0);
+        let c = FakeClock::starting_at(t0);
+        let mut steps = StepDetector::new(&c);
         tokio::time::advance(std::time::Duration::from_secs(90)).await;
         assert_eq!(c.now(), "2026-01-01T00:01:30Z".parse::<Timestamp>().expect("ts"));
+        assert_eq!(steps.observe(&c), None, "time passing is no step");
         let at = c.instant_at("2026-01-01T00:02:00Z".parse().expect("ts"));
         assert_eq!(at - c.instant(), std::time::Duration::from_secs(30));
         assert_eq!(c.instant_at(t0), c.instant(), "past deadlines are now");
+
+        // An operator sets the clock an hour ahead: now follows at once, and the step is seen.
+        c.step(SignedDuration::from_hours(1));
+        assert_eq!(c.now(), "2026-01-01T01:01:30Z".parse::<Timestamp>().expect("ts"));
+        assert_eq!(steps.observe(&c), Some(SignedDuration::from_hours(1)));
+        assert_eq!(steps.observe(&c), None, "reported once");
+        c.step(SignedDuration::from_mins(-10));
+        tokio::time::advance(std::time::Duration::from_secs(5)).await;
+        assert_eq!(steps.observe(&c), Some(SignedDuration::from_mins(-10)));
+        assert_eq!(c.instant_at("2026-01-01T00:52:00Z".parse().expect("ts")) - c.instant(), Duration::from_secs(25));
     }
 }

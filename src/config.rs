@@ -236,22 +236,14 @@ impl LifecycleArgs {
             config,
             taint_rules,
         } = self;
-        for (flag, d) in [
-            ("--node-monitor-period", node_monitor_period),
-            ("--node-monitor-grace-period", node_monitor_grace_period),
-            ("--node-startup-grace-period", node_startup_grace_period),
-        ] {
-            if d.is_zero() {
-                return Err(format!("{flag} must be greater than 0"));
-            }
-        }
+        check_duration("--node-monitor-period", *node_monitor_period, Duration::from_millis(100), HOUR)?;
+        check_duration("--node-monitor-grace-period", *node_monitor_grace_period, SECOND, DAY)?;
+        check_duration("--node-startup-grace-period", *node_startup_grace_period, SECOND, DAY)?;
         for (flag, r) in [
             ("--node-eviction-rate", node_eviction_rate),
             ("--secondary-node-eviction-rate", secondary_node_eviction_rate),
         ] {
-            if !(r.is_finite() && *r >= 0.0) {
-                return Err(format!("{flag} must be a number >= 0, got {r}"));
-            }
+            check_qps(flag, *r)?;
         }
         if !(*unhealthy_zone_threshold > 0.0 && *unhealthy_zone_threshold <= 1.0) {
             return Err(format!("--unhealthy-zone-threshold must be in (0, 1], got {unhealthy_zone_threshold}"));
@@ -322,6 +314,64 @@ pub struct EvictionArgs {
     /// Longest delay between retries of a failed eviction.
     #[arg(long, default_value = "30s", value_parser = parse_duration, env = "NLC_EVICTION_RETRY_MAX_DELAY")]
     pub eviction_retry_max_delay: Duration,
+}
+
+const SECOND: Duration = Duration::from_secs(1);
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// A rate flag: 0 (unlimited, or for the node eviction rates: stopped) or a finite number of
+/// at least one per ~11.6 days ([`crate::controller::executor::MIN_QPS`]); anything else would
+/// be a token bucket that never refills, or a panic.
+pub fn check_qps(flag: &str, qps: f64) -> Result<f64, String> {
+    let min = crate::controller::executor::MIN_QPS;
+    if qps == 0.0 || (qps.is_finite() && (min..=1e9).contains(&qps)) {
+        Ok(qps)
+    } else {
+        Err(format!("{flag} must be 0 or between {min} and 1e9 per second, got {qps}"))
+    }
+}
+
+/// A duration flag within `[min, max]`: a zero retry delay would be a hot loop, a period of years
+/// would overflow timestamps.
+pub fn check_duration(flag: &str, d: Duration, min: Duration, max: Duration) -> Result<Duration, String> {
+    if d < min || d > max { Err(format!("{flag} must be between {min:?} and {max:?}, got {d:?}")) } else { Ok(d) }
+}
+
+impl EvictionArgs {
+    /// Checks the values and builds the taint eviction controller's configuration.
+    pub fn to_config(&self, match_options: crate::taints::MatchOptions) -> Result<crate::eviction::Config, String> {
+        let Self {
+            enable_taint_eviction: _,
+            eviction_mode,
+            pdb_max_wait,
+            pod_eviction_qps,
+            pod_eviction_burst: _,
+            skip_terminal_pods,
+            eviction_concurrency,
+            eviction_retry_delay,
+            eviction_retry_max_delay,
+        } = self;
+        check_qps("--pod-eviction-qps", *pod_eviction_qps)?;
+        if !(1..=10_000).contains(eviction_concurrency) {
+            return Err(format!("--eviction-concurrency must be between 1 and 10000, got {eviction_concurrency}"));
+        }
+        check_duration("--pdb-max-wait", *pdb_max_wait, Duration::ZERO, DAY)?;
+        check_duration("--eviction-retry-delay", *eviction_retry_delay, Duration::from_millis(1), HOUR)?;
+        check_duration("--eviction-retry-max-delay", *eviction_retry_max_delay, *eviction_retry_delay, HOUR)
+            .map_err(|e| format!("{e} (and at least --eviction-retry-delay)"))?;
+        Ok(crate::eviction::Config {
+            match_options,
+            skip_terminal_pods: *skip_terminal_pods,
+            mode: match eviction_mode {
+                EvictionModeArg::Delete => crate::eviction::EvictionMode::Delete,
+                EvictionModeArg::Evict => crate::eviction::EvictionMode::Evict,
+            },
+            pdb_max_wait: (!pdb_max_wait.is_zero()).then_some(*pdb_max_wait),
+            retry_base: *eviction_retry_delay,
+            retry_cap: *eviction_retry_max_delay,
+        })
+    }
 }
 
 /// Parses a Go-style duration (`300ms`, `5s`, `1m30s`, `2h`, or `0`), as Kubernetes flags take.

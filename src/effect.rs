@@ -5,7 +5,7 @@
 use jiff::Timestamp;
 
 use crate::index::{PodKey, SlimNode};
-use crate::taints::{Effect as TaintEffect, Taint, Toleration};
+use crate::taints::{TaintAdd, TaintId};
 
 /// How a pod is removed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,9 +16,27 @@ pub enum Method {
     Evict,
 }
 
+/// A NoExecute taint that makes a pod due, as the decision saw it. The executor's live re-check
+/// passes while one of the causes is still on the node (with the same `timeAdded`, when one was
+/// recorded): a taint removed, or removed and added again later, no longer justifies the write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cause {
+    pub taint: TaintId,
+    pub time_added: Option<Timestamp>,
+}
+
+impl Cause {
+    /// Whether `live` (a node's current taints) still carries this cause.
+    pub fn present_in(&self, live: &[crate::taints::Taint]) -> bool {
+        live.iter().any(|t| self.taint.is(t) && (self.time_added.is_none() || t.time_added == self.time_added))
+    }
+}
+
 /// Evict one pod because of its node's NoExecute taints.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EvictPod {
+    /// Names this attempt, so that it can be cancelled while it waits ([`Effect::Cancel`]).
+    pub op: u64,
     pub key: PodKey,
     pub namespace: String,
     pub name: String,
@@ -28,11 +46,29 @@ pub struct EvictPod {
     /// immediate one): the start of the deletion-duration and lateness metrics.
     pub due: Timestamp,
     pub method: Method,
-    /// 0 for the first try; the executor announces the eviction (event) only then.
+    /// 0 for the first try.
     pub attempt: u32,
-    /// For an immediate eviction: re-read the node and re-check these tolerations against its
-    /// live taints first (kubernetes issue 119862: a stale cache must not evict).
-    pub recheck: Option<Vec<Toleration>>,
+    /// Record the `Marking for deletion` event when the writes go ahead: the pod has not been
+    /// announced yet (earlier attempts, if any, stopped before writing).
+    pub announce: bool,
+    /// An immediate eviction (untolerated, or `tolerationSeconds <= 0`).
+    pub immediate: bool,
+    /// Re-read the node right before writing and go ahead only if a cause is still there
+    /// (kubernetes issue 119862: a stale cache must not evict). Always done for immediate
+    /// evictions and after a wait in a rate limiter.
+    pub causes: Vec<Cause>,
+}
+
+/// What an event on a pod says. Texts are upstream's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodEventKind {
+    /// `taint-eviction-controller`, Normal `TaintManagerEviction`.
+    MarkingForDeletion,
+    /// `taint-eviction-controller`, Normal `TaintManagerEviction`; only when a scheduled
+    /// eviction is really cancelled.
+    CancellingDeletion,
+    /// `node-controller`, Warning `NodeNotReady` (MarkPodsNotReady).
+    NodeNotReady,
 }
 
 /// An event about a pod (`regarding` the pod).
@@ -41,9 +77,29 @@ pub struct PodEvent {
     pub namespace: String,
     pub name: String,
     pub uid: String,
-    pub reason: &'static str,
-    pub note: String,
-    pub warning: bool,
+    pub kind: PodEventKind,
+}
+
+impl PodEvent {
+    pub fn reason(&self) -> &'static str {
+        match self.kind {
+            PodEventKind::MarkingForDeletion | PodEventKind::CancellingDeletion => "TaintManagerEviction",
+            PodEventKind::NodeNotReady => "NodeNotReady",
+        }
+    }
+
+    pub fn note(&self) -> String {
+        let (ns, name) = (&self.namespace, &self.name);
+        match self.kind {
+            PodEventKind::MarkingForDeletion => format!("Marking for deletion Pod {ns}/{name}"),
+            PodEventKind::CancellingDeletion => format!("Cancelling deletion of Pod {ns}/{name}"),
+            PodEventKind::NodeNotReady => "Node is not ready".to_owned(),
+        }
+    }
+
+    pub fn warning(&self) -> bool {
+        self.kind == PodEventKind::NodeNotReady
+    }
 }
 
 /// A node condition as written when a kubelet went silent.
@@ -57,7 +113,7 @@ pub struct ConditionWrite {
     pub last_transition: Timestamp,
 }
 
-/// Mark a node's conditions `Unknown` (SPEC §3), with optimistic concurrency.
+/// Mark a node's conditions `Unknown` (docs/spec.md §3), with optimistic concurrency.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SetConditions {
     pub node: String,
@@ -68,20 +124,28 @@ pub struct SetConditions {
 }
 
 /// Add and remove taints on a node. The executor applies the change to the node's live taint
-/// list (adding only what is absent by key and effect, so an existing `timeAdded` is kept) and
-/// writes the whole list with the node's resourceVersion, re-reading on conflict.
+/// list ([`crate::taints::apply_changes`]: only what is absent by key and effect is added, so an
+/// existing `timeAdded` is kept) and writes the whole list with the node's resourceVersion,
+/// re-reading on conflict.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SetTaints {
     pub node: String,
     pub resource_version: String,
     /// The taints as we last saw them (the first attempt's base).
-    pub current: Vec<Taint>,
-    /// Added with `timeAdded` = the moment of the write.
-    pub add: Vec<(String, TaintEffect)>,
-    pub remove: Vec<(String, TaintEffect)>,
+    pub current: Vec<crate::taints::Taint>,
+    pub add: Vec<TaintAdd>,
+    pub remove: Vec<TaintId>,
     /// A first NoExecute taint that went through the zone's rate limiter: counted in
     /// `node_collector_evictions_total{zone}`.
     pub counted_zone: Option<String>,
+}
+
+/// What an event on a node says (`node-controller`, Normal). Texts are upstream's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeEventKind {
+    RegisteredNode,
+    RemovingNode,
+    NodeNotReady,
 }
 
 /// An event about a node.
@@ -89,17 +153,45 @@ pub struct SetTaints {
 pub struct NodeEvent {
     pub node: String,
     pub uid: String,
-    pub reason: &'static str,
-    pub note: String,
+    pub kind: NodeEventKind,
+}
+
+impl NodeEvent {
+    pub fn reason(&self) -> &'static str {
+        match self.kind {
+            NodeEventKind::RegisteredNode => "RegisteredNode",
+            NodeEventKind::RemovingNode => "RemovingNode",
+            NodeEventKind::NodeNotReady => "NodeNotReady",
+        }
+    }
+
+    pub fn note(&self) -> String {
+        let n = &self.node;
+        match self.kind {
+            NodeEventKind::RegisteredNode => format!("Node {n} event: Registered Node {n} in Controller"),
+            NodeEventKind::RemovingNode => format!("Node {n} event: Removing Node {n} from Controller"),
+            NodeEventKind::NodeNotReady => format!("Node {n} status is now: NodeNotReady"),
+        }
+    }
 }
 
 /// Set a pod's `Ready` condition to False (upstream's MarkPodsNotReady), then record the
 /// Warning event `NodeNotReady` on it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MarkPodNotReady {
+    /// Names this write, so that it can be cancelled while it waits ([`Effect::Cancel`]).
+    pub op: u64,
+    pub key: PodKey,
     pub namespace: String,
     pub name: String,
     pub uid: String,
+}
+
+/// A queued write that may be called off while it waits for its turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    Eviction(u64),
+    MarkPodNotReady(u64),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -110,6 +202,9 @@ pub enum Effect {
     SetTaints(SetTaints),
     NodeEvent(NodeEvent),
     MarkPodNotReady(MarkPodNotReady),
+    /// Call off a queued write: it reports [`EvictionResult::Cancelled`] (or
+    /// [`MarkResult::Cancelled`]) unless it has already gone ahead.
+    Cancel(Op),
 }
 
 /// What became of a [`SetConditions`] or [`SetTaints`].
@@ -117,9 +212,9 @@ pub enum Effect {
 pub enum NodeWriteResult {
     /// Written, or found already as wanted; the node as the API returned it, when it did.
     Done(Option<Box<SlimNode>>),
-    /// The node changed since we read it (a fresh kubelet write wins); decide again on the
-    /// fresh object.
-    Conflict,
+    /// The node changed since we read it (a fresh kubelet write wins). Carries the node as read
+    /// again right after the conflict, when that read succeeded: health is judged again on it.
+    Conflict(Option<Box<SlimNode>>),
     NotFound,
     Failed(String),
 }
@@ -129,10 +224,22 @@ pub enum NodeWriteResult {
 pub enum EvictionResult {
     /// Deleted (or the pod was already gone / replaced: NotFound or UID mismatch).
     Done { deleted: bool },
-    /// The live re-check found the eviction no longer warranted.
+    /// The live re-check found the eviction no longer warranted; nothing was written.
     Moot,
+    /// Called off ([`Effect::Cancel`]) before anything was written.
+    Cancelled,
     /// The Eviction API refused because of a PodDisruptionBudget (429).
     Blocked(String),
     /// Any other failure: retried with backoff.
+    Failed(String),
+}
+
+/// What became of a [`MarkPodNotReady`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MarkResult {
+    Done,
+    /// The pod is gone or was replaced.
+    Gone,
+    Cancelled,
     Failed(String),
 }

@@ -31,6 +31,17 @@ pub enum Decision {
     Delayed,
 }
 
+/// What a delayed eviction's countdown starts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Anchor {
+    /// The taint's `timeAdded`.
+    TimeAdded,
+    /// The pod was bound to the node after the taint was added: it gets its whole
+    /// `tolerationSeconds` from then.
+    PodBound,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EvictionReport {
@@ -38,6 +49,8 @@ pub struct EvictionReport {
     pub toleration_seconds: Option<i64>,
     /// RFC 3339 in UTC.
     pub deadline: Option<String>,
+    /// Where the deadline's countdown starts (with a deadline only).
+    pub anchor: Option<Anchor>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -78,19 +91,20 @@ pub fn explain(node: &Node, pod: &Pod, opts: MatchOptions, now: Timestamp) -> Ex
         })
         .collect();
 
-    let outcome = taints::evaluate(&taints, &tolerations, opts, |_, t| t.time_added);
+    // When the pod was bound to the node; a manifest written by hand may carry neither field,
+    // and then the taints' timeAdded alone applies.
+    let bound = crate::index::SlimPod::from(pod).bound;
+    let outcome =
+        taints::evaluate(&taints, &tolerations, opts, |_, t| t.time_added.map(|a| taints::pod_anchor(a, bound)));
     let all_anchored = taints.iter().filter(|t| t.effect == taints::Effect::NoExecute).all(|t| t.time_added.is_some());
+    let none = |decision| EvictionReport { decision, toleration_seconds: None, deadline: None, anchor: None };
     let (eviction, reason) = match outcome {
-        Outcome::NoTaints => (
-            EvictionReport { decision: Decision::None, toleration_seconds: None, deadline: None },
-            "the node has no NoExecute taint".to_owned(),
-        ),
-        Outcome::Never => (
-            EvictionReport { decision: Decision::Never, toleration_seconds: None, deadline: None },
-            "every NoExecute taint is tolerated without tolerationSeconds".to_owned(),
-        ),
+        Outcome::NoTaints => (none(Decision::None), "the node has no NoExecute taint".to_owned()),
+        Outcome::Never => {
+            (none(Decision::Never), "every NoExecute taint is tolerated without tolerationSeconds".to_owned())
+        }
         Outcome::EvictNow(cause) => (
-            EvictionReport { decision: Decision::Immediate, toleration_seconds: None, deadline: None },
+            none(Decision::Immediate),
             match cause {
                 EvictNowCause::Untolerated { taint } => format!("taint {} is not tolerated", taints[taint]),
                 EvictNowCause::NonPositiveSeconds { taint, toleration } => format!(
@@ -114,11 +128,25 @@ pub fn explain(node: &Node, pod: &Pod, opts: MatchOptions, now: Timestamp) -> Ex
                 None => "a NoExecute taint has no timeAdded: the countdown starts when a controller first sees it"
                     .to_owned(),
             };
+            // The deadline came from the pod's binding when some taint's countdown, moved to the
+            // binding, gives it.
+            let anchor = deadline.map(|d| {
+                let from_bound = bound.is_some_and(|b| {
+                    taints.iter().any(|t| {
+                        t.time_added.is_some_and(|a| a < b)
+                            && taints::first_tolerating(&tolerations, t, opts)
+                                .and_then(|j| tolerations[j].toleration_seconds)
+                                .is_some_and(|s| s > 0 && taints::add_seconds(b, s) == d)
+                    })
+                });
+                if from_bound { Anchor::PodBound } else { Anchor::TimeAdded }
+            });
             (
                 EvictionReport {
                     decision: Decision::Delayed,
                     toleration_seconds: Some(seconds),
                     deadline: deadline.map(rfc3339),
+                    anchor,
                 },
                 reason,
             )
@@ -198,8 +226,12 @@ pub fn render_text(e: &Explanation) -> String {
         Decision::Never => format!("Never ({})", e.reason),
         Decision::Immediate => format!("Immediate ({})", e.reason),
         Decision::Delayed => format!(
-            "Delayed: {} s after the taint was added{} ({})",
+            "Delayed: {} s after {}{} ({})",
             ev.toleration_seconds.unwrap_or_default(),
+            match ev.anchor {
+                Some(Anchor::PodBound) => "the pod was bound to the node (after the taint was added)",
+                _ => "the taint was added",
+            },
             ev.deadline.as_deref().map(|d| format!(", at {d}")).unwrap_or_default(),
             e.reason
         ),

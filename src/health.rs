@@ -89,6 +89,12 @@ impl Probe {
         self.at = self.at.max(now);
     }
 
+    /// Starts a fresh grace period from `now` even if it is earlier than the last observation:
+    /// the wall clock stepped, so observation times taken before the step mean nothing.
+    pub fn restart(&mut self, now: Timestamp) {
+        self.at = now;
+    }
+
     /// When the node's grace period runs out.
     pub fn deadline(&self, grace: Grace) -> Timestamp {
         let g = if self.has_ready { grace.monitor } else { grace.startup };
@@ -164,6 +170,7 @@ mod tests {
             unschedulable: false,
             taints: vec![],
             conditions,
+            selected: true,
         }
     }
 

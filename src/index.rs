@@ -45,9 +45,19 @@ pub struct SlimNode {
     pub unschedulable: bool,
     pub taints: Vec<Taint>,
     pub conditions: Vec<Condition>,
+    /// Matches `--node-selector`: ours to write to and to evict from. Nodes that do not match
+    /// are still cached, read-only, so that zone states are judged over every node.
+    pub selected: bool,
 }
 
 impl SlimNode {
+    /// The slim form of `n`, selected when `selector` matches its labels.
+    pub fn new(n: &Node, selector: &crate::selector::Selector) -> Self {
+        let mut s = Self::from(n);
+        s.selected = selector.matches(n.metadata.labels.as_ref());
+        s
+    }
+
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == type_)
     }
@@ -82,6 +92,7 @@ impl From<&Node> for SlimNode {
                     last_transition: c.last_transition_time.as_ref().map(|t| t.0),
                 })
                 .collect(),
+            selected: true,
         }
     }
 }
@@ -101,6 +112,9 @@ pub struct SlimPod {
     pub terminating: bool,
     /// Status of the pod's `Ready` condition, if it has one.
     pub ready: Option<bool>,
+    /// When the pod was bound to its node: its `PodScheduled=True` condition's
+    /// `lastTransitionTime`, else its `creationTimestamp` (a pod created with `nodeName` set).
+    pub bound: Option<Timestamp>,
 }
 
 impl SlimPod {
@@ -112,6 +126,11 @@ impl SlimPod {
 impl From<&Pod> for SlimPod {
     fn from(p: &Pod) -> Self {
         let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        let conditions = || p.status.iter().flat_map(|s| s.conditions.iter().flatten());
+        let scheduled = conditions()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "True")
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0);
         Self {
             namespace: p.metadata.namespace.clone().unwrap_or_default(),
             name: p.metadata.name.clone().unwrap_or_default(),
@@ -126,12 +145,8 @@ impl From<&Pod> for SlimPod {
                 .into(),
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
             terminating: p.metadata.deletion_timestamp.is_some(),
-            ready: p
-                .status
-                .iter()
-                .flat_map(|s| s.conditions.iter().flatten())
-                .find(|c| c.type_ == "Ready")
-                .map(|c| c.status == "True"),
+            ready: conditions().find(|c| c.type_ == "Ready").map(|c| c.status == "True"),
+            bound: scheduled.or_else(|| p.metadata.creation_timestamp.as_ref().map(|t| t.0)),
         }
     }
 }
@@ -238,6 +253,7 @@ mod tests {
             terminal: false,
             terminating: false,
             ready: None,
+            bound: None,
         }
     }
 
@@ -293,9 +309,11 @@ mod tests {
         let p: Pod = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "deletionTimestamp": "2026-01-01T00:00:00Z",
+                         "creationTimestamp": "2025-12-31T00:00:00Z",
                          "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
             "spec": {"nodeName": "n1", "containers": [], "tolerations": [{"operator": "Exists"}]},
-            "status": {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False"}]}
+            "status": {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False"},
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-12-31T00:00:05Z"}]}
         }))
         .expect("pod");
         let s = SlimPod::from(&p);
@@ -303,5 +321,12 @@ mod tests {
         assert!(s.terminal && s.terminating);
         assert_eq!(s.ready, Some(false));
         assert_eq!(s.tolerations.len(), 1);
+        assert_eq!(s.bound, Some("2025-12-31T00:00:05Z".parse().expect("ts")), "bound when scheduled");
+        let unscheduled: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "creationTimestamp": "2025-12-31T00:00:00Z"},
+            "spec": {"nodeName": "n1", "containers": []}
+        }))
+        .expect("pod");
+        assert_eq!(SlimPod::from(&unscheduled).bound, Some("2025-12-31T00:00:00Z".parse().expect("ts")));
     }
 }

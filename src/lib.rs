@@ -43,6 +43,7 @@ pub mod index;
 pub mod lifecycle;
 pub mod metrics;
 pub mod rules;
+pub mod selector;
 pub mod taints;
 pub mod telemetry;
 pub mod webhook;

@@ -59,6 +59,7 @@ pub struct EvictionMetrics {
     >,
     pub fire_lateness: prometheus_client::metrics::histogram::Histogram,
     pub pending: Gauge,
+    pub held: Gauge,
     pub in_flight: Gauge,
     pub failures: Family<ReasonLabels, Counter>,
     pub cancelled: Counter,
@@ -94,6 +95,7 @@ impl Default for EvictionMetrics {
             lateness: Family::new_with_constructor(lateness_histogram),
             fire_lateness: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 17)),
             pending: Gauge::default(),
+            held: Gauge::default(),
             in_flight: Gauge::default(),
             failures: Family::default(),
             cancelled: Counter::default(),
@@ -125,6 +127,11 @@ impl EvictionMetrics {
             m.fire_lateness.clone(),
         );
         registry.register("nlc_evictions_pending", "Pods with a scheduled or retrying eviction", m.pending.clone());
+        registry.register(
+            "nlc_evictions_held",
+            "Pods that would be due only through a managed taint node lifecycle has not confirmed (yet)",
+            m.held.clone(),
+        );
         registry.register("nlc_evictions_in_flight", "Evictions being carried out", m.in_flight.clone());
         registry.register(
             "nlc_eviction_failures",

@@ -287,30 +287,78 @@ pub fn anchor(time_added: Option<Timestamp>, first_observed: Timestamp) -> Times
     }
 }
 
+/// A taint's identity on a node: taints are unique by (key, effect); the value is not part of it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TaintId {
+    pub key: String,
+    pub effect: Effect,
+}
+
+impl TaintId {
+    pub fn new(key: impl Into<String>, effect: Effect) -> Self {
+        Self { key: key.into(), effect }
+    }
+
+    pub fn of(t: &Taint) -> Self {
+        Self { key: t.key.clone(), effect: t.effect.clone() }
+    }
+
+    /// Whether `t` is this taint.
+    pub fn is(&self, t: &Taint) -> bool {
+        self.key == t.key && self.effect == t.effect
+    }
+}
+
+impl fmt::Display for TaintId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.key, self.effect)
+    }
+}
+
+/// A taint a controller adds. `inherit` names a taint removed in the same change whose
+/// `timeAdded` the new one keeps: the not-ready <-> unreachable swap, where `timeAdded` means
+/// "not Ready since" and must not restart every pending eviction's countdown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaintAdd {
+    pub id: TaintId,
+    pub inherit: Option<TaintId>,
+}
+
+impl TaintAdd {
+    pub fn new(id: TaintId) -> Self {
+        Self { id, inherit: None }
+    }
+}
+
 /// Applies a controller's taint change to a node's live taint list: removes `remove` (by key and
-/// effect) and appends each of `add` that is absent (by key and effect), with `time_added`. An
-/// existing taint is never replaced, so its `timeAdded` -- the anchor of every pending eviction --
-/// survives. Taints of other owners are untouched and keep their order. `None` when nothing
+/// effect) and appends each of `add` that is absent (by key and effect), with `timeAdded` =
+/// `now`, or the `timeAdded` of the taint it inherits from when that one is on the live list. An
+/// existing taint is never replaced, so its `timeAdded` -- the anchor of every pending eviction
+/// -- survives. Taints of other owners are untouched and keep their order. `None` when nothing
 /// changes.
-pub fn apply_changes(
-    current: &[Taint],
-    add: &[(String, Effect)],
-    remove: &[(String, Effect)],
-    time_added: Timestamp,
-) -> Option<Vec<Taint>> {
-    let mut next: Vec<Taint> =
-        current.iter().filter(|t| !remove.iter().any(|(k, e)| *k == t.key && *e == t.effect)).cloned().collect();
-    for (key, effect) in add {
-        if !next.iter().any(|t| t.key == *key && t.effect == *effect) {
+pub fn apply_changes(current: &[Taint], add: &[TaintAdd], remove: &[TaintId], now: Timestamp) -> Option<Vec<Taint>> {
+    let mut next: Vec<Taint> = current.iter().filter(|t| !remove.iter().any(|r| r.is(t))).cloned().collect();
+    for a in add {
+        if !next.iter().any(|t| a.id.is(t)) {
+            let inherited =
+                a.inherit.as_ref().and_then(|i| current.iter().find(|t| i.is(t))).and_then(|t| t.time_added);
             next.push(Taint {
-                key: key.clone(),
+                key: a.id.key.clone(),
                 value: String::new(),
-                effect: effect.clone(),
-                time_added: Some(time_added),
+                effect: a.id.effect.clone(),
+                time_added: Some(inherited.unwrap_or(now)),
             });
         }
     }
     (next != current).then_some(next)
+}
+
+/// Where a pod's countdown for one taint starts: the later of the taint's anchor (see
+/// [`anchor`]) and the moment the pod was bound to the node, so that a pod arriving on an
+/// already tainted node gets its whole `tolerationSeconds` (as upstream gives it) instead of
+/// being deleted on arrival.
+pub fn pod_anchor(taint_anchor: Timestamp, bound: Option<Timestamp>) -> Timestamp {
+    bound.map_or(taint_anchor, |b| b.max(taint_anchor))
 }
 
 /// Why a pod must go now.

@@ -49,11 +49,12 @@ async fn run_becomes_ready_serves_metrics_and_stops_on_sigterm() {
         tokio::time::timeout(Duration::from_secs(10), child.wait_with_output()).await.expect("exits").expect("wait");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
-    // JSON logs: every line is a JSON object.
-    for line in stderr.lines() {
-        assert!(serde_json::from_str::<serde_json::Value>(line).is_ok(), "not JSON: {line}");
-    }
-    assert!(stderr.contains("caches synced"), "{stderr}");
+    // JSON logs: every line is a JSON object; one of them says the caches synced.
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    assert!(lines.iter().any(|l| l["message"] == "caches synced; ready"), "{stderr}");
 }
 
 #[test]
@@ -111,7 +112,7 @@ fn explain_files_and_bad_input() {
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
     assert_eq!(
         v["eviction"],
-        json!({"decision": "Delayed", "tolerationSeconds": 300, "deadline": "2026-01-01T00:05:00Z"})
+        json!({"decision": "Delayed", "tolerationSeconds": 300, "deadline": "2026-01-01T00:05:00Z", "anchor": "timeAdded"})
     );
     assert_eq!(v["taints"][0]["toleratedBy"], json!(0));
     assert_eq!(v["scheduling"], json!("Allowed"));
@@ -156,7 +157,7 @@ async fn explain_from_cluster() {
         .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns"))
         .await
         .expect("ns");
-    Api::<Pod>::namespaced(client.clone(), &ns)
+    let pod = Api::<Pod>::namespaced(client.clone(), &ns)
         .create(
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": "p"},
@@ -165,6 +166,7 @@ async fn explain_from_cluster() {
         )
         .await
         .expect("pod");
+    let created = pod.metadata.creation_timestamp.expect("creationTimestamp").0;
     let kubeconfig = env.kubeconfig.to_str().expect("utf8").to_owned();
     let pod_ref = format!("{ns}/p");
     let (ok, out, err) = tokio::task::spawn_blocking(move || {
@@ -177,9 +179,50 @@ async fn explain_from_cluster() {
     .expect("join");
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-    // The API server's DefaultTolerationSeconds gave the pod 300 s for not-ready.
+    // The API server's DefaultTolerationSeconds gave the pod 300 s for not-ready; the pod was
+    // bound (created with nodeName) long after the taint: its countdown starts at its creation.
+    let deadline = (created + jiff::SignedDuration::from_secs(300)).strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     assert_eq!(
         v["eviction"],
-        json!({"decision": "Delayed", "tolerationSeconds": 300, "deadline": "2026-01-01T00:05:00Z"})
+        json!({"decision": "Delayed", "tolerationSeconds": 300, "deadline": deadline, "anchor": "podBound"})
     );
+}
+
+/// Odd flag values are refused at start with one line naming the flag: no panic, no hot loop, no
+/// attempt to reach a cluster.
+#[test]
+fn odd_flag_values_are_refused_naming_the_flag() {
+    #[rustfmt::skip]
+    let cases: &[(&[&str], &str)] = &[
+        (&["--kube-api-qps", "1e-12"], "--kube-api-qps"),
+        (&["--kube-api-qps", "NaN"], "--kube-api-qps"),
+        (&["--pod-eviction-qps", "1e-300"], "--pod-eviction-qps"),
+        (&["--node-eviction-rate", "1e-12"], "--node-eviction-rate"),
+        (&["--secondary-node-eviction-rate", "inf"], "--secondary-node-eviction-rate"),
+        (&["--node-taint-qps=-3"], "--node-taint-qps"),
+        (&["--mark-pods-not-ready-qps", "1e-9"], "--mark-pods-not-ready-qps"),
+        (&["--node-monitor-period", "87600h"], "--node-monitor-period"),
+        (&["--node-monitor-period", "1ns"], "--node-monitor-period"),
+        (&["--node-monitor-grace-period", "876000h"], "--node-monitor-grace-period"),
+        (&["--node-startup-grace-period", "0s"], "--node-startup-grace-period"),
+        (&["--eviction-retry-delay", "0s"], "--eviction-retry-delay"),
+        (&["--eviction-retry-delay", "1s", "--eviction-retry-max-delay", "10ms"], "--eviction-retry-max-delay"),
+        (&["--pdb-max-wait", "8760h"], "--pdb-max-wait"),
+        (&["--eviction-concurrency", "0"], "--eviction-concurrency"),
+        (&["--node-selector", "role in (a"], "--node-selector"),
+        (&["--node-monitor-period", "99999999999999999999h"], "--node-monitor-period"),
+    ];
+    for (args, flag) in cases {
+        let out = Command::new(BIN)
+            .arg("run")
+            .args(*args)
+            .args(["--kubeconfig", "/nonexistent/kubeconfig"])
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        let first = err.lines().next().unwrap_or_default();
+        assert!(first.contains(flag), "{args:?}: the error's first line does not name {flag}: {err}");
+    }
 }

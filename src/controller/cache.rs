@@ -180,6 +180,16 @@ impl Cache {
         );
     }
 
+    /// A node as one of our writes (or the read after a conflict) returned it: applied only to a
+    /// node still in the cache under the same uid, so that a result arriving after the node's
+    /// delete event does not bring it back. Whether the node is selected is kept from the watch
+    /// (the executor does not know `--node-selector`).
+    pub fn apply_node_write(&mut self, mut n: SlimNode, out: &mut Vec<Change>) {
+        let Some(cached) = self.index.nodes.get(&n.name).filter(|c| c.uid == n.uid) else { return };
+        n.selected = cached.selected;
+        self.apply_node(Event::Apply(n), out);
+    }
+
     pub fn apply_pod(&mut self, ev: Event<SlimPod>, out: &mut Vec<Change>) {
         apply(
             &mut Pods(&mut self.index),
@@ -218,6 +228,7 @@ mod tests {
             unschedulable: false,
             taints: vec![],
             conditions: vec![],
+            selected: true,
         }
     }
 
@@ -268,5 +279,28 @@ mod tests {
         assert_eq!(out.len(), 2);
         assert_eq!(out[1], Change::NodeRemoved(node("b")));
         assert_eq!(c.index.nodes.len(), 1);
+    }
+
+    #[test]
+    fn a_write_result_never_brings_back_a_deleted_node() {
+        let mut c = Cache::default();
+        let mut out = Vec::new();
+        let mut n = node("a");
+        n.uid = "u1".into();
+        c.apply_node(Event::Apply(n.clone()), &mut out);
+        c.apply_node(Event::Delete(n.clone()), &mut out);
+        out.clear();
+        let mut written = n.clone();
+        written.resource_version = "5".into();
+        c.apply_node_write(written.clone(), &mut out);
+        assert!(out.is_empty() && c.index.nodes.is_empty(), "resurrected");
+        // A node recreated under the same name is another node.
+        let mut again = n.clone();
+        again.uid = "u2".into();
+        c.apply_node(Event::Apply(again), &mut out);
+        out.clear();
+        c.apply_node_write(written, &mut out);
+        assert!(out.is_empty());
+        assert_eq!(c.index.nodes["a"].uid, "u2");
     }
 }

@@ -1,9 +1,14 @@
 //! The executor: the only code that writes to the API. It carries out [`Effect`]s concurrently
 //! (bounded), paces them (governor), can be gated on leadership in one place, and reports each
-//! eviction's result back to the controller task, which decides about retries.
+//! result back to the controller task, which decides about retries.
+//!
+//! Every API call goes through [`Inner::call`], which records its metric, logs a failure once
+//! and classifies the outcome ([`Outcome`]); the writes below only say what each outcome means
+//! for them.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,30 +25,34 @@ use tokio::time::Instant;
 use super::Input;
 use crate::clock::Clock;
 use crate::effect::{
-    Effect, EvictPod, EvictionResult, MarkPodNotReady, Method, NodeEvent, NodeWriteResult, PodEvent, SetConditions,
-    SetTaints,
+    Effect, EvictPod, EvictionResult, MarkPodNotReady, MarkResult, Method, NodeEvent, NodeWriteResult, Op, PodEvent,
+    PodEventKind, SetConditions, SetTaints,
 };
 use crate::index::SlimNode;
 use crate::metrics::{EvictionMetrics, ExecutorMetrics, LifecycleMetrics, ReasonLabels, RequestLabels, ZoneLabels};
-use crate::taints::{self, MatchOptions, Outcome, Taint};
+use crate::taints::{self, Taint};
 
 /// Upstream's texts (pkg/controller/tainteviction).
 pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
 pub const DELETION_BY_TAINT_MANAGER: &str = "DeletionByTaintManager";
 pub const TAINT_MANAGER_MESSAGE: &str = "Taint manager: deleting due to NoExecute taint";
 
-/// A token bucket for `qps` with `burst`; `None` when `qps <= 0` (unlimited).
+/// The smallest non-zero rate a flag may ask for: one per ~11.6 days. Below it a token bucket's
+/// period no longer fits governor's nanosecond clock; the flags reject such values at start.
+pub const MIN_QPS: f64 = 1e-6;
+
+/// A token bucket for `qps` with `burst`; `None` when `qps` is 0 (unlimited). Never panics:
+/// rates the flags would reject (negative, NaN, below [`MIN_QPS`]) also give `None`.
 pub fn limiter(qps: f64, burst: u32) -> Option<Arc<DefaultDirectRateLimiter>> {
-    if !(qps > 0.0 && qps.is_finite()) {
+    if !(qps >= MIN_QPS && qps.is_finite()) {
         return None;
     }
-    let period = Duration::from_secs_f64(1.0 / qps);
+    let period = Duration::try_from_secs_f64(1.0 / qps).ok()?.max(Duration::from_nanos(1));
     let quota = Quota::with_period(period)?.allow_burst(NonZeroU32::new(burst.max(1))?);
     Some(Arc::new(RateLimiter::direct(quota)))
 }
 
 pub struct ExecutorConfig {
-    pub match_options: MatchOptions,
     /// Pace deletions / evictions (`--pod-eviction-qps`).
     pub eviction_limiter: Option<Arc<DefaultDirectRateLimiter>>,
     /// Pace every API write (`--kube-api-qps`).
@@ -70,17 +79,44 @@ pub struct Metrics {
 /// drained by a few workers, so that in a storm the API server's capacity goes to deletions
 /// first. A full queue drops (and counts) the event.
 enum QueuedEvent {
-    /// On a pod, from the taint eviction controller (`taint-eviction-controller`).
-    Eviction(PodEvent),
-    /// On a pod, from the node lifecycle controller (`node-controller`).
-    PodFromNodeController(PodEvent),
+    Pod(PodEvent),
     Node(NodeEvent),
 }
 
 const EVENT_QUEUE: usize = 20_000;
 const EVENT_WORKERS: usize = 4;
 
+/// An eviction that waited longer than this in a rate limiter reads the node again before
+/// writing, even if it was not an immediate one.
+const QUEUED_RECHECK: Duration = Duration::from_millis(100);
+
 type NodeTaints = Shared<BoxFuture<'static, Result<Option<Arc<Vec<Taint>>>, String>>>;
+
+/// A live node read that concurrent evictions share. `seq` is the submission counter when the
+/// read started: only evictions decided before that may use it.
+struct NodeRead {
+    seq: u64,
+    at: Instant,
+    taints: NodeTaints,
+}
+
+const NODE_READ_KEEP: Duration = Duration::from_secs(2);
+
+/// What an API call came to.
+#[derive(Debug)]
+pub enum Outcome<T> {
+    Ok(T),
+    /// 404: the object is gone.
+    Gone,
+    /// 409: a precondition (resourceVersion or UID) no longer holds.
+    Conflict,
+    /// 429: refused for now (API priority and fairness, or a PodDisruptionBudget).
+    Throttled(String),
+    /// 400 / 422: the request itself was refused.
+    Invalid(String),
+    /// Anything else (403, 5xx, no answer).
+    Failed(String),
+}
 
 #[derive(Clone)]
 pub struct Executor {
@@ -95,22 +131,50 @@ struct Inner {
     events: mpsc::Sender<QueuedEvent>,
     permits: Semaphore,
     node_permits: Semaphore,
-    /// Live node reads for immediate evictions, shared by the evictions of one node within a
-    /// short window (30 pods of one node cost one GET).
-    recent_nodes: Mutex<HashMap<String, (Instant, NodeTaints)>>,
+    /// Counts submissions, so that a shared node read is only used by evictions decided before
+    /// it started.
+    seq: AtomicU64,
+    recent_nodes: Mutex<HashMap<String, NodeRead>>,
+    /// Queued writes that can be called off while they wait.
+    ops: Mutex<HashMap<Op, Arc<Cancel>>>,
     writes: watch::Receiver<bool>,
     metrics: EvictionMetrics,
     exec_metrics: ExecutorMetrics,
     lifecycle_metrics: LifecycleMetrics,
 }
 
-const NODE_READ_REUSE: Duration = Duration::from_millis(500);
+/// A write's "called off" flag, which its waits (concurrency, rate limits) watch, so that a
+/// cancelled write neither waits its turn out nor spends a rate-limiter token.
+#[derive(Default)]
+struct Cancel {
+    cancelled: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
 
-fn status_code(e: &kube::Error) -> u16 {
-    match e {
-        kube::Error::Api(s) => s.code,
-        _ => 0,
+impl Cancel {
+    fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
     }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once cancelled.
+    async fn cancelled(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Executor {
@@ -123,7 +187,8 @@ impl Executor {
         metrics: Metrics,
     ) -> Self {
         let Metrics { eviction: metrics, executor: exec_metrics, lifecycle: lifecycle_metrics } = metrics;
-        // Upstream's event sources: taint-eviction-controller for pods, node-controller for nodes.
+        // Upstream's event sources: taint-eviction-controller for evictions, node-controller for
+        // nodes and MarkPodsNotReady.
         let recorder = Recorder::new(
             client.clone(),
             Reporter { controller: "taint-eviction-controller".into(), instance: Some(cfg.instance.clone()) },
@@ -151,7 +216,9 @@ impl Executor {
                 events,
                 permits,
                 node_permits,
+                seq: AtomicU64::new(0),
                 recent_nodes: Mutex::new(HashMap::new()),
+                ops: Mutex::new(HashMap::new()),
                 writes,
                 metrics,
                 exec_metrics,
@@ -163,24 +230,28 @@ impl Executor {
     /// Carries out `effect` in the background.
     pub fn submit(&self, effect: Effect) {
         let inner = self.inner.clone();
+        let seq = inner.seq.fetch_add(1, Ordering::Relaxed) + 1;
         match effect {
             Effect::EvictPod(ev) => {
-                if ev.attempt == 0 && ev.recheck.is_none() {
+                if ev.attempt == 0 && !ev.immediate {
                     let late = inner.clock.now().duration_since(ev.due).as_secs_f64().max(0.0);
                     inner.metrics.fire_lateness.observe(late);
                 }
+                let cancel = inner.register(Op::Eviction(ev.op));
                 tokio::spawn(async move {
                     inner.metrics.in_flight.inc();
-                    let result = inner.evict(&ev).await;
+                    let result = inner.evict(&ev, seq, &cancel).await;
                     inner.metrics.in_flight.dec();
-                    let _ = inner.results.send(Input::EvictionResult { key: ev.key, uid: ev.uid, result }).await;
+                    lock(&inner.ops).remove(&Op::Eviction(ev.op));
+                    let input = Input::EvictionResult { key: ev.key, uid: ev.uid, op: ev.op, result };
+                    let _ = inner.results.send(input).await;
                 });
             }
             Effect::PodEvent(e) => {
-                if e.note.starts_with("Cancelling") {
+                if e.kind == PodEventKind::CancellingDeletion {
                     inner.metrics.cancelled.inc();
                 }
-                inner.event(QueuedEvent::Eviction(e));
+                inner.event(QueuedEvent::Pod(e));
             }
             Effect::SetConditions(w) => {
                 tokio::spawn(async move {
@@ -196,15 +267,56 @@ impl Executor {
             }
             Effect::NodeEvent(e) => inner.event(QueuedEvent::Node(e)),
             Effect::MarkPodNotReady(p) => {
-                tokio::spawn(async move { inner.mark_pod_not_ready(&p).await });
+                let cancel = inner.register(Op::MarkPodNotReady(p.op));
+                tokio::spawn(async move {
+                    let result = inner.mark_pod_not_ready(&p, &cancel).await;
+                    lock(&inner.ops).remove(&Op::MarkPodNotReady(p.op));
+                    let _ = inner.results.send(Input::MarkResult { key: p.key, op: p.op, result }).await;
+                });
+            }
+            Effect::Cancel(op) => {
+                if let Some(c) = lock(&inner.ops).get(&op) {
+                    c.cancel();
+                }
             }
         }
     }
 }
 
 impl Inner {
-    fn count(&self, verb: &'static str, resource: &'static str, code: u16) {
+    /// Makes one API call: records `nlc_api_requests_total{verb,resource,code}`, logs anything
+    /// unexpected, and classifies the outcome.
+    async fn call<T>(
+        &self,
+        verb: &'static str,
+        resource: &'static str,
+        name: &str,
+        req: impl std::future::Future<Output = kube::Result<T>>,
+    ) -> Outcome<T> {
+        let result = req.await;
+        let code = match &result {
+            Ok(_) => 200,
+            Err(kube::Error::Api(s)) => s.code,
+            Err(_) => 0,
+        };
         self.exec_metrics.requests.get_or_create(&RequestLabels { verb, resource, code }).inc();
+        let e = match result {
+            Ok(v) => return Outcome::Ok(v),
+            Err(e) => e,
+        };
+        match code {
+            404 => Outcome::Gone,
+            409 => Outcome::Conflict,
+            429 => Outcome::Throttled(e.to_string()),
+            400 | 422 => {
+                tracing::warn!(verb, resource, name, error = %e, "request refused as invalid");
+                Outcome::Invalid(e.to_string())
+            }
+            _ => {
+                tracing::warn!(verb, resource, name, code, error = %e, "request failed");
+                Outcome::Failed(e.to_string())
+            }
+        }
     }
 
     fn fail(&self, reason: &'static str, detail: String) -> EvictionResult {
@@ -212,134 +324,184 @@ impl Inner {
         EvictionResult::Failed(detail)
     }
 
-    async fn write_permit(&self) -> bool {
+    fn register(&self, op: Op) -> Arc<Cancel> {
+        let c = Arc::new(Cancel::default());
+        lock(&self.ops).insert(op, c.clone());
+        c
+    }
+
+    /// Writes may go ahead (this process leads); waits for `cells` of the API budget.
+    async fn write_permit(&self, cells: u32) -> bool {
         if !*self.writes.borrow() {
             return false;
         }
-        if let Some(l) = &self.cfg.api_limiter {
-            l.until_ready().await;
+        if let (Some(l), Some(n)) = (&self.cfg.api_limiter, NonZeroU32::new(cells)) {
+            // More cells than the burst can never be granted: take them one by one.
+            if l.until_n_ready(n).await.is_err() {
+                for _ in 0..cells {
+                    l.until_ready().await;
+                }
+            }
         }
         true
     }
 
-    async fn evict(&self, ev: &EvictPod) -> EvictionResult {
-        let Ok(_permit) = self.permits.acquire().await else {
-            return EvictionResult::Failed("executor closed".into());
+    async fn evict(&self, ev: &EvictPod, seq: u64, cancel: &Cancel) -> EvictionResult {
+        let queued = Instant::now();
+        let wait = async {
+            let permit = self.permits.acquire().await.ok()?;
+            if let Some(l) = &self.cfg.eviction_limiter {
+                l.until_ready().await;
+            }
+            // Delete mode writes twice (the condition, then the delete): take both cells before
+            // the checks, so that nothing waits between the checks and the writes.
+            let cells = if ev.method == Method::Delete { 2 } else { 1 };
+            Some((permit, self.write_permit(cells).await))
         };
-        if let Some(tolerations) = &ev.recheck {
-            match self.live_taints(&ev.node).await {
+        let _permit = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return EvictionResult::Cancelled,
+            turn = wait => match turn {
+                None => return EvictionResult::Failed("executor closed".into()),
+                Some((_, false)) => return EvictionResult::Failed("not the leader".into()),
+                Some((permit, true)) => permit,
+            },
+        };
+        if ev.immediate || queued.elapsed() >= QUEUED_RECHECK {
+            match self.live_taints(&ev.node, seq).await {
                 Ok(None) => return EvictionResult::Moot, // the node is gone: not ours
-                Ok(Some(taints)) => {
-                    let outcome = taints::evaluate(&taints, tolerations, self.cfg.match_options, |_, _| None);
-                    if !matches!(outcome, Outcome::EvictNow(_)) {
-                        tracing::info!(pod = %ev.key, node = %ev.node, "live taints no longer require an immediate eviction");
+                Ok(Some(live)) => {
+                    if !ev.causes.iter().any(|c| c.present_in(&live)) {
+                        tracing::info!(pod = %ev.key, node = %ev.node, "the node's live taints no longer make this eviction due");
                         return EvictionResult::Moot;
                     }
                 }
                 Err(e) => return self.fail("node_read", e),
             }
         }
-        if let Some(l) = &self.cfg.eviction_limiter {
-            l.until_ready().await;
+        if cancel.is_cancelled() {
+            return EvictionResult::Cancelled;
         }
-        if ev.attempt == 0 {
-            let event = PodEvent {
+        if ev.announce {
+            self.event(QueuedEvent::Pod(PodEvent {
                 namespace: ev.namespace.clone(),
                 name: ev.name.clone(),
                 uid: ev.uid.clone(),
-                reason: crate::eviction::EVENT_REASON,
-                note: format!("Marking for deletion Pod {}/{}", ev.namespace, ev.name),
-                warning: false,
-            };
-            self.event(QueuedEvent::Eviction(event));
-        }
-        if !self.write_permit().await {
-            return EvictionResult::Failed("not the leader".into());
+                kind: PodEventKind::MarkingForDeletion,
+            }));
         }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ev.namespace);
-        let now = self.clock.now();
-        // The condition first (upstream's order), with the UID as a precondition.
+        let result = match ev.method {
+            Method::Delete => match self.mark_disruption_target(&pods, ev).await {
+                Some(stop) => stop,
+                None => self.delete(&pods, ev).await,
+            },
+            // The Eviction API writes its own DisruptionTarget condition when, and only when, it
+            // lets the eviction go ahead: a blocked eviction leaves no false condition.
+            Method::Evict => self.evict_api(&pods, ev).await,
+        };
+        if result == (EvictionResult::Done { deleted: true }) {
+            let late = self.clock.now().duration_since(ev.due).as_secs_f64().max(0.0);
+            self.metrics.deletions.inc();
+            self.metrics.deletion_duration.observe(late);
+            let kind = if ev.immediate { "immediate" } else { "timed" };
+            self.metrics.lateness.get_or_create(&crate::metrics::KindLabels { kind }).observe(late);
+            tracing::info!(pod = %ev.key, node = %ev.node, method = ?ev.method, lateness_ms = (late * 1000.0) as u64, "evicted");
+        }
+        result
+    }
+
+    /// Upstream's order: the `DisruptionTarget` condition first, with the pod's UID as a
+    /// precondition. `Some` ends the eviction (the pod is gone or was replaced, or the write
+    /// failed).
+    async fn mark_disruption_target(&self, pods: &Api<Pod>, ev: &EvictPod) -> Option<EvictionResult> {
         let patch = json!({
             "metadata": {"uid": ev.uid},
             "status": {"conditions": [{
                 "type": DISRUPTION_TARGET, "status": "True", "reason": DELETION_BY_TAINT_MANAGER,
-                "message": TAINT_MANAGER_MESSAGE, "lastTransitionTime": now,
+                "message": TAINT_MANAGER_MESSAGE, "lastTransitionTime": self.clock.now(),
             }]}
         });
-        match pods.patch_status(&ev.name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
-            Ok(_) => self.count("patch", "pods/status", 200),
-            Err(e) => {
-                let code = status_code(&e);
-                self.count("patch", "pods/status", code);
-                match code {
-                    404 | 409 => return EvictionResult::Done { deleted: false }, // gone, or another pod now
-                    _ => return self.fail("condition", format!("adding the DisruptionTarget condition: {e}")),
-                }
-            }
-        }
-        if !self.write_permit().await {
-            return EvictionResult::Failed("not the leader".into());
-        }
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions { uid: Some(ev.uid.clone()), resource_version: None }),
-            ..DeleteParams::default()
-        };
-        let (verb, resource, result) = match ev.method {
-            Method::Delete => ("delete", "pods", pods.delete(&ev.name, &dp).await.map(|_| ())),
-            Method::Evict => (
-                "create",
-                "pods/eviction",
-                pods.evict(&ev.name, &EvictParams { delete_options: Some(dp), ..EvictParams::default() })
-                    .await
-                    .map(|_| ()),
-            ),
-        };
-        match result {
-            Ok(()) => {
-                self.count(verb, resource, 200);
-                let late = self.clock.now().duration_since(ev.due).as_secs_f64().max(0.0);
-                self.metrics.deletions.inc();
-                self.metrics.deletion_duration.observe(late);
-                let kind = if ev.recheck.is_some() { "immediate" } else { "timed" };
-                self.metrics.lateness.get_or_create(&crate::metrics::KindLabels { kind }).observe(late);
-                tracing::info!(pod = %ev.key, node = %ev.node, method = ?ev.method, lateness_ms = (late * 1000.0) as u64, "evicted");
-                EvictionResult::Done { deleted: true }
-            }
-            Err(e) => {
-                let code = status_code(&e);
-                self.count(verb, resource, code);
-                match code {
-                    404 | 409 => EvictionResult::Done { deleted: false },
-                    429 if ev.method == Method::Evict => {
-                        self.metrics.failures.get_or_create(&ReasonLabels { reason: "disruption_budget" }).inc();
-                        tracing::info!(pod = %ev.key, "eviction blocked by a PodDisruptionBudget; retrying");
-                        EvictionResult::Blocked(e.to_string())
-                    }
-                    _ => {
-                        tracing::warn!(pod = %ev.key, error = %e, attempt = ev.attempt, "eviction failed; retrying");
-                        self.fail("delete", e.to_string())
-                    }
-                }
+        match self
+            .call(
+                "patch",
+                "pods/status",
+                &ev.name,
+                pods.patch_status(&ev.name, &PatchParams::default(), &Patch::Strategic(&patch)),
+            )
+            .await
+        {
+            Outcome::Ok(_) => None,
+            Outcome::Gone => Some(EvictionResult::Done { deleted: false }),
+            // A different uid in the patch is refused as an invalid change of the immutable
+            // metadata.uid (422, checked against kube-apiserver in tests/eviction.rs): the pod
+            // was deleted and recreated under the same name, which is another pod.
+            Outcome::Invalid(e) if e.contains("metadata.uid") => Some(EvictionResult::Done { deleted: false }),
+            Outcome::Conflict => Some(self.fail("condition", "conflict writing the DisruptionTarget condition".into())),
+            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => {
+                Some(self.fail("condition", format!("adding the DisruptionTarget condition: {e}")))
             }
         }
     }
 
-    /// The node's live taints (`None` if it no longer exists), shared by concurrent callers.
-    async fn live_taints(&self, node: &str) -> Result<Option<Arc<Vec<Taint>>>, String> {
+    fn delete_params(ev: &EvictPod) -> DeleteParams {
+        DeleteParams {
+            preconditions: Some(Preconditions { uid: Some(ev.uid.clone()), resource_version: None }),
+            ..DeleteParams::default()
+        }
+    }
+
+    async fn delete(&self, pods: &Api<Pod>, ev: &EvictPod) -> EvictionResult {
+        let dp = Self::delete_params(ev);
+        match self.call("delete", "pods", &ev.name, pods.delete(&ev.name, &dp)).await {
+            Outcome::Ok(_) => EvictionResult::Done { deleted: true },
+            // Gone, or the UID precondition failed (409): another pod now has the name.
+            Outcome::Gone | Outcome::Conflict => EvictionResult::Done { deleted: false },
+            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => self.fail("delete", e),
+        }
+    }
+
+    async fn evict_api(&self, pods: &Api<Pod>, ev: &EvictPod) -> EvictionResult {
+        let params = EvictParams { delete_options: Some(Self::delete_params(ev)), ..EvictParams::default() };
+        match self.call("create", "pods/eviction", &ev.name, pods.evict(&ev.name, &params)).await {
+            Outcome::Ok(_) => EvictionResult::Done { deleted: true },
+            Outcome::Gone | Outcome::Conflict => EvictionResult::Done { deleted: false },
+            Outcome::Throttled(e) => {
+                self.metrics.failures.get_or_create(&ReasonLabels { reason: "disruption_budget" }).inc();
+                tracing::info!(pod = %ev.key, "eviction blocked by a PodDisruptionBudget; retrying");
+                EvictionResult::Blocked(e)
+            }
+            // E.g. 500 "more than one PodDisruptionBudget": retried, and after --pdb-max-wait
+            // the pod is deleted instead.
+            Outcome::Invalid(e) | Outcome::Failed(e) => self.fail("eviction", e),
+        }
+    }
+
+    /// The node's live taints (`None` if it no longer exists). Evictions decided before a read
+    /// started share it; a read that started before an eviction was decided is never used for
+    /// it (the taint that made it due may have come after).
+    async fn live_taints(&self, node: &str, seq: u64) -> Result<Option<Arc<Vec<Taint>>>, String> {
         let fut = {
-            let mut recent = match self.recent_nodes.lock() {
-                Ok(g) => g,
-                Err(poisoned) => poisoned.into_inner(),
-            };
+            let mut recent = lock(&self.recent_nodes);
             let now = Instant::now();
-            recent.retain(|_, (at, _)| now.duration_since(*at) < NODE_READ_REUSE);
+            recent.retain(|_, r| now.duration_since(r.at) < NODE_READ_KEEP);
             match recent.get(node) {
-                Some((_, f)) => f.clone(),
-                None => {
+                Some(r) if r.seq >= seq => r.taints.clone(),
+                _ => {
                     let api: Api<Node> = Api::all(self.client.clone());
                     let name = node.to_owned();
+                    let started = self.seq.load(Ordering::Relaxed);
+                    let requests = self.exec_metrics.requests.clone();
                     let f: NodeTaints = async move {
-                        match api.get_opt(&name).await {
+                        let result = api.get_opt(&name).await;
+                        let code = match &result {
+                            Ok(Some(_)) => 200,
+                            Ok(None) => 404,
+                            Err(kube::Error::Api(s)) => s.code,
+                            Err(_) => 0,
+                        };
+                        requests.get_or_create(&RequestLabels { verb: "get", resource: "nodes", code }).inc();
+                        match result {
                             Ok(Some(n)) => Ok(Some(Arc::new(
                                 n.spec.iter().flat_map(|s| s.taints.iter().flatten()).map(Taint::from).collect(),
                             ))),
@@ -349,7 +511,7 @@ impl Inner {
                     }
                     .boxed()
                     .shared();
-                    recent.insert(node.to_owned(), (now, f.clone()));
+                    recent.insert(node.to_owned(), NodeRead { seq: started, at: now, taints: f.clone() });
                     f
                 }
             }
@@ -359,12 +521,13 @@ impl Inner {
 
     /// Marks a silent node's conditions Unknown: a strategic-merge patch of `status.conditions`
     /// (merged by type) carrying the resourceVersion we decided on, so that a kubelet's newer
-    /// write makes ours fail instead of being overwritten.
+    /// write makes ours fail instead of being overwritten. On a conflict the node is read again
+    /// and handed back, so that health is judged on what the kubelet wrote.
     async fn set_conditions(&self, w: &SetConditions) -> NodeWriteResult {
         let Ok(_permit) = self.node_permits.acquire().await else {
             return NodeWriteResult::Failed("executor closed".into());
         };
-        if !self.write_permit().await {
+        if !self.write_permit(1).await {
             return NodeWriteResult::Failed("not the leader".into());
         }
         let conditions: Vec<serde_json::Value> = w
@@ -386,26 +549,33 @@ impl Inner {
             "status": {"conditions": conditions},
         });
         let nodes: Api<Node> = Api::all(self.client.clone());
-        match nodes.patch_status(&w.node, &PatchParams::default(), &Patch::Strategic(&patch)).await {
-            Ok(node) => {
-                self.count("patch", "nodes/status", 200);
+        match self
+            .call(
+                "patch",
+                "nodes/status",
+                &w.node,
+                nodes.patch_status(&w.node, &PatchParams::default(), &Patch::Strategic(&patch)),
+            )
+            .await
+        {
+            Outcome::Ok(node) => {
                 let delay = self.clock.now().duration_since(w.expired_at).as_secs_f64().max(0.0);
                 self.lifecycle_metrics.detection_delay.observe(delay);
                 tracing::info!(node = %w.node, detection_delay_ms = (delay * 1000.0) as u64, "node stopped posting status; conditions set to Unknown");
                 NodeWriteResult::Done(Some(Box::new(SlimNode::from(&node))))
             }
-            Err(e) => {
-                let code = status_code(&e);
-                self.count("patch", "nodes/status", code);
-                match code {
-                    409 => NodeWriteResult::Conflict,
-                    404 => NodeWriteResult::NotFound,
-                    _ => {
-                        tracing::warn!(node = %w.node, error = %e, "writing node conditions failed");
-                        NodeWriteResult::Failed(e.to_string())
-                    }
-                }
-            }
+            Outcome::Conflict => NodeWriteResult::Conflict(self.read_node(&nodes, &w.node).await.ok().flatten()),
+            Outcome::Gone => NodeWriteResult::NotFound,
+            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => NodeWriteResult::Failed(e),
+        }
+    }
+
+    async fn read_node(&self, nodes: &Api<Node>, name: &str) -> Result<Option<Box<SlimNode>>, String> {
+        match self.call("get", "nodes", name, nodes.get(name)).await {
+            Outcome::Ok(node) => Ok(Some(Box::new(SlimNode::from(&node)))),
+            Outcome::Gone => Ok(None),
+            Outcome::Conflict => Err("conflict".into()),
+            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => Err(e),
         }
     }
 
@@ -428,48 +598,43 @@ impl Inner {
             let Some(next) = taints::apply_changes(&current, &w.add, &w.remove, self.clock.now()) else {
                 return NodeWriteResult::Done(fresh);
             };
-            if !self.write_permit().await {
+            if !self.write_permit(1).await {
                 return NodeWriteResult::Failed("not the leader".into());
             }
             let list: Vec<k8s_openapi::api::core::v1::Taint> = next.iter().map(Into::into).collect();
             let patch = json!({"metadata": {"resourceVersion": rv}, "spec": {"taints": list}});
-            match nodes.patch(&w.node, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                Ok(node) => {
-                    self.count("patch", "nodes", 200);
+            match self
+                .call("patch", "nodes", &w.node, nodes.patch(&w.node, &PatchParams::default(), &Patch::Merge(&patch)))
+                .await
+            {
+                Outcome::Ok(node) => {
                     if let Some(zone) = &w.counted_zone {
                         self.lifecycle_metrics.evictions.get_or_create(&ZoneLabels { zone: zone.clone() }).inc();
                     }
-                    tracing::info!(node = %w.node, add = ?w.add, remove = ?w.remove, "taints updated");
+                    let (add, remove): (Vec<String>, Vec<String>) = (
+                        w.add.iter().map(|a| a.id.to_string()).collect(),
+                        w.remove.iter().map(ToString::to_string).collect(),
+                    );
+                    tracing::info!(node = %w.node, ?add, ?remove, "taints updated");
                     return NodeWriteResult::Done(Some(Box::new(SlimNode::from(&node))));
                 }
-                Err(e) => {
-                    let code = status_code(&e);
-                    self.count("patch", "nodes", code);
-                    match code {
-                        409 => {}
-                        404 => return NodeWriteResult::NotFound,
-                        _ => {
-                            tracing::warn!(node = %w.node, error = %e, "writing node taints failed");
-                            return NodeWriteResult::Failed(e.to_string());
-                        }
-                    }
-                }
+                Outcome::Conflict => {}
+                Outcome::Gone => return NodeWriteResult::NotFound,
+                Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => return NodeWriteResult::Failed(e),
             }
             // Conflict: read the node as it is now and apply the change to that.
             tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
-            match nodes.get_opt(&w.node).await {
-                Ok(Some(node)) => {
-                    self.count("get", "nodes", 200);
-                    let slim = SlimNode::from(&node);
+            match self.read_node(&nodes, &w.node).await {
+                Ok(Some(slim)) => {
                     current = slim.taints.clone();
                     rv = slim.resource_version.clone();
-                    fresh = Some(Box::new(slim));
+                    fresh = Some(slim);
                 }
                 Ok(None) => return NodeWriteResult::NotFound,
                 Err(e) => return NodeWriteResult::Failed(format!("re-reading node {}: {e}", w.node)),
             }
         }
-        NodeWriteResult::Conflict
+        NodeWriteResult::Conflict(fresh)
     }
 
     fn event(&self, e: QueuedEvent) {
@@ -479,40 +644,44 @@ impl Inner {
     }
 
     /// Upstream's MarkPodsNotReady for one pod: its Ready condition becomes False (reason and
-    /// message untouched), then a Warning event `NodeNotReady` "Node is not ready".
-    async fn mark_pod_not_ready(&self, p: &MarkPodNotReady) {
-        if let Some(l) = &self.cfg.mark_pods_limiter {
-            l.until_ready().await;
-        }
-        if !self.write_permit().await {
-            return;
+    /// message untouched), then a Warning event `NodeNotReady` "Node is not ready" (recorded by
+    /// the controller on [`MarkResult::Done`]).
+    async fn mark_pod_not_ready(&self, p: &MarkPodNotReady, cancel: &Cancel) -> MarkResult {
+        let wait = async {
+            if let Some(l) = &self.cfg.mark_pods_limiter {
+                l.until_ready().await;
+            }
+            self.write_permit(1).await
+        };
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return MarkResult::Cancelled,
+            leads = wait => if !leads {
+                return MarkResult::Failed("not the leader".into());
+            },
         }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &p.namespace);
         let patch = json!({
             "metadata": {"uid": p.uid},
             "status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": self.clock.now()}]}
         });
-        match pods.patch_status(&p.name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
-            Ok(_) => {
-                self.count("patch", "pods/status", 200);
+        match self
+            .call(
+                "patch",
+                "pods/status",
+                &p.name,
+                pods.patch_status(&p.name, &PatchParams::default(), &Patch::Strategic(&patch)),
+            )
+            .await
+        {
+            Outcome::Ok(_) => {
                 self.lifecycle_metrics.pods_marked_not_ready.inc();
-                let event = PodEvent {
-                    namespace: p.namespace.clone(),
-                    name: p.name.clone(),
-                    uid: p.uid.clone(),
-                    reason: "NodeNotReady",
-                    note: "Node is not ready".into(),
-                    warning: true,
-                };
-                self.event(QueuedEvent::PodFromNodeController(event));
+                MarkResult::Done
             }
-            Err(e) => {
-                let code = status_code(&e);
-                self.count("patch", "pods/status", code);
-                if code != 404 && code != 409 {
-                    tracing::warn!(pod = %format!("{}/{}", p.namespace, p.name), error = %e, "marking pod not ready failed");
-                }
-            }
+            Outcome::Gone => MarkResult::Gone,
+            Outcome::Invalid(e) if e.contains("metadata.uid") => MarkResult::Gone,
+            Outcome::Conflict => MarkResult::Failed("conflict".into()),
+            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => MarkResult::Failed(e),
         }
     }
 }
@@ -534,8 +703,8 @@ async fn event_worker(
         tokio::spawn(async move {
             let _slot = slot;
             let (recorder, event, reference) = match &e {
-                QueuedEvent::Eviction(p) => (&pods, pod_event(p), pod_ref(p)),
-                QueuedEvent::PodFromNodeController(p) => (&nodes, pod_event(p), pod_ref(p)),
+                QueuedEvent::Pod(p) if p.kind == PodEventKind::NodeNotReady => (&nodes, pod_event(p), pod_ref(p)),
+                QueuedEvent::Pod(p) => (&pods, pod_event(p), pod_ref(p)),
                 QueuedEvent::Node(n) => (&nodes, node_event(n), node_ref(n)),
             };
             if let Err(err) = recorder.publish(&event, &reference).await {
@@ -569,10 +738,10 @@ fn node_ref(e: &NodeEvent) -> ObjectReference {
 
 fn pod_event(e: &PodEvent) -> KubeEvent {
     KubeEvent {
-        type_: if e.warning { EventType::Warning } else { EventType::Normal },
-        reason: e.reason.into(),
-        note: Some(e.note.clone()),
-        action: e.reason.into(),
+        type_: if e.warning() { EventType::Warning } else { EventType::Normal },
+        reason: e.reason().into(),
+        note: Some(e.note()),
+        action: e.reason().into(),
         secondary: None,
     }
 }
@@ -580,9 +749,24 @@ fn pod_event(e: &PodEvent) -> KubeEvent {
 fn node_event(e: &NodeEvent) -> KubeEvent {
     KubeEvent {
         type_: EventType::Normal,
-        reason: e.reason.into(),
-        note: Some(e.note.clone()),
-        action: e.reason.into(),
+        reason: e.reason().into(),
+        note: Some(e.note()),
+        action: e.reason().into(),
         secondary: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limiters_never_panic_on_odd_rates() {
+        for qps in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-300, 1e-12, 1e-7] {
+            assert!(limiter(qps, 1).is_none(), "{qps}");
+        }
+        for (qps, burst) in [(MIN_QPS, 0), (1e-3, 1), (20.0, 30), (1e9, u32::MAX), (f64::MAX, 1)] {
+            assert!(limiter(qps, burst).is_some(), "{qps} {burst}");
+        }
     }
 }

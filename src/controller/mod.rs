@@ -16,10 +16,10 @@ use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch as signal};
 
-use crate::clock::{Clock, MonotonicWall, far_future};
-use crate::config::{EvictionArgs, EvictionModeArg, RunArgs};
-use crate::effect::{EvictionResult, NodeWriteResult};
-use crate::eviction::{self, TaintEviction};
+use crate::clock::{Clock, StepDetector, SystemClock, far_future};
+use crate::config::RunArgs;
+use crate::effect::{EvictionResult, MarkResult, NodeWriteResult};
+use crate::eviction::TaintEviction;
 use crate::index::{PodKey, SlimLease, SlimNode, SlimPod};
 use crate::lifecycle::NodeLifecycle;
 use crate::metrics::{EvictionMetrics, ExecutorMetrics, LifecycleMetrics, ResourceLabels, WatchMetrics, ZoneLabels};
@@ -37,7 +37,14 @@ pub enum Input {
     EvictionResult {
         key: PodKey,
         uid: String,
+        op: u64,
         result: EvictionResult,
+    },
+    /// The executor's report on a MarkPodsNotReady write.
+    MarkResult {
+        key: PodKey,
+        op: u64,
+        result: MarkResult,
     },
     /// The executor's report on a node status or taint write.
     NodeWriteResult {
@@ -74,20 +81,21 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Starts the watches feeding `tx`.
-fn spawn_watches(client: &kube::Client, node_selector: &str, tx: &mpsc::Sender<Input>, metrics: &WatchMetrics) {
+/// Starts the watches feeding `tx`. Every node is watched, so that zone states are judged over
+/// the whole cluster; `selector` marks the nodes that are ours to act on.
+fn spawn_watches(
+    client: &kube::Client,
+    selector: crate::selector::Selector,
+    tx: &mpsc::Sender<Input>,
+    metrics: &WatchMetrics,
+) {
     // Only bound pods matter here: pending pods are no node's business.
     let pods = watcher::Config::default().fields("spec.nodeName!=");
-    let nodes = if node_selector.is_empty() {
-        watcher::Config::default()
-    } else {
-        watcher::Config::default().labels(node_selector)
-    };
     tokio::spawn(watch::run(
         Api::<Node>::all(client.clone()),
-        nodes,
+        watcher::Config::default(),
         "nodes",
-        |n: &Node| SlimNode::from(n),
+        move |n: &Node| SlimNode::new(n, &selector),
         Input::Node,
         tx.clone(),
         metrics.clone(),
@@ -110,20 +118,6 @@ fn spawn_watches(client: &kube::Client, node_selector: &str, tx: &mpsc::Sender<I
         tx.clone(),
         metrics.clone(),
     ));
-}
-
-fn eviction_config(args: &EvictionArgs, match_options: MatchOptions) -> eviction::Config {
-    eviction::Config {
-        match_options,
-        skip_terminal_pods: args.skip_terminal_pods,
-        mode: match args.eviction_mode {
-            EvictionModeArg::Delete => eviction::EvictionMode::Delete,
-            EvictionModeArg::Evict => eviction::EvictionMode::Evict,
-        },
-        pdb_max_wait: (!args.pdb_max_wait.is_zero()).then_some(args.pdb_max_wait),
-        retry_base: args.eviction_retry_delay,
-        retry_cap: args.eviction_retry_max_delay.max(args.eviction_retry_delay),
-    }
 }
 
 fn instance_name(flag: Option<String>) -> String {
@@ -192,6 +186,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::warn!(grace = ?c.grace.monitor, "--node-monitor-grace-period is below upstream's guidance (more than 45s: the kubelet's HTTP/2 ping and read-idle timeouts)");
     }
     let match_options = MatchOptions { comparison_operators: enable_comparison_operators };
+    let selector: crate::selector::Selector =
+        node_selector.parse().map_err(|e| anyhow::anyhow!("invalid configuration: --node-selector {e}"))?;
+    let eviction_cfg = eviction.to_config(match_options).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    for (flag, qps) in [
+        ("--kube-api-qps", kube_api_qps),
+        ("--node-taint-qps", lifecycle.node_taint_qps),
+        ("--mark-pods-not-ready-qps", lifecycle.mark_pods_not_ready_qps),
+    ] {
+        crate::config::check_qps(flag, qps).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    }
     let client = crate::client::client(&kube).await?;
     let version = client.apiserver_version().await?;
     tracing::info!(server = %version.git_version, "connected to the API server");
@@ -208,7 +212,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = signal::channel(false);
     let admin = crate::admin::start(metrics_bind_address, registry.clone(), ready_rx, stop_rx.clone()).await?;
 
-    let clock: Arc<dyn Clock> = MonotonicWall::shared();
+    let clock: Arc<dyn Clock> = SystemClock::shared();
     let webhook_task = webhook_config.map(|cfg| {
         let (synced, _) = signal::channel(false);
         tokio::spawn(crate::webhook::server::start(
@@ -227,7 +231,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         tx.clone(),
         clock.clone(),
         ExecutorConfig {
-            match_options,
             eviction_limiter: executor::limiter(eviction.pod_eviction_qps, eviction.pod_eviction_burst),
             api_limiter: executor::limiter(kube_api_qps, kube_api_burst),
             concurrency: eviction.eviction_concurrency,
@@ -245,18 +248,30 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             lifecycle: lifecycle_metrics.clone(),
         },
     );
-    spawn_watches(&client, &node_selector, &tx, &watch_metrics);
+    spawn_watches(&client, selector, &tx, &watch_metrics);
     drop(tx);
 
-    let taint_eviction =
-        eviction.enable_taint_eviction.then(|| TaintEviction::new(eviction_config(&eviction, match_options)));
+    let taint_eviction = eviction.enable_taint_eviction.then(|| TaintEviction::new(eviction_cfg));
     let mut state = State::new(taint_eviction, lifecycle_config.map(NodeLifecycle::new));
     let mut effects = Vec::new();
     let mut reported_zones = std::collections::HashSet::new();
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
+    let mut steps = StepDetector::new(clock.as_ref());
     loop {
-        let wake = state.next_wakeup().map_or_else(far_future, |t| clock.instant_at(t));
+        // Wake at least every second, so that a step of the wall clock is noticed promptly and
+        // deadlines (wall-clock times) follow it.
+        let wake = state
+            .next_wakeup()
+            .map_or_else(far_future, |t| clock.instant_at(t))
+            .min(clock.instant() + crate::clock::STEP_TOLERANCE);
+        if let Some(step) = steps.observe(clock.as_ref()) {
+            tracing::warn!(
+                step_ms = step.as_millis() as i64,
+                "the wall clock stepped; every node gets a fresh grace period"
+            );
+            state.clock_stepped(clock.now());
+        }
         tokio::select! {
             _ = &mut shutdown => break,
             _ = tokio::time::sleep_until(wake) => {
@@ -295,6 +310,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         if let Some(ev) = &state.eviction {
             eviction_metrics.pending.set(ev.pending() as i64);
+            eviction_metrics.held.set(ev.held() as i64);
         }
     }
     let _ = stop_tx.send(true);

@@ -3,13 +3,17 @@
 //! effect is testable with a fake clock.
 
 use jiff::Timestamp;
-use kube::runtime::watcher::Event;
 
 use super::Input;
 use super::cache::{Cache, Change};
 use crate::effect::{Effect, NodeWriteResult};
-use crate::eviction::TaintEviction;
+use crate::eviction::{Ctx, Gate, TaintEviction, Ungated};
 use crate::lifecycle::NodeLifecycle;
+
+/// Node lifecycle stands behind the taints it manages; without it, every taint counts.
+fn gate_of(lifecycle: &Option<NodeLifecycle>) -> &dyn Gate {
+    lifecycle.as_ref().map_or(&Ungated, |l| l as &dyn Gate)
+}
 
 pub struct State {
     pub cache: Cache,
@@ -28,72 +32,86 @@ impl State {
         self.changes.clear();
         let mut own_write = false;
         let mut write_result = None;
+        let Self { cache, eviction, lifecycle, changes } = self;
         match input {
-            Input::Node(ev) => self.cache.apply_node(ev, &mut self.changes),
-            Input::Pod(ev) => self.cache.apply_pod(ev, &mut self.changes),
-            Input::Lease(ev) => self.cache.apply_lease(ev, &mut self.changes),
-            Input::EvictionResult { key, uid, result } => {
-                if let Some(ev) = &mut self.eviction {
-                    ev.result(&key, &uid, &result, now);
+            Input::Node(ev) => cache.apply_node(ev, changes),
+            Input::Pod(ev) => cache.apply_pod(ev, changes),
+            Input::Lease(ev) => cache.apply_lease(ev, changes),
+            Input::EvictionResult { key, uid, op, result } => {
+                if let Some(ev) = eviction {
+                    ev.result(&key, &uid, op, &result, Ctx { index: &cache.index, now, gate: gate_of(lifecycle) }, out);
+                }
+            }
+            Input::MarkResult { key, op, result } => {
+                if let Some(lc) = lifecycle {
+                    lc.mark_result(&key, op, &result, now, out);
                 }
             }
             Input::NodeWriteResult { node, result } => {
-                if let NodeWriteResult::Done(Some(fresh)) = &result {
-                    own_write = true;
-                    self.cache.apply_node(Event::Apply(fresh.as_ref().clone()), &mut self.changes);
+                // The node as our write returned it carries no heartbeat; the node as read after
+                // a conflict is an ordinary observation. Neither brings back a node that was
+                // deleted meanwhile.
+                match &result {
+                    NodeWriteResult::Done(Some(fresh)) => {
+                        own_write = true;
+                        cache.apply_node_write(fresh.as_ref().clone(), changes);
+                    }
+                    NodeWriteResult::Conflict(Some(fresh)) => cache.apply_node_write(fresh.as_ref().clone(), changes),
+                    _ => {}
                 }
                 write_result = Some((node, result));
             }
         }
-        let index = &self.cache.index;
-        for change in self.changes.drain(..) {
+        let index = &cache.index;
+        for change in changes.drain(..) {
             match change {
                 Change::NodeUpserted { name, old } => {
-                    if let (Some(ev), Some(node)) = (&mut self.eviction, index.nodes.get(&name)) {
-                        ev.node_changed(node, old.as_ref(), index, now, out);
+                    if let (Some(ev), Some(node)) = (eviction.as_mut(), index.nodes.get(&name)) {
+                        ev.node_changed(node, old.as_ref(), Ctx { index, now, gate: gate_of(lifecycle) }, out);
                     }
-                    if let Some(lc) = &mut self.lifecycle {
+                    if let Some(lc) = lifecycle.as_mut() {
                         lc.node_changed(&name, old.as_ref(), own_write, index, now, out);
                     }
                 }
                 Change::NodeRemoved(old) => {
-                    if let Some(ev) = &mut self.eviction {
-                        ev.node_removed(&old.name, index, now, out);
+                    if let Some(ev) = eviction.as_mut() {
+                        ev.node_removed(&old.name, Ctx { index, now, gate: gate_of(lifecycle) }, out);
                     }
-                    if let Some(lc) = &mut self.lifecycle {
+                    if let Some(lc) = lifecycle.as_mut() {
                         lc.node_removed(&old, out);
                     }
                 }
                 Change::PodUpserted { key, old } => {
-                    if let Some(ev) = &mut self.eviction {
-                        ev.pod_changed(&key, old.as_ref(), index, now, out);
+                    if let Some(ev) = eviction.as_mut() {
+                        ev.pod_changed(&key, old.as_ref(), Ctx { index, now, gate: gate_of(lifecycle) }, out);
                     }
-                    if let (Some(lc), Some(pod)) = (&mut self.lifecycle, index.pods.get(&key))
+                    if let (Some(lc), Some(pod)) = (lifecycle.as_mut(), index.pods.get(&key))
                         && old.as_ref().is_none_or(|o| o.node_name != pod.node_name)
                     {
-                        lc.pod_bound(&pod.namespace, &pod.name, index, now, out);
+                        lc.pod_bound(&key, index, now, out);
                     }
                 }
                 Change::PodRemoved(old) => {
-                    if let Some(ev) = &mut self.eviction {
+                    if let Some(ev) = eviction.as_mut() {
                         ev.pod_removed(&old.key());
                     }
                 }
                 Change::LeaseUpserted { name, .. } => {
-                    if let Some(lc) = &mut self.lifecycle {
+                    if let Some(lc) = lifecycle.as_mut() {
                         lc.lease_changed(&name, index, now, out);
                     }
                 }
                 Change::LeaseRemoved(_) => {}
             }
         }
-        if let (Some(lc), Some((node, result))) = (&mut self.lifecycle, write_result) {
+        if let (Some(lc), Some((node, result))) = (lifecycle.as_mut(), write_result) {
             lc.write_result(&node, &result, index, now, out);
         }
     }
 
     /// After a batch of inputs: the first full sync starts the node lifecycle controller; zone
-    /// states and queues are brought up to date once per batch.
+    /// states and queues are brought up to date once per batch; pods held back by the gate are
+    /// looked at again.
     pub fn after_batch(&mut self, now: Timestamp, out: &mut Vec<Effect>) {
         if let Some(lc) = &mut self.lifecycle {
             if self.cache.synced() {
@@ -101,15 +119,35 @@ impl State {
             }
             lc.after_changes(&self.cache.index, now, out);
         }
+        self.recheck_held(now, out);
     }
 
     /// Time has passed: fire what is due.
     pub fn tick(&mut self, now: Timestamp, out: &mut Vec<Effect>) {
-        if let Some(ev) = &mut self.eviction {
-            ev.tick(&self.cache.index, now, out);
+        let Self { cache, eviction, lifecycle, .. } = self;
+        if let Some(lc) = lifecycle.as_mut() {
+            lc.tick(&cache.index, now, out);
         }
+        if let Some(ev) = eviction.as_mut() {
+            let cx = Ctx { index: &cache.index, now, gate: gate_of(lifecycle) };
+            ev.tick(cx, out);
+            ev.recheck_held(cx, out);
+        }
+    }
+
+    fn recheck_held(&mut self, now: Timestamp, out: &mut Vec<Effect>) {
+        let Self { cache, eviction, lifecycle, .. } = self;
+        if let Some(ev) = eviction.as_mut() {
+            ev.recheck_held(Ctx { index: &cache.index, now, gate: gate_of(lifecycle) }, out);
+        }
+    }
+
+    /// The wall clock stepped: node lifecycle gives every node a fresh grace period rather than
+    /// judging heartbeats across the step. (Eviction deadlines are wall-clock times from the API
+    /// and simply follow the clock.)
+    pub fn clock_stepped(&mut self, now: Timestamp) {
         if let Some(lc) = &mut self.lifecycle {
-            lc.tick(&self.cache.index, now, out);
+            lc.clock_stepped(now);
         }
     }
 

@@ -48,7 +48,7 @@ fn unreachable_node_with_default_tolerations() {
                 {"key": "node.kubernetes.io/unreachable", "value": "", "effect": "NoSchedule", "timeAdded": null, "toleratedBy": null}
             ],
             "scheduling": "Forbidden",
-            "eviction": {"decision": "Delayed", "tolerationSeconds": 300, "deadline": "2026-01-01T00:05:00Z"},
+            "eviction": {"decision": "Delayed", "tolerationSeconds": 300, "deadline": "2026-01-01T00:05:00Z", "anchor": "timeAdded"},
             "warnings": []
         })
     );
@@ -65,17 +65,17 @@ fn decisions() {
     let ne = json!([{"key": "k", "value": "v", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}]);
     #[rustfmt::skip]
     let cases = [
-        ("no taints", json!([]), json!([]), json!({"decision": "None", "tolerationSeconds": null, "deadline": null}), "Allowed"),
-        ("untolerated", ne.clone(), json!([]), json!({"decision": "Immediate", "tolerationSeconds": null, "deadline": null}), "Forbidden"),
-        ("forever", ne.clone(), json!([{"operator": "Exists"}]), json!({"decision": "Never", "tolerationSeconds": null, "deadline": null}), "Allowed"),
+        ("no taints", json!([]), json!([]), json!({"decision": "None", "tolerationSeconds": null, "deadline": null, "anchor": null}), "Allowed"),
+        ("untolerated", ne.clone(), json!([]), json!({"decision": "Immediate", "tolerationSeconds": null, "deadline": null, "anchor": null}), "Forbidden"),
+        ("forever", ne.clone(), json!([{"operator": "Exists"}]), json!({"decision": "Never", "tolerationSeconds": null, "deadline": null, "anchor": null}), "Allowed"),
         ("zero", ne.clone(), json!([{"key": "k", "value": "v", "effect": "NoExecute", "tolerationSeconds": 0}]),
-            json!({"decision": "Immediate", "tolerationSeconds": null, "deadline": null}), "Allowed"),
+            json!({"decision": "Immediate", "tolerationSeconds": null, "deadline": null, "anchor": null}), "Allowed"),
         ("delayed", ne.clone(), json!([{"key": "k", "operator": "Equal", "value": "v", "tolerationSeconds": 60}]),
-            json!({"decision": "Delayed", "tolerationSeconds": 60, "deadline": "2026-01-01T00:01:00Z"}), "Allowed"),
+            json!({"decision": "Delayed", "tolerationSeconds": 60, "deadline": "2026-01-01T00:01:00Z", "anchor": "timeAdded"}), "Allowed"),
         ("no timeAdded: no deadline", json!([{"key": "k", "effect": "NoExecute"}]), json!([{"key": "k", "operator": "Exists", "tolerationSeconds": 60}]),
-            json!({"decision": "Delayed", "tolerationSeconds": 60, "deadline": null}), "Allowed"),
+            json!({"decision": "Delayed", "tolerationSeconds": 60, "deadline": null, "anchor": null}), "Allowed"),
         ("prefer avoid", json!([{"key": "p", "effect": "PreferNoSchedule"}]), json!([]),
-            json!({"decision": "None", "tolerationSeconds": null, "deadline": null}), "PreferAvoid"),
+            json!({"decision": "None", "tolerationSeconds": null, "deadline": null, "anchor": null}), "PreferAvoid"),
     ];
     for (name, taints, tols, want, sched) in cases {
         let e = explain(&node(taints), &pod(tols), MatchOptions::default(), now());
@@ -136,4 +136,36 @@ fn manifests_parse_or_fail_on_one_line() {
         assert!(err.starts_with(prefix), "{text:?} gave {err:?}");
         assert!(!err.contains('\n'), "one line: {err:?}");
     }
+}
+
+#[test]
+fn a_pod_bound_after_the_taint_counts_from_its_binding() {
+    let n = node(json!([{"key": "k", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}]));
+    let mut p = pod(json!([{"key": "k", "operator": "Exists", "tolerationSeconds": 60}]));
+    // Bound an hour after the taint (PodScheduled), created even later by the clock: the
+    // condition wins.
+    p.metadata.creation_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2026-01-01T01:00:30Z".parse().expect("ts")));
+    p.status = Some(
+        serde_json::from_value(json!({"conditions": [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T01:00:00Z"}]}))
+        .expect("status"),
+    );
+    let e = explain(&n, &p, MatchOptions::default(), now());
+    assert_eq!(
+        serde_json::to_value(&e.eviction).expect("json"),
+        json!({"decision": "Delayed", "tolerationSeconds": 60, "deadline": "2026-01-01T01:01:00Z", "anchor": "podBound"})
+    );
+    assert!(render_text(&e).contains("60 s after the pod was bound to the node"), "{}", render_text(&e));
+    // Only the creation time: that is when it was bound (created with nodeName set).
+    p.status = None;
+    let e = explain(&n, &p, MatchOptions::default(), now());
+    assert_eq!(e.eviction.deadline.as_deref(), Some("2026-01-01T01:01:30Z"));
+    // A manifest written by hand carries neither: the taint's timeAdded alone applies.
+    p.metadata.creation_timestamp = None;
+    let e = explain(&n, &p, MatchOptions::default(), now());
+    assert_eq!(
+        (e.eviction.deadline.as_deref(), e.eviction.anchor),
+        (Some("2026-01-01T00:01:00Z"), Some(Anchor::TimeAdded))
+    );
 }

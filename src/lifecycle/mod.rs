@@ -1,33 +1,46 @@
-//! The node lifecycle controller's decisions (SPEC §3, §4, §5). PURE: every method takes `now`.
+//! The node lifecycle controller's decisions (docs/spec.md §3, §4, §5). PURE: every method
+//! takes `now`.
 //!
 //! - Heartbeats: per-node [`Probe`]s in local observation time; a timer per node fires the moment
 //!   its grace period runs out (the periodic pass, `--node-monitor-period`, is only a safety net).
 //! - A silent node's conditions become `Unknown` ([`health::unknown_conditions`]); the write
-//!   carries the node's resourceVersion, so a fresh kubelet write always wins.
+//!   carries the node's resourceVersion, so a fresh kubelet write always wins. After a conflict
+//!   the node is read again and judged afresh (upstream re-GETs), and no taint is planned from
+//!   the stale view meanwhile.
 //! - Taints follow the node's *effective* conditions (a silent node's monitored conditions count
 //!   as `Unknown` from the moment its grace runs out) through the configured rules. NoSchedule
 //!   taints and removals are written at once; a node's first NoExecute taint waits for its zone's
 //!   token bucket, whose rate follows the zone's state; a not-ready <-> unreachable swap is at
-//!   once. When every zone is in FullDisruption the control plane is the likely fault: the
-//!   Ready-derived NoExecute taints are removed and no NoExecute taint is added until some node
-//!   is ready again, when every node gets a fresh grace period.
-//! - One write per node at a time; every result is followed by a fresh decision.
+//!   once and keeps the replaced taint's `timeAdded` ("not Ready since"). When every zone is in
+//!   FullDisruption the control plane is the likely fault: the Ready-derived NoExecute taints are
+//!   removed and no NoExecute taint is added until some node is ready again, when every node gets
+//!   a fresh grace period.
+//! - Zones are judged over every node in the cache; only nodes matching `--node-selector` are
+//!   written to.
+//! - One write per node at a time; every result is followed by a fresh decision; failed writes
+//!   back off per node (capped exponential), a 404 waits for the node's delete event.
 //! - Nothing is stripped on start-up: a taint that is already right is left as it is, with its
-//!   `timeAdded` (upstream removes them all, resetting every pending eviction).
+//!   `timeAdded` (upstream removes them all, resetting every pending eviction). The taint
+//!   eviction controller acts on a managed taint only once this controller stands behind it
+//!   ([`Gate`]).
 
 pub mod limiter;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 
-use crate::effect::{Effect, MarkPodNotReady, NodeEvent, NodeWriteResult, SetConditions, SetTaints};
+use crate::effect::{
+    Effect, MarkPodNotReady, MarkResult, NodeEvent, NodeEventKind, NodeWriteResult, Op, PodEvent, PodEventKind,
+    SetConditions, SetTaints,
+};
+use crate::eviction::Gate;
 use crate::eviction::queue::TimerQueue;
 use crate::health::{self, Grace, MONITORED_CONDITIONS, Probe};
-use crate::index::{Index, SlimNode};
+use crate::index::{Index, PodKey, SlimNode};
 use crate::rules::{TaintRule, UNSCHEDULABLE};
-use crate::taints::Effect as TaintEffect;
+use crate::taints::{Effect as TaintEffect, Taint, TaintAdd, TaintId};
 use crate::zone::{self, Rates, ZoneState};
 use limiter::{SetClock, ZoneLimiter};
 
@@ -44,6 +57,11 @@ pub struct Config {
     pub mark_pods_not_ready: bool,
 }
 
+/// First delay and cap of the per-node backoff after a failed write (and of MarkPodsNotReady
+/// retries).
+const RETRY_BASE: Duration = Duration::from_millis(500);
+const RETRY_CAP: Duration = Duration::from_secs(30);
+
 /// Zone health as metrics want it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ZoneReport {
@@ -58,8 +76,6 @@ struct NodeState {
     probe: Probe,
     /// A status or taint write is out.
     writing: bool,
-    /// A status write conflicted at this resourceVersion: wait for a newer object.
-    conflicted_rv: Option<String>,
     /// When the grace period ran out, while the node is overdue.
     expired_at: Option<Timestamp>,
     /// The zone queue holding this node, if any.
@@ -67,11 +83,19 @@ struct NodeState {
     /// The status write out turns Ready=True into Unknown: when it lands, the NodeNotReady event
     /// and MarkPodsNotReady follow.
     flipping: bool,
+    /// Consecutive failed writes; no write before `retry_at`.
+    failures: u32,
+    retry_at: Option<Timestamp>,
+    /// A write found the node gone (404) at this resourceVersion: nothing more is written until
+    /// a newer object shows up (its delete event normally follows).
+    gone_rv: Option<String>,
 }
 
 #[derive(Debug)]
 struct Zone {
     state: ZoneState,
+    /// Counted (not `exclude-disruption`) nodes; a zone of excluded nodes only keeps its tainter
+    /// at the normal rate and no state (upstream creates a tainter for every node's zone).
     size: usize,
     unhealthy: usize,
     limiter: ZoneLimiter,
@@ -81,10 +105,22 @@ struct Zone {
     wake_at: Option<Timestamp>,
 }
 
+/// A MarkPodsNotReady write that is out or waiting to be retried.
+#[derive(Debug)]
+struct Mark {
+    uid: String,
+    node: String,
+    op: u64,
+    in_flight: bool,
+    attempts: u32,
+}
+
 pub struct NodeLifecycle {
     cfg: Config,
     nodes: HashMap<String, NodeState>,
     expiry: TimerQueue<String>,
+    /// Per-node write backoff.
+    retries: TimerQueue<String>,
     zones: HashMap<String, Zone>,
     /// Every zone is in FullDisruption ("master disruption mode" upstream).
     all_disrupted: bool,
@@ -92,35 +128,46 @@ pub struct NodeLifecycle {
     next_pass: Option<Timestamp>,
     synced: bool,
     zones_dirty: bool,
-    /// Managed (key, effect) pairs.
-    managed: Vec<(String, TaintEffect)>,
+    /// Managed taints.
+    managed: Vec<TaintId>,
+    marks: HashMap<PodKey, Mark>,
+    mark_retries: TimerQueue<PodKey>,
+    /// Nodes with marks out, so that a node that is ready again can call them off.
+    marked_nodes: HashSet<String>,
+    next_op: u64,
 }
 
 /// What a node's taints should become.
 #[derive(Debug, Default, PartialEq)]
 struct TaintPlan {
-    add_now: Vec<(String, TaintEffect)>,
-    remove: Vec<(String, TaintEffect)>,
+    add_now: Vec<TaintAdd>,
+    remove: Vec<TaintId>,
     /// First NoExecute taints that must wait for the zone's limiter.
-    add_limited: Vec<(String, TaintEffect)>,
+    add_limited: Vec<TaintAdd>,
 }
 
 fn secs(d: Duration) -> SignedDuration {
     SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX)
 }
 
+fn after(now: Timestamp, d: Duration) -> Timestamp {
+    now.checked_add(secs(d)).unwrap_or(Timestamp::MAX)
+}
+
 impl NodeLifecycle {
     pub fn new(cfg: Config) -> Self {
-        let mut managed: Vec<(String, TaintEffect)> = Vec::new();
+        let mut managed: Vec<TaintId> = Vec::new();
         for r in &cfg.rules {
-            if !managed.iter().any(|(k, e)| *k == r.key && *e == r.effect) {
-                managed.push((r.key.clone(), r.effect.clone()));
+            let id = TaintId::new(r.key.clone(), r.effect.clone());
+            if !managed.contains(&id) {
+                managed.push(id);
             }
         }
         Self {
             cfg,
             nodes: HashMap::new(),
             expiry: TimerQueue::default(),
+            retries: TimerQueue::default(),
             zones: HashMap::new(),
             all_disrupted: false,
             clock: SetClock::default(),
@@ -128,6 +175,10 @@ impl NodeLifecycle {
             synced: false,
             zones_dirty: false,
             managed,
+            marks: HashMap::new(),
+            mark_retries: TimerQueue::default(),
+            marked_nodes: HashSet::new(),
+            next_op: 0,
         }
     }
 
@@ -135,10 +186,12 @@ impl NodeLifecycle {
         self.all_disrupted
     }
 
+    /// Zones with counted nodes, by key.
     pub fn zone_reports(&self) -> Vec<ZoneReport> {
         let mut v: Vec<ZoneReport> = self
             .zones
             .iter()
+            .filter(|(_, z)| z.size > 0)
             .map(|(k, z)| ZoneReport { zone: k.clone(), state: z.state, size: z.size, unhealthy: z.unhealthy })
             .collect();
         v.sort_by(|a, b| a.zone.cmp(&b.zone));
@@ -164,8 +217,17 @@ impl NodeLifecycle {
         self.effective_status(node, "Ready", now) == Some("True")
     }
 
+    /// The rules whose taints `node` should carry now.
+    fn desired<'a>(&'a self, node: &'a SlimNode, now: Timestamp) -> impl Iterator<Item = &'a TaintRule> + 'a {
+        self.cfg
+            .rules
+            .iter()
+            .filter(|r| !(self.all_disrupted && r.is_ready_no_execute()))
+            .filter(move |r| self.effective_status(node, &r.condition, now) == Some(r.status.as_str()))
+    }
+
     /// Every cache has synced: from now on, decide. Every known node gets a fresh grace period
-    /// from now (SPEC §3) and is registered.
+    /// from now (docs/spec.md §3) and is registered.
     pub fn synced(&mut self, index: &Index, now: Timestamp, out: &mut Vec<Effect>) {
         if self.synced {
             return;
@@ -180,7 +242,7 @@ impl NodeLifecycle {
         }
         self.update_zones(index, now, out);
         self.reconcile_all(index, now, out);
-        self.next_pass = Some(now + secs(self.cfg.monitor_period));
+        self.next_pass = Some(after(now, self.cfg.monitor_period));
     }
 
     fn register(&mut self, node: &SlimNode, index: &Index, now: Timestamp, out: &mut Vec<Effect>) {
@@ -192,18 +254,21 @@ impl NodeLifecycle {
             NodeState {
                 probe,
                 writing: false,
-                conflicted_rv: None,
                 expired_at: None,
                 queued_in: None,
                 flipping: false,
+                failures: 0,
+                retry_at: None,
+                gone_rv: None,
             },
         );
-        out.push(Effect::NodeEvent(NodeEvent {
-            node: node.name.clone(),
-            uid: node.uid.clone(),
-            reason: "RegisteredNode",
-            note: format!("Node {0} event: Registered Node {0} in Controller", node.name),
-        }));
+        if node.selected {
+            out.push(Effect::NodeEvent(NodeEvent {
+                node: node.name.clone(),
+                uid: node.uid.clone(),
+                kind: NodeEventKind::RegisteredNode,
+            }));
+        }
     }
 
     /// A node was added or changed. `own_write` marks the object our own write returned: it
@@ -231,8 +296,8 @@ impl NodeLifecycle {
                 st.expired_at = None;
                 self.expiry.set(name.to_owned(), st.probe.deadline(self.cfg.grace));
             }
-            if st.conflicted_rv.as_deref().is_some_and(|rv| rv != node.resource_version) {
-                st.conflicted_rv = None;
+            if st.gone_rv.as_deref().is_some_and(|rv| rv != node.resource_version) {
+                st.gone_rv = None;
             }
         }
         let ready_status = |n: &SlimNode| n.condition("Ready").map(|c| c.status.clone());
@@ -253,14 +318,16 @@ impl NodeLifecycle {
             if let Some(z) = st.queued_in.and_then(|z| self.zones.get_mut(&z)) {
                 z.queue.retain(|n| *n != old.name);
             }
-            out.push(Effect::NodeEvent(NodeEvent {
-                node: old.name.clone(),
-                uid: old.uid.clone(),
-                reason: "RemovingNode",
-                note: format!("Node {0} event: Removing Node {0} from Controller", old.name),
-            }));
+            if old.selected {
+                out.push(Effect::NodeEvent(NodeEvent {
+                    node: old.name.clone(),
+                    uid: old.uid.clone(),
+                    kind: NodeEventKind::RemovingNode,
+                }));
+            }
         }
         self.expiry.cancel(&old.name);
+        self.retries.cancel(&old.name);
         self.zones_dirty = true;
     }
 
@@ -283,21 +350,80 @@ impl NodeLifecycle {
 
     /// A pod was bound to a node (upstream's processPod): if the node is not ready, the pod is
     /// marked not ready at once.
-    pub fn pod_bound(&mut self, namespace: &str, name: &str, index: &Index, now: Timestamp, out: &mut Vec<Effect>) {
+    pub fn pod_bound(&mut self, key: &PodKey, index: &Index, now: Timestamp, out: &mut Vec<Effect>) {
         if !self.cfg.mark_pods_not_ready || !self.synced {
             return;
         }
-        let Some(pod) = index.pods.get(crate::index::pod_key(namespace, name).as_ref()) else { return };
-        let Some(node) = index.nodes.get(&pod.node_name) else { return };
+        let Some(pod) = index.pods.get(key) else { return };
+        let Some(node) = index.nodes.get(&pod.node_name).filter(|n| n.selected) else { return };
         if node.condition("Ready").is_none() && !self.overdue(&node.name, now) {
             return;
         }
         if !self.effectively_ready(node, now) && pod.ready == Some(true) {
-            out.push(Effect::MarkPodNotReady(MarkPodNotReady {
-                namespace: pod.namespace.clone(),
-                name: pod.name.clone(),
-                uid: pod.uid.clone(),
-            }));
+            self.mark(key, index, out);
+        }
+    }
+
+    /// Sends (or re-sends) the MarkPodsNotReady write of one pod.
+    fn mark(&mut self, key: &PodKey, index: &Index, out: &mut Vec<Effect>) {
+        let Some(pod) = index.pods.get(key) else { return };
+        if self.marks.get(key).is_some_and(|m| m.in_flight && m.uid == pod.uid) {
+            return;
+        }
+        self.next_op += 1;
+        let op = self.next_op;
+        let attempts = self.marks.get(key).filter(|m| m.uid == pod.uid).map_or(0, |m| m.attempts);
+        self.mark_retries.cancel(key);
+        self.marks.insert(
+            key.clone(),
+            Mark { uid: pod.uid.clone(), node: pod.node_name.clone(), op, in_flight: true, attempts },
+        );
+        self.marked_nodes.insert(pod.node_name.clone());
+        out.push(Effect::MarkPodNotReady(MarkPodNotReady {
+            op,
+            key: key.clone(),
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+        }));
+    }
+
+    /// The executor's report on a [`MarkPodNotReady`]: failures are retried with backoff while
+    /// the node is still not ready.
+    pub fn mark_result(&mut self, key: &PodKey, op: u64, result: &MarkResult, now: Timestamp, out: &mut Vec<Effect>) {
+        let Some(m) = self.marks.get_mut(key).filter(|m| m.op == op) else { return };
+        m.in_flight = false;
+        match result {
+            MarkResult::Done => out.push(Effect::PodEvent(PodEvent {
+                namespace: key.split_once('/').map_or("", |(ns, _)| ns).to_owned(),
+                name: key.split_once('/').map_or("", |(_, n)| n).to_owned(),
+                uid: m.uid.clone(),
+                kind: PodEventKind::NodeNotReady,
+            })),
+            MarkResult::Failed(_) => {
+                m.attempts = m.attempts.saturating_add(1);
+                let at = after(now, crate::eviction::backoff(RETRY_BASE, RETRY_CAP, m.attempts));
+                self.mark_retries.set(key.clone(), at);
+                return;
+            }
+            MarkResult::Gone | MarkResult::Cancelled => {}
+        }
+        self.marks.remove(key);
+    }
+
+    /// A node is ready again: its queued MarkPodsNotReady writes are called off.
+    fn unmark_node(&mut self, node: &str, out: &mut Vec<Effect>) {
+        if !self.marked_nodes.remove(node) {
+            return;
+        }
+        let keys: Vec<PodKey> = self.marks.iter().filter(|(_, m)| m.node == node).map(|(k, _)| k.clone()).collect();
+        for key in keys {
+            if let Some(m) = self.marks.remove(&key) {
+                self.mark_retries.cancel(&key);
+                if m.in_flight {
+                    out.push(Effect::Cancel(Op::MarkPodNotReady(m.op)));
+                }
+            }
         }
     }
 
@@ -314,35 +440,58 @@ impl NodeLifecycle {
         st.writing = false;
         let flipped_from_ready = std::mem::take(&mut st.flipping);
         match result {
-            NodeWriteResult::Conflict => {
-                st.conflicted_rv = index.nodes.get(name).map(|n| n.resource_version.clone());
+            NodeWriteResult::Done(_) => {
+                st.failures = 0;
+                st.retry_at = None;
             }
-            NodeWriteResult::Done(_) if flipped_from_ready => {
-                if let Some(node) = index.nodes.get(name) {
-                    out.push(Effect::NodeEvent(NodeEvent {
-                        node: name.to_owned(),
-                        uid: node.uid.clone(),
-                        reason: "NodeNotReady",
-                        note: format!("Node {name} status is now: NodeNotReady"),
-                    }));
-                    if self.cfg.mark_pods_not_ready {
-                        for pod in index.pods_on(name).filter(|p| p.ready == Some(true)) {
-                            out.push(Effect::MarkPodNotReady(MarkPodNotReady {
-                                namespace: pod.namespace.clone(),
-                                name: pod.name.clone(),
-                                uid: pod.uid.clone(),
-                            }));
-                        }
-                    }
+            // The node as read right after the conflict has been applied to the cache already:
+            // judge again at once.
+            NodeWriteResult::Conflict(Some(_)) => {}
+            NodeWriteResult::NotFound => st.gone_rv = index.nodes.get(name).map(|n| n.resource_version.clone()),
+            NodeWriteResult::Conflict(None) | NodeWriteResult::Failed(_) => {
+                st.failures = st.failures.saturating_add(1);
+                let at = after(now, crate::eviction::backoff(RETRY_BASE, RETRY_CAP, st.failures));
+                st.retry_at = Some(at);
+                self.retries.set(name.to_owned(), at);
+            }
+        }
+        if flipped_from_ready
+            && matches!(result, NodeWriteResult::Done(_))
+            && let Some(node) = index.nodes.get(name)
+        {
+            out.push(Effect::NodeEvent(NodeEvent {
+                node: name.to_owned(),
+                uid: node.uid.clone(),
+                kind: NodeEventKind::NodeNotReady,
+            }));
+            if self.cfg.mark_pods_not_ready {
+                let keys: Vec<PodKey> =
+                    index.pods_on(name).filter(|p| p.ready == Some(true)).map(|p| p.key()).collect();
+                for key in keys {
+                    self.mark(&key, index, out);
                 }
             }
-            _ => {}
         }
         self.zones_dirty = true;
         self.reconcile(name, index, now, out);
     }
 
-    /// Time passed: expired grace periods, zone queues, the periodic pass.
+    /// The wall clock stepped (it moved by more or less than the monotonic clock did): every
+    /// probe's observation time is off by the step, so every node gets a fresh grace period
+    /// rather than being judged by it.
+    pub fn clock_stepped(&mut self, now: Timestamp) {
+        for (name, st) in self.nodes.iter_mut() {
+            st.probe.restart(now);
+            st.expired_at = None;
+            self.expiry.set(name.clone(), st.probe.deadline(self.cfg.grace));
+        }
+        if self.next_pass.is_some() {
+            self.next_pass = Some(after(now, self.cfg.monitor_period));
+        }
+        self.zones_dirty = true;
+    }
+
+    /// Time passed: expired grace periods, write retries, zone queues, the periodic pass.
     pub fn tick(&mut self, index: &Index, now: Timestamp, out: &mut Vec<Effect>) {
         if !self.synced {
             return;
@@ -358,8 +507,26 @@ impl NodeLifecycle {
             self.zones_dirty = true;
             self.reconcile(&name, index, now, out);
         }
+        for (name, _) in self.retries.due(now) {
+            if let Some(st) = self.nodes.get_mut(&name) {
+                st.retry_at = None;
+            }
+            self.reconcile(&name, index, now, out);
+        }
+        for (key, _) in self.mark_retries.due(now) {
+            let still_wanted = index.pods.get(&key).is_some_and(|p| {
+                p.ready == Some(true)
+                    && self.marks.get(&key).is_some_and(|m| m.uid == p.uid)
+                    && index.nodes.get(&p.node_name).is_some_and(|n| !self.effectively_ready(n, now))
+            });
+            if still_wanted {
+                self.mark(&key, index, out);
+            } else {
+                self.marks.remove(&key);
+            }
+        }
         if self.next_pass.is_some_and(|p| p <= now) {
-            self.next_pass = Some(now + secs(self.cfg.monitor_period));
+            self.next_pass = Some(after(now, self.cfg.monitor_period));
             self.zones_dirty = true;
             self.reconcile_all(index, now, out);
         }
@@ -382,7 +549,16 @@ impl NodeLifecycle {
             return None;
         }
         let zone_wake = self.zones.values().filter(|z| !z.queue.is_empty()).filter_map(|z| z.wake_at).min();
-        [self.expiry.next_deadline(), zone_wake, self.next_pass].into_iter().flatten().min()
+        [
+            self.expiry.next_deadline(),
+            self.retries.next_deadline(),
+            self.mark_retries.next_deadline(),
+            zone_wake,
+            self.next_pass,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn reconcile_all(&mut self, index: &Index, now: Timestamp, out: &mut Vec<Effect>) {
@@ -398,19 +574,28 @@ impl NodeLifecycle {
         }
     }
 
-    /// One node: conditions first, then taints.
+    /// One node: conditions first, then taints. Only nodes matching `--node-selector` are
+    /// written to.
     fn reconcile(&mut self, name: &str, index: &Index, now: Timestamp, out: &mut Vec<Effect>) {
         let Some(node) = index.nodes.get(name) else { return };
         let grace = self.cfg.grace;
-        let Some(st) = self.nodes.get(name) else { return };
-        if st.writing {
+        if !node.selected {
+            self.set_queued(name, &node.zone, false);
             return;
         }
-        let overdue = st.probe.overdue(grace, now);
-        if overdue
-            && st.conflicted_rv.as_deref() != Some(node.resource_version.as_str())
+        if self.effectively_ready(node, now) {
+            self.unmark_node(name, out);
+        }
+        let Some(st) = self.nodes.get(name) else { return };
+        if st.writing || st.retry_at.is_some_and(|at| at > now) || st.gone_rv.as_deref() == Some(&node.resource_version)
+        {
+            return;
+        }
+        if st.probe.overdue(grace, now)
             && let Some(conditions) = health::unknown_conditions(node, now)
         {
+            // The conditions first; the taints follow from the written conditions, never from
+            // a view that a conflicting (fresher) write may contradict.
             let expired_at = st.expired_at.unwrap_or_else(|| st.probe.deadline(grace));
             let was_ready = node.condition("Ready").is_some_and(|c| c.status == "True");
             if let Some(st) = self.nodes.get_mut(name) {
@@ -461,70 +646,70 @@ impl NodeLifecycle {
     }
 
     fn plan_taints(&self, node: &SlimNode, now: Timestamp) -> TaintPlan {
-        let desired: Vec<&TaintRule> = self
-            .cfg
-            .rules
-            .iter()
-            .filter(|r| !(self.all_disrupted && r.is_ready_no_execute()))
-            .filter(|r| self.effective_status(node, &r.condition, now) == Some(r.status.as_str()))
-            .collect();
-        let has = |key: &str, effect: &TaintEffect| node.taints.iter().any(|t| t.key == key && t.effect == *effect);
-        let is_desired = |key: &str, effect: &TaintEffect| desired.iter().any(|r| r.key == key && r.effect == *effect);
+        let desired: Vec<&TaintRule> = self.desired(node, now).collect();
+        let has = |id: &TaintId| node.taints.iter().any(|t| id.is(t));
+        let is_desired = |id: &TaintId| desired.iter().any(|r| r.key == id.key && r.effect == id.effect);
         let mut plan = TaintPlan::default();
-        for (key, effect) in &self.managed {
-            if has(key, effect) && !is_desired(key, effect) {
-                plan.remove.push((key.clone(), effect.clone()));
+        for id in &self.managed {
+            if has(id) && !is_desired(id) {
+                plan.remove.push(id.clone());
             }
         }
         for r in &desired {
-            if has(&r.key, &r.effect)
-                || plan.add_now.iter().chain(&plan.add_limited).any(|(k, e)| *k == r.key && *e == r.effect)
-            {
+            let id = TaintId::new(r.key.clone(), r.effect.clone());
+            if has(&id) || plan.add_now.iter().chain(&plan.add_limited).any(|a| a.id == id) {
                 continue;
             }
-            let item = (r.key.clone(), r.effect.clone());
             if r.effect != TaintEffect::NoExecute {
-                plan.add_now.push(item);
+                plan.add_now.push(TaintAdd::new(id));
                 continue;
             }
-            // A swap: another NoExecute taint of the same condition is on the node and goes.
-            let swap = self.cfg.rules.iter().any(|o| {
+            // A swap: another NoExecute taint of the same condition is on the node and goes; the
+            // new one keeps its timeAdded.
+            let replaced = self.cfg.rules.iter().find(|o| {
                 o.condition == r.condition
                     && o.effect == TaintEffect::NoExecute
                     && o.key != r.key
-                    && plan.remove.iter().any(|(k, e)| *k == o.key && *e == o.effect)
+                    && plan.remove.iter().any(|rm| rm.key == o.key && rm.effect == o.effect)
             });
-            if swap {
-                plan.add_now.push(item);
-            } else {
-                plan.add_limited.push(item);
+            match replaced {
+                Some(o) => plan
+                    .add_now
+                    .push(TaintAdd { id, inherit: Some(TaintId::new(o.key.clone(), TaintEffect::NoExecute)) }),
+                None => plan.add_limited.push(TaintAdd::new(id)),
             }
         }
         plan
     }
 
     /// Zone states from the counted nodes' effective Ready; limiter rates follow; entering and
-    /// leaving the all-zones outage.
+    /// leaving the all-zones outage. Every node in the cache counts (`--node-selector` only
+    /// limits what is written), and every node's zone has a tainter.
     fn update_zones(&mut self, index: &Index, now: Timestamp, out: &mut Vec<Effect>) {
         self.zones_dirty = false;
         let mut ready_by_zone: HashMap<&str, Vec<bool>> = HashMap::new();
         for node in index.nodes.values() {
-            if node.exclude_disruption || !self.nodes.contains_key(&node.name) {
+            if !self.nodes.contains_key(&node.name) {
                 continue;
             }
-            ready_by_zone.entry(node.zone.as_str()).or_default().push(self.effectively_ready(node, now));
+            let counted = ready_by_zone.entry(node.zone.as_str()).or_default();
+            if !node.exclude_disruption {
+                counted.push(self.effectively_ready(node, now));
+            }
         }
         let computed: HashMap<String, (usize, usize, ZoneState)> = ready_by_zone
             .iter()
             .map(|(z, ready)| {
                 let (unhealthy, state) =
                     zone::compute_zone_state(ready.iter().copied(), self.cfg.unhealthy_zone_threshold);
+                let state = if ready.is_empty() { ZoneState::Initial } else { state };
                 ((*z).to_owned(), (ready.len(), unhealthy, state))
             })
             .collect();
-        // Zones that no longer have counted nodes.
+        // Zones that no longer have nodes.
         self.zones.retain(|k, z| computed.contains_key(k) || !z.queue.is_empty());
-        let all_now = !computed.is_empty() && computed.values().all(|(_, _, s)| *s == ZoneState::FullDisruption);
+        let counted = || computed.values().filter(|(size, _, _)| *size > 0);
+        let all_now = counted().next().is_some() && counted().all(|(_, _, s)| *s == ZoneState::FullDisruption);
         let all_before = self.all_disrupted;
         for (k, (size, unhealthy, state)) in &computed {
             let clock = self.clock.clone();
@@ -574,7 +759,8 @@ impl NodeLifecycle {
             }
             for (k, z) in self.zones.iter_mut() {
                 let size = computed.get(k).map_or(0, |c| c.0);
-                if let Some(qps) = zone::rate_for(z.state, size, self.cfg.rates) {
+                let state = if size == 0 { ZoneState::Normal } else { z.state };
+                if let Some(qps) = zone::rate_for(state, size, self.cfg.rates) {
                     z.limiter.set_qps(qps, now);
                     z.wake_at = None;
                 }
@@ -599,7 +785,7 @@ impl NodeLifecycle {
                 let mut pick = None;
                 for name in &z.queue {
                     let Some(node) = index.nodes.get(name) else { continue };
-                    if self.nodes.get(name).is_some_and(|s| s.writing) {
+                    if self.nodes.get(name).is_some_and(|s| s.writing || s.retry_at.is_some_and(|at| at > now)) {
                         continue;
                     }
                     let plan = self.plan_taints(node, now);
@@ -635,6 +821,20 @@ impl NodeLifecycle {
                 }
             }
         }
+    }
+}
+
+/// Node lifecycle stands behind a managed NoExecute taint only once it has judged the node in
+/// this process, from synced caches, and wants the taint there now.
+impl Gate for NodeLifecycle {
+    fn confirmed(&self, node: &SlimNode, taint: &Taint, now: Timestamp) -> bool {
+        if !self.managed.iter().any(|id| id.is(taint)) {
+            return true;
+        }
+        if !self.synced || !self.nodes.contains_key(&node.name) {
+            return false;
+        }
+        self.desired(node, now).any(|r| r.key == taint.key && r.effect == taint.effect)
     }
 }
 

@@ -9,7 +9,7 @@ use kube::runtime::watcher::Event;
 use super::*;
 use crate::controller::Input;
 use crate::controller::state::State;
-use crate::effect::{Effect, NodeWriteResult};
+use crate::effect::{Effect, MarkPodNotReady, MarkResult, NodeWriteResult, Op};
 use crate::index::{Condition, SlimLease, SlimNode, SlimPod};
 use crate::rules;
 use crate::taints::{Effect as TE, Taint, keys};
@@ -50,6 +50,7 @@ fn node(name: &str, zone: &str, ready: &str) -> SlimNode {
         unschedulable: false,
         taints: vec![],
         conditions: vec![cond("Ready", ready, -1.0)],
+        selected: true,
     }
 }
 
@@ -63,6 +64,7 @@ fn pod(name: &str, node: &str) -> SlimPod {
         terminal: false,
         terminating: false,
         ready: Some(true),
+        bound: None,
     }
 }
 
@@ -77,7 +79,18 @@ struct World {
 
 impl World {
     fn new(cfg: Config, nodes: Vec<SlimNode>, pods: Vec<SlimPod>) -> Self {
-        let mut w = Self { state: State::new(None, Some(NodeLifecycle::new(cfg))), now: ts(0.0), rv: 100, log: vec![] };
+        Self::with_eviction(cfg, None, nodes, pods)
+    }
+
+    /// With the taint eviction controller too (its evictions are logged, not carried out).
+    fn with_eviction(
+        cfg: Config,
+        eviction: Option<crate::eviction::TaintEviction>,
+        nodes: Vec<SlimNode>,
+        pods: Vec<SlimPod>,
+    ) -> Self {
+        let mut w =
+            Self { state: State::new(eviction, Some(NodeLifecycle::new(cfg))), now: ts(0.0), rv: 100, log: vec![] };
         w.input(Input::Node(Event::Init));
         for n in nodes {
             w.input(Input::Node(Event::InitApply(n)));
@@ -116,7 +129,7 @@ impl World {
                 Effect::SetConditions(w) => {
                     let mut n = self.node(&w.node).clone();
                     if n.resource_version != w.resource_version {
-                        Some((w.node.clone(), NodeWriteResult::Conflict))
+                        Some((w.node.clone(), NodeWriteResult::Conflict(Some(Box::new(n)))))
                     } else {
                         for c in &w.conditions {
                             let new = Condition {
@@ -227,7 +240,7 @@ impl World {
         self.log
             .iter()
             .filter_map(|(_, e)| match e {
-                Effect::NodeEvent(ev) if ev.reason == reason => Some(ev.note.clone()),
+                Effect::NodeEvent(ev) if ev.reason() == reason => Some(ev.note()),
                 _ => None,
             })
             .collect()
@@ -318,13 +331,17 @@ fn not_ready_to_unreachable_is_swapped_at_once() {
     heartbeat(&mut w, &["n1", "n2", "n3"], 10.0, 50.0);
     w.advance_to(55.0);
     let at = w.taint_time("n0", keys::UNREACHABLE, TE::NoExecute).expect("swapped");
-    assert_eq!(at, ts(55.0), "swapped the moment the node went silent");
+    assert!(
+        w.log.iter().any(|(t, e)| *t == ts(55.0) && matches!(e, Effect::SetTaints(s) if s.node == "n0")),
+        "swapped the moment the node went silent"
+    );
+    assert_eq!(at, ts(5.0), "the swap keeps the replaced taint's timeAdded: not Ready since 5 s");
     assert!(!w.has_taint("n0", keys::NOT_READY, TE::NoExecute));
     assert!(
         w.has_taint("n0", keys::UNREACHABLE, TE::NoSchedule) && !w.has_taint("n0", keys::NOT_READY, TE::NoSchedule)
     );
     let swap = w.log.iter().rev().find_map(|(_, e)| match e {
-        Effect::SetTaints(s) if s.add.iter().any(|(k, _)| k == keys::UNREACHABLE) => Some(s.clone()),
+        Effect::SetTaints(s) if s.add.iter().any(|a| a.id.key == keys::UNREACHABLE) => Some(s.clone()),
         _ => None,
     });
     assert_eq!(swap.and_then(|s| s.counted_zone), None, "a swap does not go through the limiter");
@@ -507,7 +524,7 @@ fn a_custom_rule_maps_a_condition_to_a_noexecute_taint_through_the_limiter() {
     n.conditions.push(cond("KernelDeadlock", "True", 0.0));
     w.update_node(n);
     let s = w.log.iter().find_map(|(_, e)| match e {
-        Effect::SetTaints(s) if s.add.iter().any(|(k, _)| k == "example.com/kernel-deadlock") => Some(s.clone()),
+        Effect::SetTaints(s) if s.add.iter().any(|a| a.id.key == "example.com/kernel-deadlock") => Some(s.clone()),
         _ => None,
     });
     assert_eq!(s.expect("tainted").counted_zone.as_deref(), Some("a"));
@@ -519,25 +536,123 @@ fn a_custom_rule_maps_a_condition_to_a_noexecute_taint_through_the_limiter() {
 }
 
 #[test]
-fn a_conflicting_status_write_waits_for_the_fresh_object() {
+fn a_conflicting_status_write_is_judged_again_on_the_fresh_object() {
     let mut w = World::new(cfg(), healthy_zone("n", "a", 3), vec![]);
     heartbeat(&mut w, &["n1", "n2"], 0.0, 40.0);
-    // The controller decided on RV x; the kubelet writes at the same moment (RV x+1).
+    // The controller decided on RV x; the kubelet writes a heartbeat at the same moment (RV x+1),
+    // which makes our write conflict. The executor reads the node again and hands it back.
     let mut out = vec![];
     w.now = ts(50.0);
     w.state.tick(w.now, &mut out);
-    let sc = out.iter().find_map(|e| match e {
-        Effect::SetConditions(s) => Some(s.clone()),
+    assert!(out.iter().any(|e| matches!(e, Effect::SetConditions(s) if s.node == "n0")), "a status write");
+    let mut fresh = w.node("n0").clone();
+    if let Some(c) = fresh.conditions.iter_mut().find(|c| c.type_ == "Ready") {
+        c.last_heartbeat = Some(ts(50.0));
+    }
+    w.rv += 1;
+    fresh.resource_version = w.rv.to_string();
+    let from = w.log.len();
+    w.input(Input::NodeWriteResult { node: "n0".into(), result: NodeWriteResult::Conflict(Some(Box::new(fresh))) });
+    // The heartbeat counts: no second status write, and no taint planned from the stale view.
+    assert!(!w.lc().overdue("n0", w.now));
+    assert!(w.writes_since(from).is_empty(), "{:?}", w.writes_since(from));
+    w.advance_to(60.0);
+    assert!(!w.has_taint("n0", keys::UNREACHABLE, TE::NoSchedule));
+    assert!(!w.has_taint("n0", keys::UNREACHABLE, TE::NoExecute));
+}
+
+#[test]
+fn a_conflict_without_a_heartbeat_writes_again_on_the_fresh_object() {
+    let mut w = World::new(cfg(), healthy_zone("n", "a", 3), vec![]);
+    heartbeat(&mut w, &["n1", "n2"], 0.0, 40.0);
+    let mut out = vec![];
+    w.now = ts(50.0);
+    w.state.tick(w.now, &mut out);
+    // Someone else changed the node (a label), not its heartbeat.
+    let mut fresh = w.node("n0").clone();
+    w.rv += 1;
+    fresh.resource_version = w.rv.to_string();
+    w.state.cache.index.nodes.insert("n0".into(), fresh.clone());
+    w.input(Input::NodeWriteResult { node: "n0".into(), result: NodeWriteResult::Conflict(Some(Box::new(fresh))) });
+    assert_eq!(w.node("n0").condition("Ready").map(|c| c.status.as_str()), Some("Unknown"), "written again");
+    assert!(w.has_taint("n0", keys::UNREACHABLE, TE::NoExecute));
+}
+
+#[test]
+fn failed_node_writes_back_off_per_node_and_a_404_waits_for_a_newer_object() {
+    let mut w = World::new(cfg(), healthy_zone("n", "a", 3), vec![]);
+    heartbeat(&mut w, &["n1", "n2"], 0.0, 40.0);
+    let mut out = vec![];
+    w.now = ts(50.0);
+    w.state.tick(w.now, &mut out);
+    let count =
+        |w: &World| w.log.iter().filter(|(_, e)| matches!(e, Effect::SetConditions(s) if s.node == "n0")).count();
+    let mut resent = vec![];
+    for _ in 0..7 {
+        let mut out = vec![];
+        w.state.handle(
+            Input::NodeWriteResult { node: "n0".into(), result: NodeWriteResult::Failed("forbidden".into()) },
+            w.now,
+            &mut out,
+        );
+        w.state.after_batch(w.now, &mut out);
+        assert!(!out.iter().any(|e| matches!(e, Effect::SetConditions(_))), "not re-sent at once");
+        let failed_at = w.now;
+        loop {
+            w.now = w.state.next_wakeup().expect("a retry");
+            let mut out = vec![];
+            w.state.tick(w.now, &mut out);
+            if out.iter().any(|e| matches!(e, Effect::SetConditions(s) if s.node == "n0")) {
+                break;
+            }
+        }
+        resent.push(w.now.duration_since(failed_at).as_secs_f64());
+    }
+    assert_eq!(resent, vec![0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0]);
+    // 404: the node is gone; nothing is re-sent until a newer object (or its delete event).
+    let mut out = vec![];
+    w.state.handle(Input::NodeWriteResult { node: "n0".into(), result: NodeWriteResult::NotFound }, w.now, &mut out);
+    w.state.after_batch(w.now, &mut out);
+    let n = count(&w);
+    w.advance_to(300.0);
+    assert_eq!(count(&w), n);
+}
+
+#[test]
+fn mark_pods_not_ready_retries_failures_and_stops_when_the_node_is_ready_again() {
+    let mut w = World::new(cfg(), healthy_zone("n", "a", 3), vec![pod("p", "n0"), pod("q", "n0")]);
+    heartbeat(&mut w, &["n1", "n2"], 0.0, 49.0);
+    w.advance_to(50.0);
+    let marks: Vec<MarkPodNotReady> = w
+        .log
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Effect::MarkPodNotReady(m) => Some(m.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(marks.len(), 2);
+    // p's write fails: retried after a backoff, not at once.
+    let p = marks.iter().find(|m| m.name == "p").expect("p").clone();
+    w.input(Input::MarkResult { key: p.key.clone(), op: p.op, result: MarkResult::Failed("503".into()) });
+    let retries =
+        |w: &World| w.log.iter().filter(|(_, e)| matches!(e, Effect::MarkPodNotReady(m) if m.name == "p")).count();
+    assert_eq!(retries(&w), 1);
+    w.advance_to(50.6);
+    assert_eq!(retries(&w), 2);
+    // The node is back before q's (queued) write went out: it is called off.
+    let q = marks.iter().find(|m| m.name == "q").expect("q").clone();
+    w.kubelet_posts("n0", "True");
+    assert!(w.log.iter().any(|(_, e)| *e == Effect::Cancel(Op::MarkPodNotReady(q.op))), "queued write called off");
+    // And a failed one is no longer retried.
+    let again = w.log.iter().rev().find_map(|(_, e)| match e {
+        Effect::MarkPodNotReady(m) if m.name == "p" => Some(m.clone()),
         _ => None,
     });
-    let sc = sc.expect("a status write");
-    w.input(Input::NodeWriteResult { node: sc.node.clone(), result: NodeWriteResult::Conflict });
-    let n_writes = w.writes_since(0).len();
-    w.advance_to(51.0);
-    assert_eq!(w.writes_since(0).len(), n_writes, "no retry on the stale object");
-    // The kubelet's write arrives: it was a heartbeat, so the node is fine.
-    w.kubelet_posts("n0", "True");
-    assert!(!w.lc().overdue("n0", w.now));
+    let again = again.expect("p again");
+    w.input(Input::MarkResult { key: again.key.clone(), op: again.op, result: MarkResult::Failed("503".into()) });
+    w.advance_to(100.0);
+    assert_eq!(retries(&w), 2);
 }
 
 #[test]
@@ -574,4 +689,131 @@ fn a_node_that_never_posted_ready_gets_the_startup_grace() {
     );
     // Never Ready=True before: no NodeNotReady event.
     assert!(w.events("NodeNotReady").is_empty());
+}
+
+#[test]
+fn an_excluded_node_alone_in_its_zone_is_still_tainted() {
+    // Upstream gives every node's zone a tainter at the normal rate, counted nodes or not.
+    let mut ex = node("ex", "lonely", "True");
+    ex.exclude_disruption = true;
+    let mut w = World::new(cfg(), vec![ex, node("a0", "a", "True"), node("a1", "a", "True")], vec![]);
+    heartbeat(&mut w, &["a0", "a1"], 0.0, 60.0);
+    assert!(w.has_taint("ex", keys::UNREACHABLE, TE::NoExecute));
+    assert!(w.lc().zone_reports().iter().all(|z| z.zone != "lonely"), "a zone without counted nodes has no state");
+}
+
+#[test]
+fn zones_are_judged_over_every_node_but_only_selected_nodes_are_written() {
+    // Two canary nodes are ours; the zone has 8 more that another controller manages.
+    let mut nodes = healthy_zone("other", "a", 8);
+    for n in &mut nodes {
+        n.selected = false;
+    }
+    nodes.extend(healthy_zone("canary", "a", 2));
+    let mut w = World::new(cfg(), nodes, vec![]);
+    let alive: Vec<String> = (0..8).map(|i| format!("other{i}")).chain(["canary1".to_owned()]).collect();
+    let alive: Vec<&str> = alive.iter().map(String::as_str).collect();
+    heartbeat(&mut w, &alive, 0.0, 60.0);
+    // One failed canary is 1 of 10 in its zone, not "every zone down": it is tainted.
+    assert!(!w.lc().all_zones_disrupted());
+    assert_eq!(w.lc().zone_reports()[0].size, 10);
+    assert!(w.has_taint("canary0", keys::UNREACHABLE, TE::NoExecute));
+    // The other controller's nodes are never written to, even when they go silent.
+    heartbeat(&mut w, &["canary1"], 70.0, 200.0);
+    assert!(!w.log.iter().any(|(_, e)| match e {
+        Effect::SetConditions(s) => s.node.starts_with("other"),
+        Effect::SetTaints(s) => s.node.starts_with("other"),
+        Effect::NodeEvent(n) => n.node.starts_with("other"),
+        _ => false,
+    }));
+}
+
+#[test]
+fn a_wall_clock_step_gives_every_node_a_fresh_grace_period() {
+    let mut w = World::new(cfg(), healthy_zone("n", "a", 3), vec![]);
+    heartbeat(&mut w, &["n0", "n1", "n2"], 0.0, 40.0);
+    // The clock is set an hour ahead: measured across the step, every node would be overdue.
+    w.now = ts(3645.0);
+    w.state.clock_stepped(w.now);
+    w.advance_to(3650.0);
+    assert!(w.writes_since(0).is_empty(), "{:?}", w.writes_since(0));
+    // Nodes that really stay silent are judged a grace period after the step.
+    w.advance_to(3694.9);
+    assert_eq!(w.writes_since(0).len(), 0);
+    w.advance_to(3695.0);
+    assert!(w.log.iter().any(|(t, e)| *t == ts(3695.0) && matches!(e, Effect::SetConditions(_))));
+}
+
+fn eviction() -> Option<crate::eviction::TaintEviction> {
+    Some(crate::eviction::TaintEviction::new(crate::eviction::Config::default()))
+}
+
+fn tolerating(name: &str, node: &str, key: &str, seconds: i64) -> SlimPod {
+    let mut p = pod(name, node);
+    p.tolerations = vec![crate::taints::Toleration {
+        key: key.into(),
+        operator: crate::taints::Operator::Exists,
+        value: String::new(),
+        effect: Some(TE::NoExecute),
+        toleration_seconds: Some(seconds),
+    }]
+    .into();
+    p
+}
+
+fn evicted(w: &World) -> Vec<String> {
+    w.log
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Effect::EvictPod(ev) => Some(ev.name.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn after_downtime_a_stale_taint_on_a_recovered_node_evicts_nobody() {
+    // The controller was down while n0 was unreachable; meanwhile n0 recovered (Ready=True), but
+    // the taint from an hour ago is still there. On start nothing is evicted and it is removed.
+    let mut n0 = node("n0", "a", "True");
+    n0.taints = vec![Taint::new(keys::UNREACHABLE, TE::NoExecute).added_at(ts(-3600.0))];
+    let pods = vec![tolerating("p", "n0", keys::UNREACHABLE, 30), pod("untolerated", "n0")];
+    let w = World::with_eviction(cfg(), eviction(), vec![n0, node("n1", "a", "True")], pods);
+    assert!(evicted(&w).is_empty(), "{:?}", evicted(&w));
+    assert!(!w.has_taint("n0", keys::UNREACHABLE, TE::NoExecute));
+}
+
+#[test]
+fn after_downtime_a_taint_confirmed_still_needed_evicts_at_the_original_deadline() {
+    let mut n0 = node("n0", "a", "Unknown");
+    n0.taints = vec![
+        Taint::new(keys::UNREACHABLE, TE::NoExecute).added_at(ts(-10.0)),
+        Taint::new(keys::UNREACHABLE, TE::NoSchedule).added_at(ts(-10.0)),
+    ];
+    let pods = vec![tolerating("p", "n0", keys::UNREACHABLE, 30), pod("untolerated", "n0")];
+    let mut w = World::with_eviction(cfg(), eviction(), vec![n0, node("n1", "a", "True")], pods);
+    assert_eq!(evicted(&w), vec!["untolerated"], "confirmed at once from synced caches");
+    w.advance_to(19.9);
+    assert_eq!(evicted(&w).len(), 1);
+    w.advance_to(20.0);
+    assert_eq!(evicted(&w), vec!["untolerated", "p"]);
+    assert!(w.log.iter().any(|(t, e)| *t == ts(20.0) && matches!(e, Effect::EvictPod(ev) if ev.name == "p")));
+}
+
+#[test]
+fn the_gate_stands_behind_managed_taints_only_when_they_are_wanted() {
+    let mut stale = node("stale", "a", "True");
+    stale.taints = vec![Taint::new(keys::UNREACHABLE, TE::NoExecute), Taint::new("user", TE::NoExecute)];
+    let mut down = node("down", "a", "Unknown");
+    down.taints = vec![Taint::new(keys::UNREACHABLE, TE::NoExecute)];
+    let mut lc = NodeLifecycle::new(cfg());
+    let unreachable = Taint::new(keys::UNREACHABLE, TE::NoExecute);
+    // Before node lifecycle has judged anything: nothing managed is confirmed.
+    assert!(!lc.confirmed(&down, &unreachable, ts(0.0)));
+    assert!(lc.confirmed(&stale, &Taint::new("user", TE::NoExecute), ts(0.0)), "not ours to judge");
+    let w = World::new(cfg(), vec![stale.clone(), down.clone()], vec![]);
+    lc = w.state.lifecycle.expect("lifecycle");
+    assert!(lc.confirmed(&down, &unreachable, ts(0.0)));
+    assert!(!lc.confirmed(&stale, &unreachable, ts(0.0)), "a Ready node should not carry it");
+    assert!(!lc.confirmed(&stale, &Taint::new(keys::NOT_READY, TE::NoExecute), ts(0.0)));
 }

@@ -206,17 +206,35 @@ fn apply_changes_keeps_foreign_taints_and_time_added() {
     let user = taint("example.com/mine", "x", "NoSchedule");
     let unreachable = taint(keys::UNREACHABLE, "", "NoExecute").added_at(t0);
     let current = vec![user.clone(), unreachable.clone()];
-    let ne = |k: &str| (k.to_owned(), Effect::NoExecute);
+    let ne = |k: &str| TaintId::new(k, Effect::NoExecute);
+    let add = |k: &str| TaintAdd::new(ne(k));
     // Already there: nothing to write, and the old timeAdded stays.
-    assert_eq!(apply_changes(&current, &[ne(keys::UNREACHABLE)], &[], t1), None);
-    // Swap: remove one, add the other with the new time; the user's taint is untouched.
-    let swapped = apply_changes(&current, &[ne(keys::NOT_READY)], &[ne(keys::UNREACHABLE)], t1).expect("changed");
-    assert_eq!(swapped, vec![user.clone(), taint(keys::NOT_READY, "", "NoExecute").added_at(t1)]);
+    assert_eq!(apply_changes(&current, &[add(keys::UNREACHABLE)], &[], t1), None);
+    // A plain replacement: the new taint is stamped with the time of the write.
+    let replaced = apply_changes(&current, &[add(keys::NOT_READY)], &[ne(keys::UNREACHABLE)], t1).expect("changed");
+    assert_eq!(replaced, vec![user.clone(), taint(keys::NOT_READY, "", "NoExecute").added_at(t1)]);
+    // The not-ready <-> unreachable swap keeps the replaced taint's timeAdded ("not Ready since");
+    // the user's taint is untouched.
+    let swap = TaintAdd { id: ne(keys::NOT_READY), inherit: Some(ne(keys::UNREACHABLE)) };
+    let swapped = apply_changes(&current, std::slice::from_ref(&swap), &[ne(keys::UNREACHABLE)], t1).expect("changed");
+    assert_eq!(swapped, vec![user.clone(), taint(keys::NOT_READY, "", "NoExecute").added_at(t0)]);
+    // Inheriting from a taint that is not there (or has no timeAdded) falls back to now.
+    let swapped = apply_changes(std::slice::from_ref(&user), &[swap], &[], t1).expect("changed");
+    assert_eq!(swapped[1].time_added, Some(t1));
     // Removing something absent changes nothing.
     assert_eq!(apply_changes(std::slice::from_ref(&user), &[], &[ne(keys::NOT_READY)], t1), None);
     // A NoSchedule taint of the same key is a different taint.
-    let ns = (keys::UNREACHABLE.to_owned(), Effect::NoSchedule);
+    let ns = TaintAdd::new(TaintId::new(keys::UNREACHABLE, Effect::NoSchedule));
     assert_eq!(apply_changes(&current, std::slice::from_ref(&ns), &[], t1).expect("added").len(), 3);
+}
+
+#[test]
+fn a_pod_bound_after_the_taint_counts_from_its_binding() {
+    let added = ts("2026-01-01T00:00:00Z");
+    let later = ts("2026-01-01T01:00:00Z");
+    assert_eq!(pod_anchor(added, None), added, "no binding time known: the taint alone");
+    assert_eq!(pod_anchor(added, Some(later)), later, "bound an hour after the taint");
+    assert_eq!(pod_anchor(later, Some(added)), later, "bound before the taint");
 }
 
 #[test]

@@ -86,6 +86,8 @@ pub struct ControlPlane {
     etcd: Option<Child>,
     apiserver: Option<Child>,
     watchdog: Option<(Child, ChildStdin)>,
+    /// How the API server was started, to start it again ([`ControlPlane::restart_apiserver`]).
+    apiserver_cmd: (PathBuf, Vec<String>),
 }
 
 fn free_port() -> Result<u16> {
@@ -208,14 +210,8 @@ impl ControlPlane {
         ]
         .into();
         args.extend(opts.apiserver_args.iter().cloned());
-        let apiserver = Command::new(assets.join("kube-apiserver"))
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(log_file(&dir, "kube-apiserver")?)
-            .stderr(log_file(&dir, "kube-apiserver.err")?)
-            .process_group(0)
-            .spawn();
-        let apiserver = match apiserver {
+        let apiserver_cmd = (assets.join("kube-apiserver"), args);
+        let apiserver = match spawn_apiserver(&apiserver_cmd, &dir) {
             Ok(c) => c,
             Err(e) => {
                 let _ = etcd.kill();
@@ -223,12 +219,8 @@ impl ControlPlane {
             }
         };
 
-        let watchdog = if opts.detached {
-            std::fs::write(dir.join("pids"), format!("{} {}\n", etcd.id(), apiserver.id()))?;
-            None
-        } else {
-            Some(spawn_watchdog(&[etcd.id(), apiserver.id()], &dir)?)
-        };
+        std::fs::write(dir.join("pids"), format!("{} {}\n", etcd.id(), apiserver.id()))?;
+        let watchdog = if opts.detached { None } else { Some(spawn_watchdog(&dir)?) };
         let mut cp = Self {
             dir,
             kubeconfig,
@@ -238,6 +230,7 @@ impl ControlPlane {
             etcd: Some(etcd),
             apiserver: Some(apiserver),
             watchdog,
+            apiserver_cmd,
         };
         match cp.wait_ready(Duration::from_secs(120)) {
             Ok(version) => {
@@ -319,6 +312,22 @@ impl ControlPlane {
         Ok(path)
     }
 
+    /// Kills kube-apiserver (SIGKILL: a crash), waits `down`, and starts it again with the same
+    /// flags, port and etcd data; returns when it is ready again, with the moment it was.
+    pub fn restart_apiserver(&mut self, down: Duration) -> Result<Instant> {
+        if let Some(mut old) = self.apiserver.take() {
+            let _ = old.kill();
+            let _ = old.wait();
+        }
+        std::thread::sleep(down);
+        let child = spawn_apiserver(&self.apiserver_cmd, &self.dir)?;
+        let etcd = self.etcd.as_ref().map_or(0, Child::id);
+        std::fs::write(self.dir.join("pids"), format!("{etcd} {}\n", child.id()))?;
+        self.apiserver = Some(child);
+        self.wait_ready(Duration::from_secs(120))?;
+        Ok(Instant::now())
+    }
+
     /// Stops the servers and removes the directory (not for detached planes' callers).
     pub fn stop(&mut self) {
         for child in [self.apiserver.take(), self.etcd.take()].into_iter().flatten() {
@@ -368,21 +377,32 @@ fn terminate(mut child: Child) {
     let _ = child.wait();
 }
 
+fn spawn_apiserver((bin, args): &(PathBuf, Vec<String>), dir: &Path) -> Result<Child> {
+    Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log_file(dir, "kube-apiserver")?)
+        .stderr(log_file(dir, "kube-apiserver.err")?)
+        .process_group(0)
+        .spawn()
+        .context("starting kube-apiserver")
+}
+
 /// A watchdog in its own process group: it blocks reading a pipe from us; when this process
-/// ends for any reason (panic, abort, SIGKILL) the pipe closes, and it kills the servers' process
-/// and removes the directory. No orphans, no `unsafe`.
-fn spawn_watchdog(pids: &[u32], dir: &Path) -> Result<(Child, ChildStdin)> {
-    // By pid, not process group: dash's `kill` builtin takes no negative pids.
-    let groups: Vec<String> = pids.iter().map(u32::to_string).collect();
-    let groups = groups.join(" ");
+/// ends for any reason (panic, abort, SIGKILL) the pipe closes, and it kills the servers (whose
+/// pids it reads from `dir/pids` then, so a restarted API server is covered) and removes the
+/// directory. No orphans, no `unsafe`.
+fn spawn_watchdog(dir: &Path) -> Result<(Child, ChildStdin)> {
     let cleanup = if keep_dirs() {
         String::new()
     } else {
         let parent = dir.parent().map(|p| format!("; rmdir '{}' 2>/dev/null", p.display())).unwrap_or_default();
         format!("rm -rf '{}'{parent}", dir.display())
     };
+    // By pid, not process group: dash's `kill` builtin takes no negative pids.
+    let pids = format!("$(cat '{}/pids' 2>/dev/null)", dir.display());
     let script =
-        format!("read -r _ ; kill -TERM {groups} 2>/dev/null; sleep 3; kill -KILL {groups} 2>/dev/null; {cleanup}");
+        format!("read -r _ ; kill -TERM {pids} 2>/dev/null; sleep 3; kill -KILL {pids} 2>/dev/null; {cleanup}");
     let mut child = Command::new("sh")
         .args(["-c", &script])
         .stdin(Stdio::piped())

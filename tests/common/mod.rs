@@ -3,13 +3,16 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use nlc_testenv::{ControlPlane, unique};
@@ -253,4 +256,146 @@ pub async fn pod_events(client: &kube::Client, ns: &str, pod: &str) -> Vec<(Stri
         .filter(|e| e.involved_object.name.as_deref() == Some(pod))
         .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
         .collect()
+}
+
+/// Fake kubelets: renew the Leases of the nodes in `alive` every 500 ms.
+pub struct Kubelets {
+    alive: Arc<Mutex<HashSet<String>>>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl Kubelets {
+    pub async fn start(client: &kube::Client, nodes: &[String]) -> Self {
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+        for n in nodes {
+            let lease: Lease = serde_json::from_value(json!({
+                "metadata": {"name": n},
+                "spec": {"holderIdentity": n, "leaseDurationSeconds": 40, "renewTime": MicroTime(Timestamp::now())}
+            }))
+            .expect("lease");
+            leases.create(&PostParams::default(), &lease).await.expect("create lease");
+        }
+        let alive: Arc<Mutex<HashSet<String>>> = Arc::new(Mutex::new(nodes.iter().cloned().collect()));
+        let task = {
+            let alive = alive.clone();
+            tokio::spawn(async move {
+                loop {
+                    let names: Vec<String> = alive.lock().map(|a| a.iter().cloned().collect()).unwrap_or_default();
+                    for n in names {
+                        let patch = json!({"spec": {"renewTime": MicroTime(Timestamp::now())}});
+                        let _ = leases.patch(&n, &PatchParams::default(), &Patch::Merge(&patch)).await;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            })
+        };
+        Self { alive, _task: task }
+    }
+
+    pub fn stop(&self, node: &str) {
+        if let Ok(mut a) = self.alive.lock() {
+            a.remove(node);
+        }
+    }
+
+    pub fn resume(&self, node: &str) {
+        if let Ok(mut a) = self.alive.lock() {
+            a.insert(node.to_owned());
+        }
+    }
+}
+
+/// A Ready node in this scope, in zone `zone` of a region of its own (every node in the cluster
+/// counts towards zone states, so tests must not share zones).
+pub async fn make_node(s: &Scope, zone: &str, taints: Value) -> String {
+    make_node_labelled(s, zone, taints, json!({})).await
+}
+
+/// The same, with extra labels.
+pub async fn make_node_labelled(s: &Scope, zone: &str, taints: Value, labels: Value) -> String {
+    let name = unique(&format!("{}-{zone}", s.ns));
+    let mut all =
+        json!({"nlc-test": s.scope, "topology.kubernetes.io/zone": zone, "topology.kubernetes.io/region": s.scope});
+    if let (Some(all), Some(extra)) = (all.as_object_mut(), labels.as_object()) {
+        all.extend(extra.clone());
+    }
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": all},
+        "spec": {"taints": taints},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+            "lastHeartbeatTime": now_s(), "lastTransitionTime": now_s()}]}
+    }))
+    .expect("node");
+    s.nodes().create(&PostParams::default(), &node).await.expect("create node");
+    name
+}
+
+/// The zone key of `zone` in this scope's region, as metrics label it.
+pub fn zone_key(s: &Scope, zone: &str) -> String {
+    format!("{}:\0:{zone}", s.scope)
+}
+
+pub async fn set_condition(s: &Scope, node: &str, type_: &str, status: &str) {
+    let patch = json!({"status": {"conditions": [{"type": type_, "status": status, "reason": "Test",
+        "lastHeartbeatTime": Timestamp::now(), "lastTransitionTime": now_s()}]}});
+    s.nodes().patch_status(node, &PatchParams::default(), &Patch::Strategic(&patch)).await.expect("status");
+}
+
+pub fn taint_of<'a>(node: &'a Node, key: &str, effect: &str) -> Option<&'a k8s_openapi::api::core::v1::Taint> {
+    node.spec.as_ref()?.taints.as_ref()?.iter().find(|t| t.key == key && t.effect == effect)
+}
+
+pub fn ready_of(node: &Node) -> Option<k8s_openapi::api::core::v1::NodeCondition> {
+    node.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready").cloned()
+}
+
+/// Polls `node` until `pred` holds; returns the node and when it was first seen holding.
+pub async fn wait_node(
+    s: &Scope,
+    node: &str,
+    timeout: Duration,
+    pred: impl Fn(&Node) -> bool,
+) -> Option<(Node, Timestamp)> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Ok(n) = s.nodes().get(node).await
+            && pred(&n)
+        {
+            return Some((n, Timestamp::now()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+pub async fn node_now(s: &Scope, node: &str) -> Node {
+    s.nodes().get(node).await.expect("node")
+}
+
+/// The value of one metric line (`name{labels}`), if present.
+pub fn metric(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+}
+
+/// The sum of every series of `name` whose labels contain all of `labels` (e.g. `code="403"`).
+pub fn metric_sum(metrics: &str, name: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
+}
+
+pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
+pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+
+/// Flags for a fast controller: 3 s grace, a 1 s safety pass.
+pub const FAST: &[&str] =
+    &["--node-monitor-grace-period", "3s", "--node-startup-grace-period", "3s", "--node-monitor-period", "1s"];
+
+pub fn flags(extra: &[&'static str]) -> Vec<&'static str> {
+    FAST.iter().chain(extra).copied().collect()
 }

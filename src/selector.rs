@@ -1,0 +1,214 @@
+//! Label selectors in Kubernetes' string syntax (`--node-selector`), parsed once and matched
+//! locally. PURE.
+//!
+//! The grammar is apimachinery's `labels.Parse`: comma-separated requirements, each `key`,
+//! `!key`, `key=value`, `key==value`, `key!=value`, `key in (a,b)`, `key notin (a,b)`,
+//! `key>N` or `key<N`. `!=` and `notin` also match nodes without the label; the empty selector
+//! matches everything.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Op {
+    Exists,
+    DoesNotExist,
+    Equals,
+    NotEquals,
+    In,
+    NotIn,
+    Gt,
+    Lt,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Requirement {
+    key: String,
+    op: Op,
+    values: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Selector {
+    text: String,
+    requirements: Vec<Requirement>,
+}
+
+fn valid_value(v: &str) -> bool {
+    v.is_empty()
+        || (v.len() <= 63
+            && v.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && v.ends_with(|c: char| c.is_ascii_alphanumeric())
+            && v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+}
+
+/// Splits on commas outside parentheses.
+fn split_requirements(s: &str) -> Vec<&str> {
+    let (mut out, mut depth, mut start) = (Vec::new(), 0i32, 0);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out
+}
+
+fn parse_requirement(req: &str) -> Result<Requirement, String> {
+    let req = req.trim();
+    if let Some(key) = req.strip_prefix('!') {
+        let key = key.trim();
+        return Ok(Requirement { key: key.to_owned(), op: Op::DoesNotExist, values: vec![] });
+    }
+    let key_end =
+        req.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'))).unwrap_or(req.len());
+    let key = &req[..key_end];
+    let rest = req[key_end..].trim_start();
+    let single = |op: Op, v: &str| Requirement { key: key.to_owned(), op, values: vec![v.trim().to_owned()] };
+    let set = |op: Op, v: &str| -> Result<Requirement, String> {
+        let v = v.trim();
+        let inner = v
+            .strip_prefix('(')
+            .and_then(|v| v.strip_suffix(')'))
+            .ok_or_else(|| format!("{req:?}: expected a parenthesised list of values"))?;
+        let values: Vec<String> = inner.split(',').map(|v| v.trim().to_owned()).collect();
+        Ok(Requirement { key: key.to_owned(), op, values })
+    };
+    let r = if rest.is_empty() {
+        Requirement { key: key.to_owned(), op: Op::Exists, values: vec![] }
+    } else if let Some(v) = rest.strip_prefix("!=") {
+        single(Op::NotEquals, v)
+    } else if let Some(v) = rest.strip_prefix("==") {
+        single(Op::Equals, v)
+    } else if let Some(v) = rest.strip_prefix('=') {
+        single(Op::Equals, v)
+    } else if let Some(v) = rest.strip_prefix('>') {
+        single(Op::Gt, v)
+    } else if let Some(v) = rest.strip_prefix('<') {
+        single(Op::Lt, v)
+    } else if let Some(v) = rest.strip_prefix("notin").filter(|v| v.starts_with([' ', '('])) {
+        set(Op::NotIn, v)?
+    } else if let Some(v) = rest.strip_prefix("in").filter(|v| v.starts_with([' ', '('])) {
+        set(Op::In, v)?
+    } else {
+        return Err(format!("{req:?}: expected =, ==, !=, in, notin, > or < after the key"));
+    };
+    Ok(r)
+}
+
+impl FromStr for Selector {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        let mut requirements = Vec::new();
+        for part in split_requirements(s) {
+            let r = parse_requirement(part)?;
+            if !crate::rules::valid_taint_key(&r.key) {
+                return Err(format!("{:?}: {:?} is not a valid label key", part.trim(), r.key));
+            }
+            match r.op {
+                Op::Gt | Op::Lt if r.values[0].parse::<i64>().is_err() => {
+                    return Err(format!("{:?}: {:?} is not an integer", part.trim(), r.values[0]));
+                }
+                Op::Gt | Op::Lt => {}
+                _ => {
+                    if let Some(bad) = r.values.iter().find(|v| !valid_value(v)) {
+                        return Err(format!("{:?}: {bad:?} is not a valid label value", part.trim()));
+                    }
+                }
+            }
+            requirements.push(r);
+        }
+        Ok(Self { text: s.trim().to_owned(), requirements })
+    }
+}
+
+impl fmt::Display for Selector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl Selector {
+    /// The empty selector: everything matches.
+    pub fn is_everything(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    pub fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
+        self.requirements.iter().all(|r| {
+            let v = labels.and_then(|l| l.get(&r.key));
+            let int = |s: &str| s.parse::<i64>().ok();
+            match r.op {
+                Op::Exists => v.is_some(),
+                Op::DoesNotExist => v.is_none(),
+                Op::Equals | Op::In => v.is_some_and(|v| r.values.contains(v)),
+                Op::NotEquals | Op::NotIn => v.is_none_or(|v| !r.values.contains(v)),
+                Op::Gt => v.and_then(|v| int(v)).zip(int(&r.values[0])).is_some_and(|(a, b)| a > b),
+                Op::Lt => v.and_then(|v| int(v)).zip(int(&r.values[0])).is_some_and(|(a, b)| a < b),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn matching_follows_apimachinery() {
+        let l = labels(&[("role", "worker"), ("zone", "a"), ("gen", "5")]);
+        #[rustfmt::skip]
+        let cases = [
+            ("", true),
+            ("role", true),
+            ("missing", false),
+            ("!missing", true),
+            ("!role", false),
+            ("role=worker", true),
+            ("role==worker", true),
+            ("role = worker", true),
+            ("role=master", false),
+            ("role!=master", true),
+            ("missing!=x", true),
+            ("role in (worker, infra)", true),
+            ("role in (infra)", false),
+            ("role notin (infra)", true),
+            ("missing notin (infra)", true),
+            ("role,zone=a", true),
+            ("role,zone=b", false),
+            ("zone in (a,b),role notin (master)", true),
+            ("gen>4", true),
+            ("gen<4", false),
+            ("missing>1", false),
+            ("example.com/pool=gpu", false),
+        ];
+        for (text, want) in cases {
+            let s: Selector = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(s.matches(Some(&l)), want, "{text:?}");
+        }
+        let s: Selector = "missing!=x".parse().expect("parse");
+        assert!(s.matches(None), "no labels at all");
+    }
+
+    #[test]
+    fn bad_selectors_are_errors() {
+        for bad in ["role=(x", "=x", "role in x", "role in (a", "Role Name=x", "role=bad value", "gen>x", "role ~ x"] {
+            assert!(bad.parse::<Selector>().is_err(), "{bad:?}");
+        }
+    }
+}
