@@ -1,29 +1,59 @@
-//! The crate's error type. `anyhow` is used only at the edges (`main`, wiring).
+//! The crate's one error type. `anyhow` appears only in `main`.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A manifest given on the command line could not be used. Displayed as one line naming the
-    /// file and the problem.
-    #[error("{source_name}: {problem}")]
-    Input { source_name: String, problem: String },
-
-    #[error("reading {path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-
+    /// A flag, rule or manifest that cannot be used (names it).
     #[error("invalid configuration: {0}")]
-    Config(String),
+    Config(#[from] nlc_core::Error),
+
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(String),
 
     #[error(transparent)]
     Kube(#[from] kube::Error),
 
-    #[error("kubeconfig: {0}")]
-    Kubeconfig(String),
+    /// An address from a flag could not be bound.
+    #[error("{flag} {addr}: {source}")]
+    Bind {
+        flag: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A certificate or key from a flag could not be used.
+    #[error("{flag} {}: {problem}", path.display())]
+    Tls { flag: &'static str, path: PathBuf, problem: String },
+
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Logging could not be set up (a bad `--log-level` filter).
+    #[error("--log-level: {0}")]
+    Telemetry(String),
+}
+
+impl Error {
+    /// The label of `nlc_task_failures_total{error}`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Config(_) => "config",
+            Self::Kubeconfig(_) => "kubeconfig",
+            Self::Kube(kube::Error::Api(_)) => "api",
+            Self::Kube(_) => "client",
+            Self::Bind { .. } => "bind",
+            Self::Tls { .. } => "tls",
+            Self::Io { .. } => "io",
+            Self::Telemetry(_) => "telemetry",
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,309 +1,89 @@
-//! `explain`: what Kubernetes decides for one pod on one node, for people (a table) and for
-//! scripts (JSON of a fixed shape). The decision is [`explain`], PURE; reading manifests and the
-//! cluster happens at the edge ([`read_manifest`], [`from_cluster`]).
+//! `explain`: reads a Node and a Pod (files, stdin or the cluster) and prints what
+//! [`nlc_core::explain`] decides for them.
 
-use std::fmt::Write as _;
 use std::io::Read as _;
 
-use jiff::Timestamp;
+use clap::{Args, ValueEnum};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use serde::Serialize;
+use nlc_core::explain::{explain, parse_manifest, render_text};
+use nlc_core::taints::MatchOptions;
 
-use crate::error::{Error, Result};
-use crate::taints::{self, EvictNowCause, MatchOptions, Outcome, Scheduling, Taint, Toleration};
+use crate::error::Result;
+use crate::runtime::args::ClientArgs;
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TaintRow {
-    pub key: String,
-    pub value: String,
-    pub effect: String,
-    pub time_added: Option<String>,
-    /// Index into the pod's `spec.tolerations` of the first toleration that tolerates this taint.
-    pub tolerated_by: Option<usize>,
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum Decision {
-    None,
-    Never,
-    Immediate,
-    Delayed,
-}
-
-/// What a delayed eviction's countdown starts from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Anchor {
-    /// The taint's `timeAdded`.
-    TimeAdded,
-    /// The pod was bound to the node after the taint was added: it gets its whole
-    /// `tolerationSeconds` from then.
-    PodBound,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EvictionReport {
-    pub decision: Decision,
-    pub toleration_seconds: Option<i64>,
-    /// RFC 3339 in UTC.
-    pub deadline: Option<String>,
-    /// Where the deadline's countdown starts (with a deadline only).
-    pub anchor: Option<Anchor>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Explanation {
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// A Node manifest (YAML or JSON; `-` for stdin), or with --from-cluster a node name.
+    #[arg(long)]
     pub node: String,
+    /// A Pod manifest (YAML or JSON; `-` for stdin), or with --from-cluster `namespace/name`.
+    #[arg(long)]
     pub pod: String,
-    pub taints: Vec<TaintRow>,
-    pub scheduling: Scheduling,
-    pub eviction: EvictionReport,
-    pub warnings: Vec<String>,
-    /// Why the eviction decision is what it is, in words (text output).
-    #[serde(skip)]
-    pub reason: String,
-    #[serde(skip)]
-    tolerations: Vec<String>,
+    /// Read the node and the pod from the cluster instead of files.
+    #[arg(long)]
+    pub from_cluster: bool,
+    /// Honour the `Lt` / `Gt` toleration operators (feature gate
+    /// TaintTolerationComparisonOperators, off by default upstream).
+    #[arg(long)]
+    pub enable_comparison_operators: bool,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
+    pub output: OutputFormat,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
-fn rfc3339(t: Timestamp) -> String {
-    // Whole seconds when there is no fraction, like the API server's own timestamps.
-    if t.subsec_nanosecond() == 0 { t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string() } else { t.to_string() }
+fn input(source_name: &str, problem: impl ToString) -> crate::Error {
+    nlc_core::Error::Input { source_name: source_name.to_owned(), problem: problem.to_string() }.into()
 }
 
-/// Explains the eviction and scheduling decision for `pod` on `node` at `now` (only used to
-/// flag `timeAdded`s in the future).
-pub fn explain(node: &Node, pod: &Pod, opts: MatchOptions, now: Timestamp) -> Explanation {
-    let taints: Vec<Taint> = node.spec.iter().flat_map(|s| s.taints.iter().flatten()).map(Taint::from).collect();
-    let tolerations: Vec<Toleration> =
-        pod.spec.iter().flat_map(|s| s.tolerations.iter().flatten()).map(Toleration::from).collect();
-
-    let rows = taints
-        .iter()
-        .map(|t| TaintRow {
-            key: t.key.clone(),
-            value: t.value.clone(),
-            effect: t.effect.as_str().to_owned(),
-            time_added: t.time_added.map(rfc3339),
-            tolerated_by: taints::first_tolerating(&tolerations, t, opts),
-        })
-        .collect();
-
-    // When the pod was bound to the node; a manifest written by hand may carry neither field,
-    // and then the taints' timeAdded alone applies.
-    let bound = crate::index::SlimPod::from(pod).bound;
-    let outcome =
-        taints::evaluate(&taints, &tolerations, opts, |_, t| t.time_added.map(|a| taints::pod_anchor(a, bound)));
-    let all_anchored = taints.iter().filter(|t| t.effect == taints::Effect::NoExecute).all(|t| t.time_added.is_some());
-    let none = |decision| EvictionReport { decision, toleration_seconds: None, deadline: None, anchor: None };
-    let (eviction, reason) = match outcome {
-        Outcome::NoTaints => (none(Decision::None), "the node has no NoExecute taint".to_owned()),
-        Outcome::Never => {
-            (none(Decision::Never), "every NoExecute taint is tolerated without tolerationSeconds".to_owned())
-        }
-        Outcome::EvictNow(cause) => (
-            none(Decision::Immediate),
-            match cause {
-                EvictNowCause::Untolerated { taint } => format!("taint {} is not tolerated", taints[taint]),
-                EvictNowCause::NonPositiveSeconds { taint, toleration } => format!(
-                    "taint {} is tolerated by toleration {toleration} with tolerationSeconds {} (<= 0)",
-                    taints[taint],
-                    tolerations[toleration].toleration_seconds.unwrap_or_default()
-                ),
-            },
-        ),
-        Outcome::EvictAt { seconds, deadline } => {
-            let deadline = deadline.filter(|_| all_anchored);
-            let reason = match deadline {
-                Some(d) => {
-                    let left = d.duration_since(now);
-                    if left.is_negative() {
-                        format!("deadline passed {} ago", human(left.unsigned_abs()))
-                    } else {
-                        format!("due in {}", human(left.unsigned_abs()))
-                    }
-                }
-                None => "a NoExecute taint has no timeAdded: the countdown starts when a controller first sees it"
-                    .to_owned(),
-            };
-            // The deadline came from the pod's binding when some taint's countdown, moved to the
-            // binding, gives it.
-            let anchor = deadline.map(|d| {
-                let from_bound = bound.is_some_and(|b| {
-                    taints.iter().any(|t| {
-                        t.time_added.is_some_and(|a| a < b)
-                            && taints::first_tolerating(&tolerations, t, opts)
-                                .and_then(|j| tolerations[j].toleration_seconds)
-                                .is_some_and(|s| s > 0 && taints::add_seconds(b, s) == d)
-                    })
-                });
-                if from_bound { Anchor::PodBound } else { Anchor::TimeAdded }
-            });
-            (
-                EvictionReport {
-                    decision: Decision::Delayed,
-                    toleration_seconds: Some(seconds),
-                    deadline: deadline.map(rfc3339),
-                    anchor,
-                },
-                reason,
-            )
-        }
-    };
-
-    let mut warnings = taints::warnings(&taints, &tolerations, opts);
-    for (i, t) in taints.iter().enumerate() {
-        if let Some(added) = t.time_added.filter(|a| *a > now) {
-            warnings.push(format!(
-                "taint {i} ({t}) has timeAdded {} in the future (clock skew); this controller counts from when it sees the taint instead",
-                rfc3339(added)
-            ));
-        }
-    }
-
-    Explanation {
-        node: node.metadata.name.clone().unwrap_or_default(),
-        pod: format!(
-            "{}/{}",
-            pod.metadata.namespace.as_deref().unwrap_or("default"),
-            pod.metadata.name.as_deref().unwrap_or_default()
-        ),
-        taints: rows,
-        scheduling: taints::scheduling(&taints, &tolerations, opts),
-        eviction,
-        warnings,
-        reason,
-        tolerations: tolerations.iter().map(ToString::to_string).collect(),
-    }
-}
-
-fn human(d: std::time::Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
-        3600..86_400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
-    }
-}
-
-/// The table for people.
-pub fn render_text(e: &Explanation) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "Pod {} on node {}", e.pod, e.node);
-    let _ = writeln!(out);
-    if e.taints.is_empty() {
-        let _ = writeln!(out, "The node has no taints.");
+pub async fn run(args: ExplainArgs) -> Result<()> {
+    let ExplainArgs { node, pod, from_cluster, enable_comparison_operators, output, client } = args;
+    let (node, pod) = if from_cluster {
+        from_cluster_objects(crate::runtime::client::client(&client).await?, &node, &pod).await?
     } else {
-        let taint_w = e.taints.iter().map(|t| taint_label(t).len()).max().unwrap_or(5).max(5);
-        let _ = writeln!(out, "{:<taint_w$}  {:<16}  {:<20}  TOLERATED BY", "TAINT", "EFFECT", "ADDED");
-        for t in &e.taints {
-            let by = match t.tolerated_by {
-                Some(i) => format!("#{i} {}", e.tolerations.get(i).map_or("", String::as_str)),
-                None => "-".to_owned(),
-            };
-            let _ = writeln!(
-                out,
-                "{:<taint_w$}  {:<16}  {:<20}  {by}",
-                taint_label(t),
-                t.effect,
-                t.time_added.as_deref().unwrap_or("-")
-            );
+        if node == "-" && pod == "-" {
+            return Err(input("--node, --pod", "cannot both read stdin"));
+        }
+        (read_manifest(&node, "Node")?, read_manifest(&pod, "Pod")?)
+    };
+    let opts = MatchOptions { comparison_operators: enable_comparison_operators };
+    let e = explain(&node, &pod, opts, jiff::Timestamp::now());
+    match output {
+        OutputFormat::Text => print!("{}", render_text(&e)),
+        OutputFormat::Json => {
+            let json = serde_json::to_string_pretty(&e).map_err(|e| input("output", e))?;
+            println!("{json}");
         }
     }
-    let _ = writeln!(out);
-    let sched = match e.scheduling {
-        Scheduling::Allowed => "Allowed",
-        Scheduling::PreferAvoid => "PreferAvoid (an untolerated PreferNoSchedule taint)",
-        Scheduling::Forbidden => "Forbidden (an untolerated NoSchedule or NoExecute taint)",
-    };
-    let _ = writeln!(out, "Scheduling: {sched}");
-    let ev = &e.eviction;
-    let verdict = match ev.decision {
-        Decision::None => format!("None ({})", e.reason),
-        Decision::Never => format!("Never ({})", e.reason),
-        Decision::Immediate => format!("Immediate ({})", e.reason),
-        Decision::Delayed => format!(
-            "Delayed: {} s after {}{} ({})",
-            ev.toleration_seconds.unwrap_or_default(),
-            match ev.anchor {
-                Some(Anchor::PodBound) => "the pod was bound to the node (after the taint was added)",
-                _ => "the taint was added",
-            },
-            ev.deadline.as_deref().map(|d| format!(", at {d}")).unwrap_or_default(),
-            e.reason
-        ),
-    };
-    let _ = writeln!(out, "Eviction:   {verdict}");
-    if !e.warnings.is_empty() {
-        let _ = writeln!(out);
-        let _ = writeln!(out, "Warnings:");
-        for w in &e.warnings {
-            let _ = writeln!(out, "  - {w}");
-        }
-    }
-    out
+    Ok(())
 }
 
-fn taint_label(t: &TaintRow) -> String {
-    if t.value.is_empty() { t.key.clone() } else { format!("{}={}", t.key, t.value) }
-}
-
-/// Reads a manifest of kind `kind` from a file (`-` for stdin), YAML or JSON. Every failure is
-/// an [`Error::Input`] naming the file and the problem on one line.
+/// Reads a manifest of kind `kind` from a file (`-` for stdin), YAML or JSON. Every failure
+/// names the file and the problem on one line.
 pub fn read_manifest<K: serde::de::DeserializeOwned>(path: &str, kind: &str) -> Result<K> {
     let (name, text) = if path == "-" {
         let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .map_err(|e| Error::Input { source_name: "<stdin>".into(), problem: e.to_string() })?;
+        std::io::stdin().read_to_string(&mut s).map_err(|e| input("<stdin>", e))?;
         ("<stdin>".to_owned(), s)
     } else {
-        let s = std::fs::read_to_string(path)
-            .map_err(|e| Error::Input { source_name: path.to_owned(), problem: e.to_string() })?;
-        (path.to_owned(), s)
+        (path.to_owned(), std::fs::read_to_string(path).map_err(|e| input(path, e))?)
     };
-    parse_manifest(&name, &text, kind)
-}
-
-/// Parses `text` (YAML or JSON) as an object of `kind`.
-pub fn parse_manifest<K: serde::de::DeserializeOwned>(name: &str, text: &str, kind: &str) -> Result<K> {
-    let bad = |problem: String| Error::Input { source_name: name.to_owned(), problem: one_line(&problem) };
-    let value: serde_json::Value = if text.trim_start().starts_with('{') {
-        serde_json::from_str(text).map_err(|e| bad(format!("invalid JSON: {e}")))?
-    } else {
-        serde_saphyr::from_str(text).map_err(|e| bad(format!("invalid YAML: {e}")))?
-    };
-    let found = value.get("kind").and_then(|k| k.as_str());
-    match found {
-        Some(k) if k == kind => {}
-        Some(k) => return Err(bad(format!("not a {kind} (kind: {k})"))),
-        None => return Err(bad(format!("not a {kind} (no kind field)"))),
-    }
-    serde_json::from_value(value).map_err(|e| bad(format!("not a valid {kind}: {e}")))
-}
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+    Ok(parse_manifest(&name, &text, kind)?)
 }
 
 /// Reads the node and the pod (`namespace/name`, or `name` in `default`) from the cluster.
-pub async fn from_cluster(client: kube::Client, node: &str, pod: &str) -> Result<(Node, Pod)> {
+pub async fn from_cluster_objects(client: kube::Client, node: &str, pod: &str) -> Result<(Node, Pod)> {
     let (ns, name) = pod.split_once('/').unwrap_or(("default", pod));
     let nodes: kube::Api<Node> = kube::Api::all(client.clone());
     let pods: kube::Api<Pod> = kube::Api::namespaced(client, ns);
-    let node = nodes
-        .get(node)
-        .await
-        .map_err(|e| Error::Input { source_name: format!("node {node}"), problem: e.to_string() })?;
-    let pod = pods
-        .get(name)
-        .await
-        .map_err(|e| Error::Input { source_name: format!("pod {ns}/{name}"), problem: e.to_string() })?;
+    let node = nodes.get(node).await.map_err(|e| input(&format!("node {node}"), e))?;
+    let pod = pods.get(name).await.map_err(|e| input(&format!("pod {ns}/{name}"), e))?;
     Ok((node, pod))
 }
-
-#[cfg(test)]
-mod tests;

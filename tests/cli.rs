@@ -21,6 +21,8 @@ async fn run_becomes_ready_serves_metrics_and_stops_on_sigterm() {
         .args(["run", "--kubeconfig"])
         .arg(&env.kubeconfig)
         .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--log-format", "json"])
+        // Other tests of this binary own their nodes: act on none.
+        .args(["--node-selector", "nlc-test=cli-run"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true)

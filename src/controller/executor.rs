@@ -1,4 +1,4 @@
-//! The executor: the only code that writes to the API. It carries out [`Effect`]s concurrently
+//! The executor: the only code that writes to the API. It carries out [`Action`]s concurrently
 //! (bounded), paces them (governor), can be gated on leadership in one place, and reports each
 //! result back to the controller task, which decides about retries.
 //!
@@ -22,29 +22,28 @@ use serde_json::json;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
-use super::Input;
-use crate::clock::Clock;
-use crate::effect::{
-    Effect, EvictPod, EvictionResult, MarkPodNotReady, MarkResult, Method, NodeEvent, NodeWriteResult, Op, PodEvent,
-    PodEventKind, SetConditions, SetTaints,
+use nlc_core::action::{
+    Action, EvictPod, EvictionMode, EvictionResult, MarkPodNotReady, MarkResult, NodeEvent, NodeWriteResult, Op,
+    PodEvent, PodEventKind, SetConditions, SetTaints,
 };
-use crate::index::SlimNode;
+use nlc_core::flags::MIN_RATE;
+use nlc_core::index::SlimNode;
+use nlc_core::state::Input;
+use nlc_core::taints::{self, Taint};
+use tracing::Instrument;
+
+use crate::clock::Clock;
 use crate::metrics::{EvictionMetrics, ExecutorMetrics, LifecycleMetrics, ReasonLabels, RequestLabels, ZoneLabels};
-use crate::taints::{self, Taint};
 
 /// Upstream's texts (pkg/controller/tainteviction).
 pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
 pub const DELETION_BY_TAINT_MANAGER: &str = "DeletionByTaintManager";
 pub const TAINT_MANAGER_MESSAGE: &str = "Taint manager: deleting due to NoExecute taint";
 
-/// The smallest non-zero rate a flag may ask for: one per ~11.6 days. Below it a token bucket's
-/// period no longer fits governor's nanosecond clock; the flags reject such values at start.
-pub const MIN_QPS: f64 = 1e-6;
-
 /// A token bucket for `qps` with `burst`; `None` when `qps` is 0 (unlimited). Never panics:
-/// rates the flags would reject (negative, NaN, below [`MIN_QPS`]) also give `None`.
+/// rates the flags would reject (negative, NaN, below [`MIN_RATE`]) also give `None`.
 pub fn limiter(qps: f64, burst: u32) -> Option<Arc<DefaultDirectRateLimiter>> {
-    if !(qps >= MIN_QPS && qps.is_finite()) {
+    if !(qps >= MIN_RATE && qps.is_finite()) {
         return None;
     }
     let period = Duration::try_from_secs_f64(1.0 / qps).ok()?.max(Duration::from_nanos(1));
@@ -200,13 +199,9 @@ impl Executor {
         let permits = Semaphore::new(cfg.concurrency.max(1));
         let node_permits = Semaphore::new(cfg.concurrency.max(1));
         let (events, events_rx) = mpsc::channel(EVENT_QUEUE);
-        tokio::spawn(event_worker(
-            events_rx,
-            recorder,
-            node_recorder,
-            writes.clone(),
-            exec_metrics.events_dropped.clone(),
-        ));
+        let worker =
+            event_worker(events_rx, recorder, node_recorder, writes.clone(), exec_metrics.events_dropped.clone());
+        tokio::spawn(worker.instrument(tracing::info_span!("events")));
         Self {
             inner: Arc::new(Inner {
                 client,
@@ -227,54 +222,62 @@ impl Executor {
         }
     }
 
-    /// Carries out `effect` in the background.
-    pub fn submit(&self, effect: Effect) {
+    /// Carries out `action` in the background.
+    pub fn submit(&self, action: Action) {
         let inner = self.inner.clone();
         let seq = inner.seq.fetch_add(1, Ordering::Relaxed) + 1;
-        match effect {
-            Effect::EvictPod(ev) => {
+        match action {
+            Action::EvictPod(ev) => {
                 if ev.attempt == 0 && !ev.immediate {
                     let late = inner.clock.now().duration_since(ev.due).as_secs_f64().max(0.0);
                     inner.metrics.fire_lateness.observe(late);
                 }
                 let cancel = inner.register(Op::Eviction(ev.op));
-                tokio::spawn(async move {
+                let span = tracing::info_span!("evict", pod = %ev.key, op = ev.op);
+                let task = async move {
                     inner.metrics.in_flight.inc();
                     let result = inner.evict(&ev, seq, &cancel).await;
                     inner.metrics.in_flight.dec();
                     lock(&inner.ops).remove(&Op::Eviction(ev.op));
                     let input = Input::EvictionResult { key: ev.key, uid: ev.uid, op: ev.op, result };
                     let _ = inner.results.send(input).await;
-                });
+                };
+                tokio::spawn(task.instrument(span));
             }
-            Effect::PodEvent(e) => {
+            Action::PodEvent(e) => {
                 if e.kind == PodEventKind::CancellingDeletion {
                     inner.metrics.cancelled.inc();
                 }
                 inner.event(QueuedEvent::Pod(e));
             }
-            Effect::SetConditions(w) => {
-                tokio::spawn(async move {
+            Action::SetConditions(w) => {
+                let span = tracing::info_span!("set-conditions", node = %w.node);
+                let task = async move {
                     let result = inner.set_conditions(&w).await;
                     let _ = inner.results.send(Input::NodeWriteResult { node: w.node, result }).await;
-                });
+                };
+                tokio::spawn(task.instrument(span));
             }
-            Effect::SetTaints(w) => {
-                tokio::spawn(async move {
+            Action::SetTaints(w) => {
+                let span = tracing::info_span!("set-taints", node = %w.node);
+                let task = async move {
                     let result = inner.set_taints(&w).await;
                     let _ = inner.results.send(Input::NodeWriteResult { node: w.node, result }).await;
-                });
+                };
+                tokio::spawn(task.instrument(span));
             }
-            Effect::NodeEvent(e) => inner.event(QueuedEvent::Node(e)),
-            Effect::MarkPodNotReady(p) => {
+            Action::NodeEvent(e) => inner.event(QueuedEvent::Node(e)),
+            Action::MarkPodNotReady(p) => {
                 let cancel = inner.register(Op::MarkPodNotReady(p.op));
-                tokio::spawn(async move {
+                let span = tracing::info_span!("mark-pod-not-ready", pod = %p.key);
+                let task = async move {
                     let result = inner.mark_pod_not_ready(&p, &cancel).await;
                     lock(&inner.ops).remove(&Op::MarkPodNotReady(p.op));
                     let _ = inner.results.send(Input::MarkResult { key: p.key, op: p.op, result }).await;
-                });
+                };
+                tokio::spawn(task.instrument(span));
             }
-            Effect::Cancel(op) => {
+            Action::Cancel(op) => {
                 if let Some(c) = lock(&inner.ops).get(&op) {
                     c.cancel();
                 }
@@ -355,7 +358,7 @@ impl Inner {
             }
             // Delete mode writes twice (the condition, then the delete): take both cells before
             // the checks, so that nothing waits between the checks and the writes.
-            let cells = if ev.method == Method::Delete { 2 } else { 1 };
+            let cells = if ev.method == EvictionMode::Delete { 2 } else { 1 };
             Some((permit, self.write_permit(cells).await))
         };
         let _permit = tokio::select! {
@@ -392,13 +395,13 @@ impl Inner {
         }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ev.namespace);
         let result = match ev.method {
-            Method::Delete => match self.mark_disruption_target(&pods, ev).await {
+            EvictionMode::Delete => match self.mark_disruption_target(&pods, ev).await {
                 Some(stop) => stop,
                 None => self.delete(&pods, ev).await,
             },
             // The Eviction API writes its own DisruptionTarget condition when, and only when, it
             // lets the eviction go ahead: a blocked eviction leaves no false condition.
-            Method::Evict => self.evict_api(&pods, ev).await,
+            EvictionMode::Evict => self.evict_api(&pods, ev).await,
         };
         if result == (EvictionResult::Done { deleted: true }) {
             let late = self.clock.now().duration_since(ev.due).as_secs_f64().max(0.0);
@@ -765,7 +768,7 @@ mod tests {
         for qps in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-300, 1e-12, 1e-7] {
             assert!(limiter(qps, 1).is_none(), "{qps}");
         }
-        for (qps, burst) in [(MIN_QPS, 0), (1e-3, 1), (20.0, 30), (1e9, u32::MAX), (f64::MAX, 1)] {
+        for (qps, burst) in [(MIN_RATE, 0), (1e-3, 1), (20.0, 30), (1e9, u32::MAX), (f64::MAX, 1)] {
             assert!(limiter(qps, burst).is_some(), "{qps} {burst}");
         }
     }

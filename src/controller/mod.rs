@@ -1,323 +1,270 @@
-//! I/O: the watches that feed the cache, the controller task that owns all state, and the admin
-//! endpoint. The controller task is the only owner of the cache and the decision state: watch
-//! tasks send it events, it decides, and it hands effects to the executor.
+//! `run`: the watches that feed the cache, the controller task that owns all state, and the
+//! executor. The controller task is the only owner of the cache and the decision state
+//! ([`nlc_core::state::State`]): watch tasks send it events, it decides, and it hands actions
+//! to the executor, which reports back.
 
-pub mod cache;
+pub mod args;
 pub mod executor;
-pub mod state;
 pub mod watch;
 
+use std::collections::HashSet;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube::runtime::watcher;
-use prometheus_client::registry::Registry;
+use nlc_core::action::Action;
+use nlc_core::eviction::TaintEviction;
+use nlc_core::index::{SlimLease, SlimNode, SlimPod};
+use nlc_core::lifecycle::NodeLifecycle;
+use nlc_core::selector::Selector;
+use nlc_core::state::{Input, State};
 use tokio::sync::{mpsc, watch as signal};
 
-use crate::clock::{Clock, StepDetector, SystemClock, far_future};
-use crate::config::RunArgs;
-use crate::effect::{EvictionResult, MarkResult, NodeWriteResult};
-use crate::eviction::TaintEviction;
-use crate::index::{PodKey, SlimLease, SlimNode, SlimPod};
-use crate::lifecycle::NodeLifecycle;
-use crate::metrics::{EvictionMetrics, ExecutorMetrics, LifecycleMetrics, ResourceLabels, WatchMetrics, ZoneLabels};
-use crate::taints::MatchOptions;
-use executor::{Executor, ExecutorConfig};
-use state::State;
+pub use args::RunArgs;
 
-/// Everything that reaches the controller task.
-#[derive(Debug)]
-pub enum Input {
-    Node(watcher::Event<SlimNode>),
-    Pod(watcher::Event<SlimPod>),
-    Lease(watcher::Event<SlimLease>),
-    /// The executor's report on an eviction.
-    EvictionResult {
-        key: PodKey,
-        uid: String,
-        op: u64,
-        result: EvictionResult,
-    },
-    /// The executor's report on a MarkPodsNotReady write.
-    MarkResult {
-        key: PodKey,
-        op: u64,
-        result: MarkResult,
-    },
-    /// The executor's report on a node status or taint write.
-    NodeWriteResult {
-        node: String,
-        result: NodeWriteResult,
-    },
-}
+use crate::clock::{Clock, StepDetector, SystemClock, far_future};
+use crate::error::Result;
+use crate::metrics::{EvictionMetrics, ExecutorMetrics, LifecycleMetrics, ResourceLabels, WatchMetrics, ZoneLabels};
+use crate::runtime::Runtime;
+use crate::runtime::admin::Heartbeat;
+use crate::runtime::shutdown;
+use executor::{Executor, ExecutorConfig};
 
 /// The namespace of node heartbeat Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 
-/// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        _ = term => tracing::info!("SIGTERM received, shutting down"),
-        r = tokio::signal::ctrl_c() => {
-            if let Err(e) = r {
-                tracing::warn!(error = %e, "cannot listen for SIGINT");
-                std::future::pending::<()>().await;
-            }
-            tracing::info!("SIGINT received, shutting down");
-        }
-    }
-}
+/// `/livez` fails when the controller loop has not turned for this long (it turns at least every
+/// second).
+const LOOP_STALL: Duration = Duration::from_secs(30);
 
-/// Starts the watches feeding `tx`. Every node is watched, so that zone states are judged over
-/// the whole cluster; `selector` marks the nodes that are ours to act on.
-fn spawn_watches(
-    client: &kube::Client,
-    selector: crate::selector::Selector,
-    tx: &mpsc::Sender<Input>,
-    metrics: &WatchMetrics,
-) {
-    // Only bound pods matter here: pending pods are no node's business.
-    let pods = watcher::Config::default().fields("spec.nodeName!=");
-    tokio::spawn(watch::run(
-        Api::<Node>::all(client.clone()),
-        watcher::Config::default(),
-        "nodes",
-        move |n: &Node| SlimNode::new(n, &selector),
-        Input::Node,
-        tx.clone(),
-        metrics.clone(),
-    ));
-    tokio::spawn(watch::run(
-        Api::<Pod>::all(client.clone()),
-        pods,
-        "pods",
-        |p: &Pod| SlimPod::from(p),
-        Input::Pod,
-        tx.clone(),
-        metrics.clone(),
-    ));
-    tokio::spawn(watch::run(
-        Api::<Lease>::namespaced(client.clone(), NODE_LEASE_NAMESPACE),
-        watcher::Config::default(),
-        "leases",
-        |l: &Lease| SlimLease::from(l),
-        Input::Lease,
-        tx.clone(),
-        metrics.clone(),
-    ));
-}
+/// `node-lifecycle-controller run`.
+pub async fn run(args: RunArgs) -> Result<()> {
+    let RunArgs { client, admin, controller, eviction, lifecycle, enable_webhook, webhook } = args;
+    // Every flag is checked before anything reaches the cluster.
+    let cfg = controller.into_config()?;
+    let eviction = eviction.into_config(cfg.match_options)?;
+    let lifecycle = lifecycle.into_config()?;
+    let webhook = enable_webhook.then(|| webhook.into_config()).transpose()?;
 
-fn instance_name(flag: Option<String>) -> String {
-    flag.or_else(|| std::env::var("POD_NAME").ok())
-        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()))
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "node-lifecycle-controller".to_owned())
-}
-
-/// Zone gauges, upstream's way: health is the percentage of ready nodes; a zone that vanished
-/// reads size 0, health 100.
-fn report_zones(state: &State, m: &LifecycleMetrics, reported: &mut std::collections::HashSet<String>) {
-    let Some(lc) = &state.lifecycle else { return };
-    let zones = lc.zone_reports();
-    reported.retain(|old| {
-        let gone = !zones.iter().any(|z| z.zone == *old);
-        if gone {
-            let labels = ZoneLabels { zone: old.clone() };
-            m.zone_size.get_or_create(&labels).set(0);
-            m.unhealthy_nodes.get_or_create(&labels).set(0);
-            m.zone_health.get_or_create(&labels).set(100.0);
-        }
-        !gone
-    });
-    for z in zones {
-        reported.insert(z.zone.clone());
-        let labels = ZoneLabels { zone: z.zone };
-        m.zone_size.get_or_create(&labels).set(z.size as i64);
-        m.unhealthy_nodes.get_or_create(&labels).set(z.unhealthy as i64);
-        let health = if z.size == 0 { 100.0 } else { 100.0 * (z.size - z.unhealthy) as f64 / z.size as f64 };
-        m.zone_health.get_or_create(&labels).set(health);
-        m.evictions.get_or_create(&labels).inc_by(0);
-    }
-    m.all_zones_disrupted.set(i64::from(lc.all_zones_disrupted()));
-}
-
-pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let RunArgs {
-        kube,
-        metrics_bind_address,
-        node_selector,
-        enable_comparison_operators,
-        kube_api_qps,
-        kube_api_burst,
-        instance,
-        eviction,
-        lifecycle,
-        enable_webhook,
-        webhook,
-    } = args;
-    let webhook_config = if enable_webhook {
-        let cfg = webhook.to_config().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-        crate::webhook::server::load_certified_key(&cfg.cert_file, &cfg.key_file)?;
-        Some(cfg)
-    } else {
-        None
-    };
-    let lifecycle_config = if lifecycle.enable_node_lifecycle {
-        Some(lifecycle.to_config().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?)
-    } else {
-        None
-    };
-    if let Some(c) = &lifecycle_config
-        && c.grace.monitor < std::time::Duration::from_secs(45)
-    {
-        tracing::warn!(grace = ?c.grace.monitor, "--node-monitor-grace-period is below upstream's guidance (more than 45s: the kubelet's HTTP/2 ping and read-idle timeouts)");
-    }
-    let match_options = MatchOptions { comparison_operators: enable_comparison_operators };
-    let selector: crate::selector::Selector =
-        node_selector.parse().map_err(|e| anyhow::anyhow!("invalid configuration: --node-selector {e}"))?;
-    let eviction_cfg = eviction.to_config(match_options).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-    for (flag, qps) in [
-        ("--kube-api-qps", kube_api_qps),
-        ("--node-taint-qps", lifecycle.node_taint_qps),
-        ("--mark-pods-not-ready-qps", lifecycle.mark_pods_not_ready_qps),
-    ] {
-        crate::config::check_qps(flag, qps).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-    }
-    let client = crate::client::client(&kube).await?;
-    let version = client.apiserver_version().await?;
+    let mut rt = Runtime::build(&client, &admin).await?;
+    let version = rt.client().apiserver_version().await?;
     tracing::info!(server = %version.git_version, "connected to the API server");
+    if let Some(webhook) = webhook {
+        crate::webhook::spawn(&mut rt, webhook);
+    }
+    spawn(&mut rt, cfg, eviction, lifecycle);
+    rt.run().await
+}
 
-    let mut registry = Registry::default();
-    let watch_metrics = WatchMetrics::register(&mut registry);
-    let eviction_metrics = EvictionMetrics::register(&mut registry);
-    let executor_metrics = ExecutorMetrics::register(&mut registry);
-    let lifecycle_metrics = LifecycleMetrics::register(&mut registry);
-    let webhook_metrics = crate::metrics::WebhookMetrics::register(&mut registry);
-    let registry = Arc::new(registry);
-
-    let (ready_tx, ready_rx) = signal::channel(false);
-    let (stop_tx, stop_rx) = signal::channel(false);
-    let admin = crate::admin::start(metrics_bind_address, registry.clone(), ready_rx, stop_rx.clone()).await?;
-
-    let clock: Arc<dyn Clock> = SystemClock::shared();
-    let webhook_task = webhook_config.map(|cfg| {
-        let (synced, _) = signal::channel(false);
-        tokio::spawn(crate::webhook::server::start(
-            client.clone(),
-            cfg,
-            webhook_metrics.clone(),
-            stop_rx.clone(),
-            synced,
-        ))
-    });
-    let (tx, mut rx) = mpsc::channel::<Input>(4096);
+/// Adds the controllers to a runtime: metrics, readiness (every cache synced), liveness (the
+/// loop turns), the watches, the executor and the controller task.
+fn spawn(rt: &mut Runtime, cfg: args::Config, eviction: crate::eviction::Config, lifecycle: crate::lifecycle::Config) {
+    let args::Config { selector, match_options: _, kube_api_qps, kube_api_burst, instance } = cfg;
+    let metrics = Metrics {
+        watch: WatchMetrics::register(rt.registry()),
+        eviction: EvictionMetrics::register(rt.registry()),
+        executor: ExecutorMetrics::register(rt.registry()),
+        lifecycle: LifecycleMetrics::register(rt.registry()),
+    };
+    let (tx, rx) = mpsc::channel::<Input>(4096);
     // Writes are enabled from the start while there is no leader election: one replica.
     let (_writes_tx, writes_rx) = signal::channel(true);
+    let clock = SystemClock::shared();
     let executor = Executor::new(
-        client.clone(),
+        rt.client(),
         tx.clone(),
         clock.clone(),
         ExecutorConfig {
             eviction_limiter: executor::limiter(eviction.pod_eviction_qps, eviction.pod_eviction_burst),
             api_limiter: executor::limiter(kube_api_qps, kube_api_burst),
-            concurrency: eviction.eviction_concurrency,
+            concurrency: eviction.concurrency,
             taint_limiter: executor::limiter(lifecycle.node_taint_qps, lifecycle.node_taint_burst),
             mark_pods_limiter: executor::limiter(
                 lifecycle.mark_pods_not_ready_qps,
                 (lifecycle.mark_pods_not_ready_qps.ceil() as u32).max(1),
             ),
-            instance: instance_name(instance),
+            instance,
         },
         writes_rx,
         executor::Metrics {
-            eviction: eviction_metrics.clone(),
-            executor: executor_metrics,
-            lifecycle: lifecycle_metrics.clone(),
+            eviction: metrics.eviction.clone(),
+            executor: metrics.executor.clone(),
+            lifecycle: metrics.lifecycle.clone(),
         },
     );
-    spawn_watches(&client, selector, &tx, &watch_metrics);
+    spawn_watches(rt, selector, &tx, &metrics.watch);
     drop(tx);
+    let state = State::new(eviction.decisions.map(TaintEviction::new), lifecycle.decisions.map(NodeLifecycle::new));
+    let task = Task {
+        state,
+        rx,
+        executor,
+        clock,
+        ready: rt.ready_gate("controller caches"),
+        heartbeat: rt.heartbeat("controller loop", LOOP_STALL),
+        metrics,
+        reported_zones: HashSet::new(),
+    };
+    let stop = rt.shutdown();
+    rt.spawn("controller", task.run(stop));
+}
 
-    let taint_eviction = eviction.enable_taint_eviction.then(|| TaintEviction::new(eviction_cfg));
-    let mut state = State::new(taint_eviction, lifecycle_config.map(NodeLifecycle::new));
-    let mut effects = Vec::new();
-    let mut reported_zones = std::collections::HashSet::new();
-    let shutdown = shutdown_signal();
-    tokio::pin!(shutdown);
-    let mut steps = StepDetector::new(clock.as_ref());
-    loop {
-        // Wake at least every second, so that a step of the wall clock is noticed promptly and
-        // deadlines (wall-clock times) follow it.
-        let wake = state
-            .next_wakeup()
-            .map_or_else(far_future, |t| clock.instant_at(t))
-            .min(clock.instant() + crate::clock::STEP_TOLERANCE);
-        if let Some(step) = steps.observe(clock.as_ref()) {
-            tracing::warn!(
-                step_ms = step.as_millis() as i64,
-                "the wall clock stepped; every node gets a fresh grace period"
-            );
-            state.clock_stepped(clock.now());
-        }
+/// Starts the watches feeding `tx`. Every node is watched, so that zone states are judged over
+/// the whole cluster; `selector` marks the nodes that are ours to act on.
+fn spawn_watches(rt: &mut Runtime, selector: Selector, tx: &mpsc::Sender<Input>, metrics: &WatchMetrics) {
+    let client = rt.client();
+    // Only bound pods matter here: pending pods are no node's business.
+    let pods = watcher::Config::default().fields("spec.nodeName!=");
+    let all = watcher::Config::default;
+    let (t, m) = (tx.clone(), metrics.clone());
+    let nodes = watch::run(
+        Api::<Node>::all(client.clone()),
+        all(),
+        "nodes",
+        move |n: &Node| SlimNode::new(n, &selector),
+        Input::Node,
+        t,
+        m,
+    );
+    spawn_until_shutdown(rt, "watch-nodes", nodes);
+    let (t, m) = (tx.clone(), metrics.clone());
+    let pods = watch::run(Api::<Pod>::all(client.clone()), pods, "pods", |p: &Pod| SlimPod::from(p), Input::Pod, t, m);
+    spawn_until_shutdown(rt, "watch-pods", pods);
+    let (t, m) = (tx.clone(), metrics.clone());
+    let api = Api::<Lease>::namespaced(client, NODE_LEASE_NAMESPACE);
+    let leases = watch::run(api, all(), "leases", |l: &Lease| SlimLease::from(l), Input::Lease, t, m);
+    spawn_until_shutdown(rt, "watch-leases", leases);
+}
+
+/// Runs `task` (which never ends on its own) until shutdown.
+fn spawn_until_shutdown(rt: &mut Runtime, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+    let stop = rt.shutdown();
+    rt.spawn(name, async move {
         tokio::select! {
-            _ = &mut shutdown => break,
-            _ = tokio::time::sleep_until(wake) => {
-                state.tick(clock.now(), &mut effects);
-                report_zones(&state, &lifecycle_metrics, &mut reported_zones);
-            }
-            input = rx.recv() => {
-                let Some(input) = input else { break };
-                state.handle(input, clock.now(), &mut effects);
-                // Drain what is already queued before acting: one pass per burst of events.
-                while let Ok(more) = rx.try_recv() {
-                    state.handle(more, clock.now(), &mut effects);
-                }
-                state.after_batch(clock.now(), &mut effects);
-                let cache = &state.cache;
-                if cache.synced() && !*ready_tx.borrow() {
-                    tracing::info!(
-                        nodes = cache.index.nodes.len(),
-                        pods = cache.index.pods.len(),
-                        leases = cache.index.leases.len(),
-                        "caches synced; ready"
-                    );
-                    let _ = ready_tx.send(true);
-                }
-                for (resource, n) in [
-                    ("nodes", cache.index.nodes.len()),
-                    ("pods", cache.index.pods.len()),
-                    ("leases", cache.index.leases.len()),
-                ] {
-                    watch_metrics.objects.get_or_create(&ResourceLabels { resource }).set(n as i64);
-                }
-            }
+            _ = stop.signaled() => {}
+            _ = task => {}
         }
-        for effect in effects.drain(..) {
-            executor.submit(effect);
-        }
-        if let Some(ev) = &state.eviction {
-            eviction_metrics.pending.set(ev.pending() as i64);
-            eviction_metrics.held.set(ev.held() as i64);
+        Ok(())
+    });
+}
+
+#[derive(Clone)]
+struct Metrics {
+    watch: WatchMetrics,
+    eviction: EvictionMetrics,
+    executor: ExecutorMetrics,
+    lifecycle: LifecycleMetrics,
+}
+
+/// The controller task: owns the state, sleeps until the next deadline or input, hands the
+/// resulting actions to the executor.
+struct Task {
+    state: State,
+    rx: mpsc::Receiver<Input>,
+    executor: Executor,
+    clock: Arc<dyn Clock>,
+    ready: signal::Sender<bool>,
+    heartbeat: Heartbeat,
+    metrics: Metrics,
+    reported_zones: HashSet<String>,
+}
+
+impl Task {
+    async fn run(mut self, stop: shutdown::Signal) -> Result<()> {
+        let mut actions = Vec::new();
+        let mut steps = StepDetector::new(self.clock.as_ref());
+        let stopping = stop.signaled();
+        tokio::pin!(stopping);
+        loop {
+            self.heartbeat.beat();
+            // Wake at least every second, so that a step of the wall clock is noticed promptly
+            // and deadlines (wall-clock times) follow it.
+            let wake = self
+                .state
+                .next_wakeup()
+                .map_or_else(far_future, |t| self.clock.instant_at(t))
+                .min(self.clock.instant() + crate::clock::STEP_TOLERANCE);
+            if let Some(step) = steps.observe(self.clock.as_ref()) {
+                tracing::warn!(
+                    step_ms = step.as_millis() as i64,
+                    "the wall clock stepped; every node gets a fresh grace period"
+                );
+                self.state.clock_stepped(self.clock.now());
+            }
+            tokio::select! {
+                _ = &mut stopping => return Ok(()),
+                _ = tokio::time::sleep_until(wake) => {
+                    self.state.tick(self.clock.now(), &mut actions);
+                    self.report_zones();
+                }
+                input = self.rx.recv() => {
+                    let Some(input) = input else { return Ok(()) };
+                    self.handle_batch(input, &mut actions);
+                }
+            }
+            for action in actions.drain(..) {
+                self.executor.submit(action);
+            }
+            if let Some(ev) = &self.state.eviction {
+                self.metrics.eviction.pending.set(ev.pending() as i64);
+                self.metrics.eviction.held.set(ev.held() as i64);
+            }
         }
     }
-    let _ = stop_tx.send(true);
-    if let Some(w) = webhook_task {
-        w.await??;
+
+    /// One input and whatever else is already queued: one pass per burst of events.
+    fn handle_batch(&mut self, first: Input, actions: &mut Vec<Action>) {
+        self.state.handle(first, self.clock.now(), actions);
+        while let Ok(more) = self.rx.try_recv() {
+            self.state.handle(more, self.clock.now(), actions);
+        }
+        self.state.after_batch(self.clock.now(), actions);
+        let cache = &self.state.cache;
+        if cache.synced() && !*self.ready.borrow() {
+            tracing::info!(
+                nodes = cache.index.nodes.len(),
+                pods = cache.index.pods.len(),
+                leases = cache.index.leases.len(),
+                "caches synced; ready"
+            );
+            let _ = self.ready.send(true);
+        }
+        for (resource, n) in
+            [("nodes", cache.index.nodes.len()), ("pods", cache.index.pods.len()), ("leases", cache.index.leases.len())]
+        {
+            self.metrics.watch.objects.get_or_create(&ResourceLabels { resource }).set(n as i64);
+        }
     }
-    admin.await??;
-    tracing::info!("stopped");
-    Ok(())
+
+    /// Zone gauges, upstream's way: health is the percentage of ready nodes; a zone that
+    /// vanished reads size 0, health 100.
+    fn report_zones(&mut self) {
+        let Some(lc) = &self.state.lifecycle else { return };
+        let m = &self.metrics.lifecycle;
+        let zones = lc.zone_reports();
+        self.reported_zones.retain(|old| {
+            let gone = !zones.iter().any(|z| z.zone == *old);
+            if gone {
+                let labels = ZoneLabels { zone: old.clone() };
+                m.zone_size.get_or_create(&labels).set(0);
+                m.unhealthy_nodes.get_or_create(&labels).set(0);
+                m.zone_health.get_or_create(&labels).set(100.0);
+            }
+            !gone
+        });
+        for z in zones {
+            self.reported_zones.insert(z.zone.clone());
+            let labels = ZoneLabels { zone: z.zone };
+            m.zone_size.get_or_create(&labels).set(z.size as i64);
+            m.unhealthy_nodes.get_or_create(&labels).set(z.unhealthy as i64);
+            let health = if z.size == 0 { 100.0 } else { 100.0 * (z.size - z.unhealthy) as f64 / z.size as f64 };
+            m.zone_health.get_or_create(&labels).set(health);
+            m.evictions.get_or_create(&labels).inc_by(0);
+        }
+        m.all_zones_disrupted.set(i64::from(lc.all_zones_disrupted()));
+    }
 }

@@ -16,19 +16,19 @@ use futures::StreamExt;
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::watcher;
+use nlc_core::cache::WatchEvent;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
 use crate::metrics::{ResourceLabels, WatchMetrics};
 
-fn map_event<K, S>(ev: watcher::Event<K>, slim: &impl Fn(&K) -> S) -> watcher::Event<S> {
-    use watcher::Event::*;
+fn map_event<K, S>(ev: watcher::Event<K>, slim: &impl Fn(&K) -> S) -> WatchEvent<S> {
     match ev {
-        Apply(k) => Apply(slim(&k)),
-        Delete(k) => Delete(slim(&k)),
-        Init => Init,
-        InitApply(k) => InitApply(slim(&k)),
-        InitDone => InitDone,
+        watcher::Event::Apply(k) => WatchEvent::Apply(slim(&k)),
+        watcher::Event::Delete(k) => WatchEvent::Delete(slim(&k)),
+        watcher::Event::Init => WatchEvent::Init,
+        watcher::Event::InitApply(k) => WatchEvent::InitApply(slim(&k)),
+        watcher::Event::InitDone => WatchEvent::InitDone,
     }
 }
 
@@ -85,7 +85,7 @@ pub async fn run<K, S, I>(
     config: watcher::Config,
     resource: &'static str,
     slim: impl Fn(&K) -> S + Send + 'static,
-    wrap: fn(watcher::Event<S>) -> I,
+    wrap: fn(WatchEvent<S>) -> I,
     tx: mpsc::Sender<I>,
     metrics: WatchMetrics,
 ) where

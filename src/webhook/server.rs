@@ -26,10 +26,14 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::watch;
+use tracing::Instrument;
 
-use super::{NOT_READY_ANNOTATION, NamespaceAnnotations, UNREACHABLE_ANNOTATION, review};
-use crate::default_tolerations::DefaultTolerationSeconds;
+use nlc_core::admission::{NOT_READY_ANNOTATION, NamespaceAnnotations, UNREACHABLE_ANNOTATION, review};
+use nlc_core::default_tolerations::DefaultTolerationSeconds;
+
+use crate::error::{Error, Result};
 use crate::metrics::WebhookMetrics;
+use crate::runtime::shutdown;
 
 pub struct Config {
     pub bind: SocketAddr,
@@ -41,20 +45,20 @@ pub struct Config {
 }
 
 /// Loads a certificate chain and its key into a rustls `CertifiedKey`.
-pub fn load_certified_key(cert: &Path, key: &Path) -> anyhow::Result<CertifiedKey> {
+pub fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey> {
+    let cert_err = |problem: String| Error::Tls { flag: "--tls-cert-file", path: cert.to_owned(), problem };
+    let key_err = |problem: String| Error::Tls { flag: "--tls-private-key-file", path: key.to_owned(), problem };
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| anyhow::anyhow!("--tls-cert-file {}: {e}", cert.display()))?
+        .map_err(|e| cert_err(e.to_string()))?
         .collect::<Result<_, _>>()
-        .map_err(|e| anyhow::anyhow!("--tls-cert-file {}: {e}", cert.display()))?;
+        .map_err(|e| cert_err(e.to_string()))?;
     if chain.is_empty() {
-        anyhow::bail!("--tls-cert-file {}: no certificate found", cert.display());
+        return Err(cert_err("no certificate found".into()));
     }
-    let key_der = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| anyhow::anyhow!("--tls-private-key-file {}: {e}", key.display()))?;
-    let signer = rustls::crypto::ring::sign::any_supported_type(&key_der)
-        .map_err(|e| anyhow::anyhow!("--tls-private-key-file {}: {e}", key.display()))?;
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| key_err(e.to_string()))?;
+    let signer = rustls::crypto::ring::sign::any_supported_type(&key_der).map_err(|e| key_err(e.to_string()))?;
     let certified = CertifiedKey::new(chain, signer);
-    certified.keys_match().map_err(|e| anyhow::anyhow!("the certificate and the key do not match: {e}"))?;
+    certified.keys_match().map_err(|e| key_err(format!("does not match the certificate: {e}")))?;
     Ok(certified)
 }
 
@@ -184,81 +188,86 @@ pub fn router(
 
 /// Serves HTTPS on `cfg.bind` until `shutdown` resolves. Fails at once (with the flag's name)
 /// if the certificate cannot be loaded or the address bound.
-pub async fn serve(cfg: Config, app: Router, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+pub async fn serve(cfg: Config, app: Router, shutdown: shutdown::Signal) -> Result<()> {
     let first = load_certified_key(&cfg.cert_file, &cfg.key_file)?;
     let resolver = Arc::new(Reloading(RwLock::new(Arc::new(first))));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Tls { flag: "--tls-cert-file", path: cfg.cert_file.clone(), problem: e.to_string() })?
         .with_no_client_auth()
         .with_cert_resolver(resolver.clone());
     tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-    let listener = tokio::net::TcpListener::bind(cfg.bind)
-        .await
-        .map_err(|e| anyhow::anyhow!("--webhook-bind-address {}: {e}", cfg.bind))?;
-    tracing::info!(address = %listener.local_addr()?, "serving the admission webhook (POST /mutate)");
+    let listener = tokio::net::TcpListener::bind(cfg.bind).await.map_err(|source| Error::Bind {
+        flag: "--webhook-bind-address",
+        addr: cfg.bind,
+        source,
+    })?;
+    tracing::info!(address = %cfg.bind, "serving the admission webhook (POST /mutate)");
+    let stopping = shutdown.signaled();
+    tokio::pin!(stopping);
 
-    // Reload the certificate when its files change; keep the old one if the new one is bad.
-    let reloader = {
-        let (cert, key) = (cfg.cert_file.clone(), cfg.key_file.clone());
-        let mut stamp = file_stamp(&[&cert, &key]);
-        let every = cfg.reload_every;
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let now = file_stamp(&[&cert, &key]);
-                if now == stamp {
-                    continue;
-                }
-                match load_certified_key(&cert, &key) {
-                    Ok(k) => {
-                        if let Ok(mut cur) = resolver.0.write() {
-                            *cur = Arc::new(k);
-                        }
-                        stamp = now;
-                        tracing::info!(cert = %cert.display(), "reloaded the webhook certificate");
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the changed certificate files do not load yet; keeping the current certificate")
-                    }
-                }
-            }
-        })
-    };
-
+    let reloader = tokio::spawn(
+        reload_certificates(cfg.cert_file.clone(), cfg.key_file.clone(), cfg.reload_every, resolver)
+            .instrument(tracing::info_span!("certificate-reload")),
+    );
     loop {
         tokio::select! {
-            _ = shutdown.wait_for(|s| *s) => break,
-            accepted = listener.accept() => {
-                let (stream, _) = match accepted {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let (acceptor, app) = (acceptor.clone(), app.clone());
-                tokio::spawn(async move {
-                    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
-                        Ok(Ok(s)) => s,
-                        Ok(Err(e)) => {
-                            tracing::debug!(error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => return,
-                    };
-                    let service = TowerToHyperService::new(app);
-                    if let Err(e) = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(tls), service).await {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    }
-                });
-            }
+            _ = &mut stopping => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    let conn = serve_connection(acceptor.clone(), app.clone(), stream);
+                    tokio::spawn(conn.instrument(tracing::debug_span!("connection")));
+                }
+                Err(e) => tracing::warn!(error = %e, "accept failed"),
+            },
         }
     }
     reloader.abort();
     Ok(())
+}
+
+/// Reloads the certificate when its files change; keeps the old one while the new files do not
+/// load (cert-manager writes the two files one after the other).
+async fn reload_certificates(cert: PathBuf, key: PathBuf, every: Duration, resolver: Arc<Reloading>) {
+    let mut stamp = file_stamp(&[&cert, &key]);
+    loop {
+        tokio::time::sleep(every).await;
+        let now = file_stamp(&[&cert, &key]);
+        if now == stamp {
+            continue;
+        }
+        match load_certified_key(&cert, &key) {
+            Ok(k) => {
+                if let Ok(mut cur) = resolver.0.write() {
+                    *cur = Arc::new(k);
+                }
+                stamp = now;
+                tracing::info!(cert = %cert.display(), "reloaded the webhook certificate");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the changed certificate files do not load yet; keeping the current certificate")
+            }
+        }
+    }
+}
+
+/// One client connection: the TLS handshake (at most 10 s), then HTTP/1.1 or HTTP/2.
+async fn serve_connection(acceptor: tokio_rustls::TlsAcceptor, app: Router, stream: tokio::net::TcpStream) {
+    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => return,
+    };
+    let service = TowerToHyperService::new(app);
+    if let Err(e) = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(tls), service).await {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
 }
 
 /// Starts the namespace cache and the HTTPS server; resolves when the server stops.
@@ -266,36 +275,16 @@ pub async fn start(
     client: kube::Client,
     cfg: Config,
     metrics: WebhookMetrics,
-    shutdown: watch::Receiver<bool>,
+    shutdown: shutdown::Signal,
     synced_tx: watch::Sender<bool>,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let namespaces: Arc<RwLock<NamespaceAnnotations>> = Arc::default();
     let synced_rx = synced_tx.subscribe();
-    let cache = tokio::spawn(namespace_cache(client, namespaces.clone(), synced_tx));
+    let cache = tokio::spawn(
+        namespace_cache(client, namespaces.clone(), synced_tx).instrument(tracing::info_span!("namespace-cache")),
+    );
     let app = router(namespaces, cfg.defaults, metrics, synced_rx);
     let result = serve(cfg, app, shutdown).await;
     cache.abort();
     result
-}
-
-/// `node-lifecycle-controller webhook`: the webhook alone, with its admin endpoint.
-pub async fn run_standalone(cmd: crate::config::WebhookCommand) -> anyhow::Result<()> {
-    let crate::config::WebhookCommand { kube, metrics_bind_address, webhook } = cmd;
-    let cfg = webhook.to_config().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-    // Fail fast on unreadable certificates, before connecting.
-    load_certified_key(&cfg.cert_file, &cfg.key_file)?;
-    let client = crate::client::client(&kube).await?;
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = WebhookMetrics::register(&mut registry);
-    let registry = Arc::new(registry);
-    let (ready_tx, ready_rx) = watch::channel(false);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let admin = crate::admin::start(metrics_bind_address, registry, ready_rx, stop_rx.clone()).await?;
-    // Ready once the namespace cache has synced (the per-namespace defaults are known).
-    let server = tokio::spawn(start(client, cfg, metrics, stop_rx, ready_tx));
-    crate::controller::shutdown_signal().await;
-    let _ = stop_tx.send(true);
-    server.await??;
-    admin.await??;
-    Ok(())
 }

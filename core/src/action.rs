@@ -1,4 +1,4 @@
-//! Effects: what the controllers decided, as plain data. Only the executor turns them into API
+//! Actions: what the controllers decided, as plain data. Only the executor turns them into API
 //! calls, so that everything before it is testable without a cluster, and so that writes can be
 //! gated on leadership in one place.
 
@@ -7,12 +7,16 @@ use jiff::Timestamp;
 use crate::index::{PodKey, SlimNode};
 use crate::taints::{TaintAdd, TaintId};
 
-/// How a pod is removed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Method {
-    /// `DELETE` with a UID precondition and the pod's own grace period (upstream's way).
+/// How a pod is removed: the `--eviction-mode` flag, and the method of each eviction (evict
+/// mode falls back to delete after `--pdb-max-wait`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum EvictionMode {
+    /// Delete the pod with a UID precondition and its own grace period (upstream's behaviour;
+    /// PodDisruptionBudgets do not apply).
+    #[default]
     Delete,
-    /// The Eviction API, which respects PodDisruptionBudgets.
+    /// Use the Eviction API, which respects PodDisruptionBudgets; see `--pdb-max-wait`.
     Evict,
 }
 
@@ -35,7 +39,7 @@ impl Cause {
 /// Evict one pod because of its node's NoExecute taints.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EvictPod {
-    /// Names this attempt, so that it can be cancelled while it waits ([`Effect::Cancel`]).
+    /// Names this attempt, so that it can be cancelled while it waits ([`Action::Cancel`]).
     pub op: u64,
     pub key: PodKey,
     pub namespace: String,
@@ -45,7 +49,7 @@ pub struct EvictPod {
     /// When the eviction became due (the deadline, or the moment it was decided for an
     /// immediate one): the start of the deletion-duration and lateness metrics.
     pub due: Timestamp,
-    pub method: Method,
+    pub method: EvictionMode,
     /// 0 for the first try.
     pub attempt: u32,
     /// Record the `Marking for deletion` event when the writes go ahead: the pod has not been
@@ -179,7 +183,7 @@ impl NodeEvent {
 /// Warning event `NodeNotReady` on it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MarkPodNotReady {
-    /// Names this write, so that it can be cancelled while it waits ([`Effect::Cancel`]).
+    /// Names this write, so that it can be cancelled while it waits ([`Action::Cancel`]).
     pub op: u64,
     pub key: PodKey,
     pub namespace: String,
@@ -195,7 +199,7 @@ pub enum Op {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum Effect {
+pub enum Action {
     EvictPod(EvictPod),
     PodEvent(PodEvent),
     SetConditions(SetConditions),
@@ -226,7 +230,7 @@ pub enum EvictionResult {
     Done { deleted: bool },
     /// The live re-check found the eviction no longer warranted; nothing was written.
     Moot,
-    /// Called off ([`Effect::Cancel`]) before anything was written.
+    /// Called off ([`Action::Cancel`]) before anything was written.
     Cancelled,
     /// The Eviction API refused because of a PodDisruptionBudget (429).
     Blocked(String),

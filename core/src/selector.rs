@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use crate::error::{Error, Result};
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Op {
     Exists,
@@ -61,8 +63,9 @@ fn split_requirements(s: &str) -> Vec<&str> {
     out
 }
 
-fn parse_requirement(req: &str) -> Result<Requirement, String> {
+fn parse_requirement(req: &str) -> Result<Requirement> {
     let req = req.trim();
+    let bad = |problem: &str| Error::invalid(format!("--node-selector {req:?}"), problem);
     if let Some(key) = req.strip_prefix('!') {
         let key = key.trim();
         return Ok(Requirement { key: key.to_owned(), op: Op::DoesNotExist, values: vec![] });
@@ -72,12 +75,12 @@ fn parse_requirement(req: &str) -> Result<Requirement, String> {
     let key = &req[..key_end];
     let rest = req[key_end..].trim_start();
     let single = |op: Op, v: &str| Requirement { key: key.to_owned(), op, values: vec![v.trim().to_owned()] };
-    let set = |op: Op, v: &str| -> Result<Requirement, String> {
+    let set = |op: Op, v: &str| -> Result<Requirement> {
         let v = v.trim();
         let inner = v
             .strip_prefix('(')
             .and_then(|v| v.strip_suffix(')'))
-            .ok_or_else(|| format!("{req:?}: expected a parenthesised list of values"))?;
+            .ok_or_else(|| bad("expected a parenthesised list of values"))?;
         let values: Vec<String> = inner.split(',').map(|v| v.trim().to_owned()).collect();
         Ok(Requirement { key: key.to_owned(), op, values })
     };
@@ -98,32 +101,33 @@ fn parse_requirement(req: &str) -> Result<Requirement, String> {
     } else if let Some(v) = rest.strip_prefix("in").filter(|v| v.starts_with([' ', '('])) {
         set(Op::In, v)?
     } else {
-        return Err(format!("{req:?}: expected =, ==, !=, in, notin, > or < after the key"));
+        return Err(bad("expected =, ==, !=, in, notin, > or < after the key"));
     };
     Ok(r)
 }
 
 impl FromStr for Selector {
-    type Err = String;
+    type Err = Error;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self> {
         if s.trim().is_empty() {
             return Ok(Self::default());
         }
         let mut requirements = Vec::new();
         for part in split_requirements(s) {
             let r = parse_requirement(part)?;
+            let bad = |problem: String| Error::invalid(format!("--node-selector {:?}", part.trim()), problem);
             if !crate::rules::valid_taint_key(&r.key) {
-                return Err(format!("{:?}: {:?} is not a valid label key", part.trim(), r.key));
+                return Err(bad(format!("{:?} is not a valid label key", r.key)));
             }
             match r.op {
                 Op::Gt | Op::Lt if r.values[0].parse::<i64>().is_err() => {
-                    return Err(format!("{:?}: {:?} is not an integer", part.trim(), r.values[0]));
+                    return Err(bad(format!("{:?} is not an integer", r.values[0])));
                 }
                 Op::Gt | Op::Lt => {}
                 _ => {
-                    if let Some(bad) = r.values.iter().find(|v| !valid_value(v)) {
-                        return Err(format!("{:?}: {bad:?} is not a valid label value", part.trim()));
+                    if let Some(v) = r.values.iter().find(|v| !valid_value(v)) {
+                        return Err(bad(format!("{v:?} is not a valid label value")));
                     }
                 }
             }

@@ -1,4 +1,4 @@
-//! Taints and tolerations, decided exactly as Kubernetes decides them (SPEC §1, §2).
+//! Taints and tolerations, decided exactly as Kubernetes decides them (docs/spec.md §1, §2).
 //!
 //! PURE: no I/O and no clock. Time enters as arguments (`timeAdded`, observation times).
 //!

@@ -1,14 +1,40 @@
 //! The controller task's state: the cache and the controllers' decision state, driven by inputs
 //! and time. PURE (no I/O, `now` is an argument), so the whole pipeline from watch event to
-//! effect is testable with a fake clock.
+//! action is testable with a fake clock.
 
 use jiff::Timestamp;
 
-use super::Input;
-use super::cache::{Cache, Change};
-use crate::effect::{Effect, NodeWriteResult};
+use crate::action::{Action, EvictionResult, MarkResult, NodeWriteResult};
+use crate::cache::{Cache, Change, WatchEvent};
 use crate::eviction::{Ctx, Gate, TaintEviction, Ungated};
+use crate::index::{PodKey, SlimLease, SlimNode, SlimPod};
 use crate::lifecycle::NodeLifecycle;
+
+/// Everything that reaches the controller task: watch events, and the executor's reports.
+#[derive(Debug)]
+pub enum Input {
+    Node(WatchEvent<SlimNode>),
+    Pod(WatchEvent<SlimPod>),
+    Lease(WatchEvent<SlimLease>),
+    /// The executor's report on an eviction.
+    EvictionResult {
+        key: PodKey,
+        uid: String,
+        op: u64,
+        result: EvictionResult,
+    },
+    /// The executor's report on a MarkPodsNotReady write.
+    MarkResult {
+        key: PodKey,
+        op: u64,
+        result: MarkResult,
+    },
+    /// The executor's report on a node status or taint write.
+    NodeWriteResult {
+        node: String,
+        result: NodeWriteResult,
+    },
+}
 
 /// Node lifecycle stands behind the taints it manages; without it, every taint counts.
 fn gate_of(lifecycle: &Option<NodeLifecycle>) -> &dyn Gate {
@@ -28,7 +54,7 @@ impl State {
     }
 
     /// Applies one input; effects go to `out`. Call [`State::after_batch`] after a batch.
-    pub fn handle(&mut self, input: Input, now: Timestamp, out: &mut Vec<Effect>) {
+    pub fn handle(&mut self, input: Input, now: Timestamp, out: &mut Vec<Action>) {
         self.changes.clear();
         let mut own_write = false;
         let mut write_result = None;
@@ -112,7 +138,7 @@ impl State {
     /// After a batch of inputs: the first full sync starts the node lifecycle controller; zone
     /// states and queues are brought up to date once per batch; pods held back by the gate are
     /// looked at again.
-    pub fn after_batch(&mut self, now: Timestamp, out: &mut Vec<Effect>) {
+    pub fn after_batch(&mut self, now: Timestamp, out: &mut Vec<Action>) {
         if let Some(lc) = &mut self.lifecycle {
             if self.cache.synced() {
                 lc.synced(&self.cache.index, now, out);
@@ -123,7 +149,7 @@ impl State {
     }
 
     /// Time has passed: fire what is due.
-    pub fn tick(&mut self, now: Timestamp, out: &mut Vec<Effect>) {
+    pub fn tick(&mut self, now: Timestamp, out: &mut Vec<Action>) {
         let Self { cache, eviction, lifecycle, .. } = self;
         if let Some(lc) = lifecycle.as_mut() {
             lc.tick(&cache.index, now, out);
@@ -135,7 +161,7 @@ impl State {
         }
     }
 
-    fn recheck_held(&mut self, now: Timestamp, out: &mut Vec<Effect>) {
+    fn recheck_held(&mut self, now: Timestamp, out: &mut Vec<Action>) {
         let Self { cache, eviction, lifecycle, .. } = self;
         if let Some(ev) = eviction.as_mut() {
             ev.recheck_held(Ctx { index: &cache.index, now, gate: gate_of(lifecycle) }, out);

@@ -1,4 +1,4 @@
-//! The DefaultTolerationSeconds rule (SPEC §7), as upstream's admission plugin applies it
+//! The DefaultTolerationSeconds rule (docs/spec.md §7), as upstream's admission plugin applies it
 //! (`plugin/pkg/admission/defaulttolerationseconds`). PURE.
 //!
 //! Unless a pod already has a toleration whose key is `node.kubernetes.io/not-ready` (or empty)

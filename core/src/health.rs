@@ -1,4 +1,4 @@
-//! Node health (SPEC §3): heartbeat bookkeeping in local observation time and the conditions
+//! Node health (docs/spec.md §3): heartbeat bookkeeping in local observation time and the conditions
 //! written when a kubelet goes silent. PURE.
 //!
 //! A heartbeat is a change of the node's `Ready.lastHeartbeatTime` or a newer Lease
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 
-use crate::effect::ConditionWrite;
+use crate::action::ConditionWrite;
 use crate::index::SlimNode;
 
 /// Condition types made `Unknown` when a kubelet goes silent, in upstream's order.

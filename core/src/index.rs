@@ -38,7 +38,7 @@ pub struct SlimNode {
     pub uid: String,
     pub resource_version: String,
     pub created: Option<Timestamp>,
-    /// The zone key (SPEC §5).
+    /// The zone key (docs/spec.md §5).
     pub zone: String,
     /// Labelled `node.kubernetes.io/exclude-disruption`: not counted towards zone state.
     pub exclude_disruption: bool,

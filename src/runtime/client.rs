@@ -2,13 +2,13 @@
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::config::KubeArgs;
+use super::args::ClientArgs;
 use crate::error::{Error, Result};
 
 /// `--kubeconfig` (with `--context`) if given; else `--context` in the default kubeconfig; else
 /// `Config::infer()`: `KUBECONFIG` or `~/.kube/config` when present, otherwise the in-cluster
 /// service account.
-pub async fn config(args: &KubeArgs) -> Result<kube::Config> {
+pub async fn config(args: &ClientArgs) -> Result<kube::Config> {
     let options = KubeConfigOptions { context: args.context.clone(), ..KubeConfigOptions::default() };
     let config = match (&args.kubeconfig, &args.context) {
         (Some(path), _) => {
@@ -23,7 +23,7 @@ pub async fn config(args: &KubeArgs) -> Result<kube::Config> {
     Ok(config)
 }
 
-pub async fn client(args: &KubeArgs) -> Result<kube::Client> {
+pub async fn client(args: &ClientArgs) -> Result<kube::Client> {
     let mut config = config(args).await?;
     // kube-rs retries 429/503/504 transparently (up to 15 times, honouring Retry-After). That
     // would hide a PodDisruptionBudget's 429 from the eviction logic for minutes; our executor

@@ -1,4 +1,4 @@
-//! Zones (SPEC §5): the zone key of a node, zone state, and the NoExecute tainting rate that
+//! Zones (docs/spec.md §5): the zone key of a node, zone state, and the NoExecute tainting rate that
 //! follows from it. PURE.
 
 use std::collections::BTreeMap;

@@ -5,7 +5,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use jiff::Timestamp;
-use node_lifecycle_controller::taints::{
+use nlc_core::taints::{
     Effect, MatchOptions, Operator, Taint, Toleration, anchor, evaluate, first_tolerating, scheduling,
 };
 

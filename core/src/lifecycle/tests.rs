@@ -4,19 +4,15 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use kube::runtime::watcher::Event;
 
 use super::*;
-use crate::controller::Input;
-use crate::controller::state::State;
-use crate::effect::{Effect, MarkPodNotReady, MarkResult, NodeWriteResult, Op};
-use crate::index::{Condition, SlimLease, SlimNode, SlimPod};
+use crate::action::{Action, MarkPodNotReady, MarkResult, NodeWriteResult, Op};
+use crate::cache::WatchEvent;
+use crate::fixtures::{World, cond, node, pod, ts};
+use crate::index::SlimNode;
 use crate::rules;
-use crate::taints::{Effect as TE, Taint, keys};
-
-fn ts(s: f64) -> Timestamp {
-    Timestamp::from_millisecond(1_800_000_000_000 + (s * 1000.0) as i64).expect("ts")
-}
+use crate::state::Input;
+use crate::taints::{Effect, Taint, keys};
 
 fn cfg() -> Config {
     Config {
@@ -29,226 +25,8 @@ fn cfg() -> Config {
     }
 }
 
-fn cond(t: &str, status: &str, hb: f64) -> Condition {
-    Condition {
-        type_: t.into(),
-        status: status.into(),
-        reason: None,
-        last_heartbeat: Some(ts(hb)),
-        last_transition: Some(ts(hb)),
-    }
-}
-
-fn node(name: &str, zone: &str, ready: &str) -> SlimNode {
-    SlimNode {
-        name: name.into(),
-        uid: format!("uid-{name}"),
-        resource_version: "1".into(),
-        created: Some(ts(-1000.0)),
-        zone: zone.into(),
-        exclude_disruption: false,
-        unschedulable: false,
-        taints: vec![],
-        conditions: vec![cond("Ready", ready, -1.0)],
-        selected: true,
-    }
-}
-
-fn pod(name: &str, node: &str) -> SlimPod {
-    SlimPod {
-        namespace: "ns".into(),
-        name: name.into(),
-        uid: format!("uid-{name}"),
-        node_name: node.into(),
-        tolerations: std::sync::Arc::from([]),
-        terminal: false,
-        terminating: false,
-        ready: Some(true),
-        bound: None,
-    }
-}
-
-/// The controller state plus a simulated API server for node writes.
-struct World {
-    state: State,
-    now: Timestamp,
-    rv: u64,
-    /// Every effect, in order, with the time it was emitted.
-    log: Vec<(Timestamp, Effect)>,
-}
-
-impl World {
-    fn new(cfg: Config, nodes: Vec<SlimNode>, pods: Vec<SlimPod>) -> Self {
-        Self::with_eviction(cfg, None, nodes, pods)
-    }
-
-    /// With the taint eviction controller too (its evictions are logged, not carried out).
-    fn with_eviction(
-        cfg: Config,
-        eviction: Option<crate::eviction::TaintEviction>,
-        nodes: Vec<SlimNode>,
-        pods: Vec<SlimPod>,
-    ) -> Self {
-        let mut w =
-            Self { state: State::new(eviction, Some(NodeLifecycle::new(cfg))), now: ts(0.0), rv: 100, log: vec![] };
-        w.input(Input::Node(Event::Init));
-        for n in nodes {
-            w.input(Input::Node(Event::InitApply(n)));
-        }
-        w.input(Input::Node(Event::InitDone));
-        w.input(Input::Pod(Event::Init));
-        for p in pods {
-            w.input(Input::Pod(Event::InitApply(p)));
-        }
-        w.input(Input::Pod(Event::InitDone));
-        w.input(Input::Lease(Event::Init));
-        w.input(Input::Lease(Event::InitDone));
-        w
-    }
-
-    fn lc(&self) -> &NodeLifecycle {
-        self.state.lifecycle.as_ref().expect("lifecycle")
-    }
-
-    fn node(&self, name: &str) -> &SlimNode {
-        &self.state.cache.index.nodes[name]
-    }
-
-    /// Feeds one input and carries out node writes at once (as a fast API server would).
-    fn input(&mut self, input: Input) {
-        let mut out = vec![];
-        self.state.handle(input, self.now, &mut out);
-        self.state.after_batch(self.now, &mut out);
-        self.execute(out);
-    }
-
-    fn execute(&mut self, effects: Vec<Effect>) {
-        for e in effects {
-            self.log.push((self.now, e.clone()));
-            let result = match &e {
-                Effect::SetConditions(w) => {
-                    let mut n = self.node(&w.node).clone();
-                    if n.resource_version != w.resource_version {
-                        Some((w.node.clone(), NodeWriteResult::Conflict(Some(Box::new(n)))))
-                    } else {
-                        for c in &w.conditions {
-                            let new = Condition {
-                                type_: c.type_.clone(),
-                                status: "Unknown".into(),
-                                reason: Some(c.reason.into()),
-                                last_heartbeat: c
-                                    .last_heartbeat
-                                    .or_else(|| n.condition(&c.type_).and_then(|o| o.last_heartbeat)),
-                                last_transition: Some(c.last_transition),
-                            };
-                            match n.conditions.iter_mut().find(|o| o.type_ == c.type_) {
-                                Some(o) => *o = new,
-                                None => n.conditions.push(new),
-                            }
-                        }
-                        self.rv += 1;
-                        n.resource_version = self.rv.to_string();
-                        Some((w.node.clone(), NodeWriteResult::Done(Some(Box::new(n)))))
-                    }
-                }
-                Effect::SetTaints(w) => {
-                    let mut n = self.node(&w.node).clone();
-                    match crate::taints::apply_changes(&n.taints, &w.add, &w.remove, self.now) {
-                        Some(next) => {
-                            n.taints = next;
-                            self.rv += 1;
-                            n.resource_version = self.rv.to_string();
-                            Some((w.node.clone(), NodeWriteResult::Done(Some(Box::new(n)))))
-                        }
-                        None => Some((w.node.clone(), NodeWriteResult::Done(None))),
-                    }
-                }
-                _ => None,
-            };
-            if let Some((node, result)) = result {
-                self.input(Input::NodeWriteResult { node, result });
-            }
-        }
-    }
-
-    /// Advances the fake clock to `t` (seconds), firing every timer on the way.
-    fn advance_to(&mut self, t: f64) {
-        let target = ts(t);
-        loop {
-            let next = self.state.next_wakeup();
-            match next {
-                Some(at) if at <= target => {
-                    self.now = self.now.max(at);
-                    let mut out = vec![];
-                    self.state.tick(self.now, &mut out);
-                    self.execute(out);
-                }
-                _ => break,
-            }
-        }
-        self.now = target;
-        let mut out = vec![];
-        self.state.tick(self.now, &mut out);
-        self.execute(out);
-    }
-
-    /// The kubelet posts status (a heartbeat) with Ready = `ready`.
-    fn kubelet_posts(&mut self, name: &str, ready: &str) {
-        let mut n = self.node(name).clone();
-        let hb = self.now.as_millisecond() as f64 / 1000.0 - 1_800_000_000.0;
-        match n.conditions.iter_mut().find(|c| c.type_ == "Ready") {
-            Some(c) => {
-                if c.status != ready {
-                    c.last_transition = Some(self.now);
-                }
-                c.status = ready.into();
-                c.last_heartbeat = Some(ts(hb));
-            }
-            None => n.conditions.push(cond("Ready", ready, hb)),
-        }
-        self.update_node(n);
-    }
-
-    fn update_node(&mut self, mut n: SlimNode) {
-        self.rv += 1;
-        n.resource_version = self.rv.to_string();
-        self.input(Input::Node(Event::Apply(n)));
-    }
-
-    fn renew_lease(&mut self, name: &str) {
-        let now = self.now;
-        self.input(Input::Lease(Event::Apply(SlimLease { name: name.into(), renew_time: Some(now) })));
-    }
-
-    fn has_taint(&self, node: &str, key: &str, effect: TE) -> bool {
-        self.node(node).taints.iter().any(|t| t.key == key && t.effect == effect)
-    }
-
-    fn taint_time(&self, node: &str, key: &str, effect: TE) -> Option<Timestamp> {
-        self.node(node).taints.iter().find(|t| t.key == key && t.effect == effect).and_then(|t| t.time_added)
-    }
-
-    fn writes_since(&self, from: usize) -> Vec<&Effect> {
-        self.log[from..]
-            .iter()
-            .map(|(_, e)| e)
-            .filter(|e| matches!(e, Effect::SetConditions(_) | Effect::SetTaints(_)))
-            .collect()
-    }
-
-    fn events(&self, reason: &str) -> Vec<String> {
-        self.log
-            .iter()
-            .filter_map(|(_, e)| match e {
-                Effect::NodeEvent(ev) if ev.reason() == reason => Some(ev.note()),
-                _ => None,
-            })
-            .collect()
-    }
-}
-
 fn healthy_zone(prefix: &str, zone: &str, n: usize) -> Vec<SlimNode> {
-    (0..n).map(|i| node(&format!("{prefix}{i}"), zone, "True")).collect()
+    (0..n).map(|i| node(&format!("{prefix}{i}")).zone(zone).build()).collect()
 }
 
 /// Keeps the given nodes alive by renewing their leases every 10 s up to `until`.
@@ -275,7 +53,7 @@ fn registered_at_start_with_a_fresh_grace_period() {
 
 #[test]
 fn a_silent_node_is_marked_unknown_the_moment_its_grace_runs_out_then_tainted() {
-    let mut w = World::new(cfg(), healthy_zone("n", "a", 4), vec![pod("p", "n0")]);
+    let mut w = World::new(cfg(), healthy_zone("n", "a", 4), vec![pod("p").on("n0").build()]);
     // n1..n3 keep renewing; n0 goes silent from the start.
     heartbeat(&mut w, &["n1", "n2", "n3"], 0.0, 49.0);
     assert!(w.writes_since(0).is_empty());
@@ -283,7 +61,7 @@ fn a_silent_node_is_marked_unknown_the_moment_its_grace_runs_out_then_tainted() 
     assert!(w.writes_since(0).is_empty());
     w.advance_to(50.0);
     let writes = w.writes_since(0);
-    let Effect::SetConditions(sc) = writes[0] else { panic!("{writes:?}") };
+    let Action::SetConditions(sc) = writes[0] else { panic!("{writes:?}") };
     assert_eq!(sc.node, "n0");
     assert_eq!(sc.expired_at, ts(50.0));
     assert_eq!(sc.conditions[0].type_, "Ready");
@@ -291,12 +69,12 @@ fn a_silent_node_is_marked_unknown_the_moment_its_grace_runs_out_then_tainted() 
     // Pressure conditions were missing: added as NeverUpdated.
     assert_eq!(sc.conditions.iter().filter(|c| c.reason == "NodeStatusNeverUpdated").count(), 3);
     // Then, in the same instant: unreachable NoSchedule (at once) and NoExecute (zone limiter, full).
-    assert!(w.has_taint("n0", keys::UNREACHABLE, TE::NoSchedule));
-    assert_eq!(w.taint_time("n0", keys::UNREACHABLE, TE::NoExecute), Some(ts(50.0)));
+    assert!(w.has_taint("n0", keys::UNREACHABLE, Effect::NoSchedule));
+    assert_eq!(w.taint_time("n0", keys::UNREACHABLE, Effect::NoExecute), Some(ts(50.0)));
     assert_eq!(w.node("n0").condition("Ready").map(|c| c.status.as_str()), Some("Unknown"));
     // The flip from Ready=True: event and MarkPodsNotReady.
     assert_eq!(w.events("NodeNotReady"), vec!["Node n0 status is now: NodeNotReady"]);
-    assert!(w.log.iter().any(|(_, e)| matches!(e, Effect::MarkPodNotReady(p) if p.name == "p")));
+    assert!(w.log.iter().any(|(_, e)| matches!(e, Action::MarkPodNotReady(p) if p.name == "p")));
 }
 
 #[test]
@@ -310,10 +88,10 @@ fn lease_renewals_keep_a_node_alive() {
 fn kubelet_not_ready_gives_not_ready_taints_and_recovery_removes_them() {
     let mut w = World::new(cfg(), healthy_zone("n", "a", 4), vec![]);
     w.kubelet_posts("n0", "False");
-    assert!(w.has_taint("n0", keys::NOT_READY, TE::NoSchedule));
-    assert!(w.has_taint("n0", keys::NOT_READY, TE::NoExecute));
+    assert!(w.has_taint("n0", keys::NOT_READY, Effect::NoSchedule));
+    assert!(w.has_taint("n0", keys::NOT_READY, Effect::NoExecute));
     // No Unknown write: the kubelet is alive, it said False. No NodeNotReady from us either.
-    assert!(!w.log.iter().any(|(_, e)| matches!(e, Effect::SetConditions(_))));
+    assert!(!w.log.iter().any(|(_, e)| matches!(e, Action::SetConditions(_))));
     assert!(w.events("NodeNotReady").is_empty());
     w.advance_to(3.0);
     w.kubelet_posts("n0", "True");
@@ -326,22 +104,23 @@ fn not_ready_to_unreachable_is_swapped_at_once() {
     heartbeat(&mut w, &["n1", "n2", "n3"], 0.0, 0.0);
     w.advance_to(5.0);
     w.kubelet_posts("n0", "False");
-    assert!(w.has_taint("n0", keys::NOT_READY, TE::NoExecute));
+    assert!(w.has_taint("n0", keys::NOT_READY, Effect::NoExecute));
     // The zone's token is spent; the swap must not wait for a new one.
     heartbeat(&mut w, &["n1", "n2", "n3"], 10.0, 50.0);
     w.advance_to(55.0);
-    let at = w.taint_time("n0", keys::UNREACHABLE, TE::NoExecute).expect("swapped");
+    let at = w.taint_time("n0", keys::UNREACHABLE, Effect::NoExecute).expect("swapped");
     assert!(
-        w.log.iter().any(|(t, e)| *t == ts(55.0) && matches!(e, Effect::SetTaints(s) if s.node == "n0")),
+        w.log.iter().any(|(t, e)| *t == ts(55.0) && matches!(e, Action::SetTaints(s) if s.node == "n0")),
         "swapped the moment the node went silent"
     );
     assert_eq!(at, ts(5.0), "the swap keeps the replaced taint's timeAdded: not Ready since 5 s");
-    assert!(!w.has_taint("n0", keys::NOT_READY, TE::NoExecute));
+    assert!(!w.has_taint("n0", keys::NOT_READY, Effect::NoExecute));
     assert!(
-        w.has_taint("n0", keys::UNREACHABLE, TE::NoSchedule) && !w.has_taint("n0", keys::NOT_READY, TE::NoSchedule)
+        w.has_taint("n0", keys::UNREACHABLE, Effect::NoSchedule)
+            && !w.has_taint("n0", keys::NOT_READY, Effect::NoSchedule)
     );
     let swap = w.log.iter().rev().find_map(|(_, e)| match e {
-        Effect::SetTaints(s) if s.add.iter().any(|a| a.id.key == keys::UNREACHABLE) => Some(s.clone()),
+        Action::SetTaints(s) if s.add.iter().any(|a| a.id.key == keys::UNREACHABLE) => Some(s.clone()),
         _ => None,
     });
     assert_eq!(swap.and_then(|s| s.counted_zone), None, "a swap does not go through the limiter");
@@ -358,26 +137,26 @@ fn pressure_and_unschedulable_taints_follow_the_node() {
     n.unschedulable = true;
     w.update_node(n);
     for key in [keys::MEMORY_PRESSURE, keys::DISK_PRESSURE, keys::NETWORK_UNAVAILABLE, keys::UNSCHEDULABLE] {
-        assert!(w.has_taint("n0", key, TE::NoSchedule), "{key}");
+        assert!(w.has_taint("n0", key, Effect::NoSchedule), "{key}");
     }
-    assert!(!w.has_taint("n0", keys::PID_PRESSURE, TE::NoSchedule));
+    assert!(!w.has_taint("n0", keys::PID_PRESSURE, Effect::NoSchedule));
     let mut n = w.node("n0").clone();
     n.conditions.retain(|c| c.type_ != "DiskPressure");
     n.conditions.push(cond("DiskPressure", "False", 1.0));
     n.unschedulable = false;
     w.update_node(n);
-    assert!(!w.has_taint("n0", keys::DISK_PRESSURE, TE::NoSchedule));
-    assert!(!w.has_taint("n0", keys::UNSCHEDULABLE, TE::NoSchedule));
-    assert!(w.has_taint("n0", keys::MEMORY_PRESSURE, TE::NoSchedule));
+    assert!(!w.has_taint("n0", keys::DISK_PRESSURE, Effect::NoSchedule));
+    assert!(!w.has_taint("n0", keys::UNSCHEDULABLE, Effect::NoSchedule));
+    assert!(w.has_taint("n0", keys::MEMORY_PRESSURE, Effect::NoSchedule));
 }
 
 #[test]
 fn user_taints_and_the_new_node_taint_are_handled_right() {
-    let mut n = node("n0", "a", "True");
+    let mut n = node("n0").zone("a").build();
     n.taints = vec![
-        Taint::new("example.com/mine", TE::NoExecute),
-        Taint::new(keys::NOT_READY, TE::NoSchedule), // TaintNodesByCondition's, on a ready node
-        Taint::new(keys::CLOUD_UNINITIALIZED, TE::NoSchedule),
+        Taint::new("example.com/mine", Effect::NoExecute),
+        Taint::new(keys::NOT_READY, Effect::NoSchedule), // TaintNodesByCondition's, on a ready node
+        Taint::new(keys::CLOUD_UNINITIALIZED, Effect::NoSchedule),
     ];
     let w = World::new(cfg(), vec![n], vec![]);
     let names: Vec<&str> = w.node("n0").taints.iter().map(|t| t.key.as_str()).collect();
@@ -388,14 +167,15 @@ fn user_taints_and_the_new_node_taint_are_handled_right() {
 fn two_nodes_failing_together_are_tainted_one_interval_apart() {
     let mut w = World::new(cfg(), healthy_zone("n", "a", 5), vec![]);
     heartbeat(&mut w, &["n2", "n3", "n4"], 0.0, 100.0);
-    let a = w.taint_time("n0", keys::UNREACHABLE, TE::NoExecute).expect("n0");
-    let b = w.taint_time("n1", keys::UNREACHABLE, TE::NoExecute).expect("n1");
+    let a = w.taint_time("n0", keys::UNREACHABLE, Effect::NoExecute).expect("n0");
+    let b = w.taint_time("n1", keys::UNREACHABLE, Effect::NoExecute).expect("n1");
     let (first, second) = (a.min(b), a.max(b));
     assert_eq!(first, ts(50.0));
     assert_eq!(second, ts(60.0), "0.1 nodes/s: 10 s apart");
     // Both got the NoSchedule taint at once.
     assert!(
-        w.has_taint("n0", keys::UNREACHABLE, TE::NoSchedule) && w.has_taint("n1", keys::UNREACHABLE, TE::NoSchedule)
+        w.has_taint("n0", keys::UNREACHABLE, Effect::NoSchedule)
+            && w.has_taint("n1", keys::UNREACHABLE, Effect::NoSchedule)
     );
 }
 
@@ -406,7 +186,7 @@ fn a_fully_disrupted_zone_is_tainted_at_the_normal_rate_while_others_are_healthy
     let mut w = World::new(cfg(), nodes, vec![]);
     heartbeat(&mut w, &["b0", "b1"], 0.0, 100.0);
     let mut times: Vec<Timestamp> =
-        ["a0", "a1", "a2"].iter().filter_map(|n| w.taint_time(n, keys::UNREACHABLE, TE::NoExecute)).collect();
+        ["a0", "a1", "a2"].iter().filter_map(|n| w.taint_time(n, keys::UNREACHABLE, Effect::NoExecute)).collect();
     times.sort();
     assert_eq!(times, vec![ts(50.0), ts(60.0), ts(70.0)]);
     let za = w.lc().zone_reports().into_iter().find(|z| z.zone == "za").expect("za");
@@ -420,95 +200,95 @@ fn a_partially_disrupted_small_zone_stops_a_large_one_slows() {
     let alive: Vec<String> = (6..10).map(|i| format!("n{i}")).collect();
     let alive: Vec<&str> = alive.iter().map(String::as_str).collect();
     heartbeat(&mut w, &alive, 0.0, 200.0);
-    let tainted = (0..6).filter(|i| w.has_taint(&format!("n{i}"), keys::UNREACHABLE, TE::NoExecute)).count();
+    let tainted = (0..6).filter(|i| w.has_taint(&format!("n{i}"), keys::UNREACHABLE, Effect::NoExecute)).count();
     // The first ones went before the zone tipped over; after that, none.
     let za = &w.lc().zone_reports()[0];
     assert_eq!(za.state, ZoneState::PartialDisruption);
     assert!(tainted < 6, "{tainted} tainted");
     let before = tainted;
     heartbeat(&mut w, &alive, 210.0, 600.0);
-    let after = (0..6).filter(|i| w.has_taint(&format!("n{i}"), keys::UNREACHABLE, TE::NoExecute)).count();
+    let after = (0..6).filter(|i| w.has_taint(&format!("n{i}"), keys::UNREACHABLE, Effect::NoExecute)).count();
     assert_eq!(before, after, "stopped");
     // NoSchedule taints are not rate limited.
-    assert!((0..6).all(|i| w.has_taint(&format!("n{i}"), keys::UNREACHABLE, TE::NoSchedule)));
+    assert!((0..6).all(|i| w.has_taint(&format!("n{i}"), keys::UNREACHABLE, Effect::NoSchedule)));
 
     // Above the large-cluster threshold: the secondary rate (here 0.01/s: one per 100 s).
     let mut c = cfg();
     c.rates.large_cluster_threshold = 5;
     let mut w = World::new(c, healthy_zone("n", "a", 10), vec![]);
     heartbeat(&mut w, &alive, 0.0, 600.0);
-    let after = (0..6).filter(|i| w.has_taint(&format!("n{i}"), keys::UNREACHABLE, TE::NoExecute)).count();
+    let after = (0..6).filter(|i| w.has_taint(&format!("n{i}"), keys::UNREACHABLE, Effect::NoExecute)).count();
     assert_eq!(after, 6, "all tainted in the end at the secondary rate");
 }
 
 #[test]
 fn when_every_zone_is_down_no_noexecute_taint_remains_and_recovery_gives_fresh_grace() {
-    let mut n0 = node("n0", "a", "False");
-    n0.taints = vec![Taint::new(keys::NOT_READY, TE::NoExecute).added_at(ts(-100.0))];
-    let mut w = World::new(cfg(), vec![n0, node("n1", "b", "True")], vec![]);
+    let mut n0 = node("n0").zone("a").ready("False").build();
+    n0.taints = vec![Taint::new(keys::NOT_READY, Effect::NoExecute).added_at(ts(-100.0))];
+    let mut w = World::new(cfg(), vec![n0, node("n1").zone("b").build()], vec![]);
     // n1 (the other zone) stays up for a while: n0 keeps its taint (nothing stripped at start).
     heartbeat(&mut w, &["n1"], 0.0, 30.0);
-    assert_eq!(w.taint_time("n0", keys::NOT_READY, TE::NoExecute), Some(ts(-100.0)));
+    assert_eq!(w.taint_time("n0", keys::NOT_READY, Effect::NoExecute), Some(ts(-100.0)));
     // Now n1 goes silent too (the control plane lost every node): at 80 s all zones are down.
     w.advance_to(80.0);
     assert!(w.lc().all_zones_disrupted());
-    assert!(!w.has_taint("n0", keys::NOT_READY, TE::NoExecute), "removed in the outage");
-    assert!(!w.has_taint("n1", keys::UNREACHABLE, TE::NoExecute), "none added");
-    assert!(w.has_taint("n1", keys::UNREACHABLE, TE::NoSchedule), "NoSchedule taints still follow conditions");
+    assert!(!w.has_taint("n0", keys::NOT_READY, Effect::NoExecute), "removed in the outage");
+    assert!(!w.has_taint("n1", keys::UNREACHABLE, Effect::NoExecute), "none added");
+    assert!(w.has_taint("n1", keys::UNREACHABLE, Effect::NoSchedule), "NoSchedule taints still follow conditions");
     w.advance_to(300.0);
-    assert!(!w.has_taint("n1", keys::UNREACHABLE, TE::NoExecute));
+    assert!(!w.has_taint("n1", keys::UNREACHABLE, Effect::NoExecute));
     // n1 comes back: every node gets a fresh grace period from now.
     w.kubelet_posts("n1", "True");
     assert!(!w.lc().all_zones_disrupted());
     assert!(!w.lc().overdue("n0", ts(300.0 + 49.0)));
     // n0 (marked Unknown at 50 s) is tainted again, one interval later: as upstream, a zone whose
     // limiter was stopped starts with an empty bucket.
-    assert!(!w.has_taint("n0", keys::UNREACHABLE, TE::NoExecute));
+    assert!(!w.has_taint("n0", keys::UNREACHABLE, Effect::NoExecute));
     w.advance_to(310.0);
-    assert_eq!(w.taint_time("n0", keys::UNREACHABLE, TE::NoExecute), Some(ts(310.0)));
+    assert_eq!(w.taint_time("n0", keys::UNREACHABLE, Effect::NoExecute), Some(ts(310.0)));
 }
 
 #[test]
 fn a_restart_keeps_existing_taints_and_their_time_added() {
-    let mut n0 = node("n0", "a", "Unknown");
+    let mut n0 = node("n0").zone("a").ready("Unknown").build();
     n0.taints = vec![
-        Taint::new(keys::UNREACHABLE, TE::NoSchedule).added_at(ts(-500.0)),
-        Taint::new(keys::UNREACHABLE, TE::NoExecute).added_at(ts(-400.0)),
+        Taint::new(keys::UNREACHABLE, Effect::NoSchedule).added_at(ts(-500.0)),
+        Taint::new(keys::UNREACHABLE, Effect::NoExecute).added_at(ts(-400.0)),
     ];
-    let mut w = World::new(cfg(), vec![n0, node("n1", "a", "True"), node("n2", "a", "True")], vec![]);
+    let mut w = World::new(cfg(), vec![n0, node("n1").zone("a").build(), node("n2").zone("a").build()], vec![]);
     heartbeat(&mut w, &["n1", "n2"], 0.0, 120.0);
-    assert_eq!(w.taint_time("n0", keys::UNREACHABLE, TE::NoExecute), Some(ts(-400.0)));
-    assert!(!w.log.iter().any(|(_, e)| matches!(e, Effect::SetTaints(s) if s.node == "n0")), "no taint write for n0");
+    assert_eq!(w.taint_time("n0", keys::UNREACHABLE, Effect::NoExecute), Some(ts(-400.0)));
+    assert!(!w.log.iter().any(|(_, e)| matches!(e, Action::SetTaints(s) if s.node == "n0")), "no taint write for n0");
 }
 
 #[test]
 fn excluded_nodes_are_not_counted_but_still_tainted() {
-    let mut nodes = vec![node("n0", "a", "True")];
-    let mut ex = node("ex", "a", "True");
+    let mut nodes = vec![node("n0").zone("a").build()];
+    let mut ex = node("ex").zone("a").build();
     ex.exclude_disruption = true;
     nodes.push(ex);
-    nodes.push(node("b0", "b", "True"));
+    nodes.push(node("b0").zone("b").build());
     let mut w = World::new(cfg(), nodes, vec![]);
     heartbeat(&mut w, &["ex", "b0"], 0.0, 60.0);
     // Zone a counts only n0, which is down: FullDisruption, size 1 (the ready excluded node is not counted).
     let za = w.lc().zone_reports().into_iter().find(|z| z.zone == "a").expect("a");
     assert_eq!((za.state, za.size), (ZoneState::FullDisruption, 1));
-    assert!(w.has_taint("n0", keys::UNREACHABLE, TE::NoExecute));
+    assert!(w.has_taint("n0", keys::UNREACHABLE, Effect::NoExecute));
     // An excluded node that fails is tainted too.
     let mut w = World::new(
         cfg(),
         vec![
             {
-                let mut e = node("ex", "a", "True");
+                let mut e = node("ex").zone("a").build();
                 e.exclude_disruption = true;
                 e
             },
-            node("n0", "a", "True"),
+            node("n0").zone("a").build(),
         ],
         vec![],
     );
     heartbeat(&mut w, &["n0"], 0.0, 60.0);
-    assert!(w.has_taint("ex", keys::UNREACHABLE, TE::NoExecute));
+    assert!(w.has_taint("ex", keys::UNREACHABLE, Effect::NoExecute));
 }
 
 #[test]
@@ -524,15 +304,15 @@ fn a_custom_rule_maps_a_condition_to_a_noexecute_taint_through_the_limiter() {
     n.conditions.push(cond("KernelDeadlock", "True", 0.0));
     w.update_node(n);
     let s = w.log.iter().find_map(|(_, e)| match e {
-        Effect::SetTaints(s) if s.add.iter().any(|a| a.id.key == "example.com/kernel-deadlock") => Some(s.clone()),
+        Action::SetTaints(s) if s.add.iter().any(|a| a.id.key == "example.com/kernel-deadlock") => Some(s.clone()),
         _ => None,
     });
     assert_eq!(s.expect("tainted").counted_zone.as_deref(), Some("a"));
-    assert!(w.has_taint("n1", "example.com/kernel-deadlock", TE::NoExecute));
+    assert!(w.has_taint("n1", "example.com/kernel-deadlock", Effect::NoExecute));
     let mut n = w.node("n1").clone();
     n.conditions.retain(|c| c.type_ != "KernelDeadlock");
     w.update_node(n);
-    assert!(!w.has_taint("n1", "example.com/kernel-deadlock", TE::NoExecute));
+    assert!(!w.has_taint("n1", "example.com/kernel-deadlock", Effect::NoExecute));
 }
 
 #[test]
@@ -544,7 +324,7 @@ fn a_conflicting_status_write_is_judged_again_on_the_fresh_object() {
     let mut out = vec![];
     w.now = ts(50.0);
     w.state.tick(w.now, &mut out);
-    assert!(out.iter().any(|e| matches!(e, Effect::SetConditions(s) if s.node == "n0")), "a status write");
+    assert!(out.iter().any(|e| matches!(e, Action::SetConditions(s) if s.node == "n0")), "a status write");
     let mut fresh = w.node("n0").clone();
     if let Some(c) = fresh.conditions.iter_mut().find(|c| c.type_ == "Ready") {
         c.last_heartbeat = Some(ts(50.0));
@@ -557,8 +337,8 @@ fn a_conflicting_status_write_is_judged_again_on_the_fresh_object() {
     assert!(!w.lc().overdue("n0", w.now));
     assert!(w.writes_since(from).is_empty(), "{:?}", w.writes_since(from));
     w.advance_to(60.0);
-    assert!(!w.has_taint("n0", keys::UNREACHABLE, TE::NoSchedule));
-    assert!(!w.has_taint("n0", keys::UNREACHABLE, TE::NoExecute));
+    assert!(!w.has_taint("n0", keys::UNREACHABLE, Effect::NoSchedule));
+    assert!(!w.has_taint("n0", keys::UNREACHABLE, Effect::NoExecute));
 }
 
 #[test]
@@ -575,7 +355,7 @@ fn a_conflict_without_a_heartbeat_writes_again_on_the_fresh_object() {
     w.state.cache.index.nodes.insert("n0".into(), fresh.clone());
     w.input(Input::NodeWriteResult { node: "n0".into(), result: NodeWriteResult::Conflict(Some(Box::new(fresh))) });
     assert_eq!(w.node("n0").condition("Ready").map(|c| c.status.as_str()), Some("Unknown"), "written again");
-    assert!(w.has_taint("n0", keys::UNREACHABLE, TE::NoExecute));
+    assert!(w.has_taint("n0", keys::UNREACHABLE, Effect::NoExecute));
 }
 
 #[test]
@@ -586,7 +366,7 @@ fn failed_node_writes_back_off_per_node_and_a_404_waits_for_a_newer_object() {
     w.now = ts(50.0);
     w.state.tick(w.now, &mut out);
     let count =
-        |w: &World| w.log.iter().filter(|(_, e)| matches!(e, Effect::SetConditions(s) if s.node == "n0")).count();
+        |w: &World| w.log.iter().filter(|(_, e)| matches!(e, Action::SetConditions(s) if s.node == "n0")).count();
     let mut resent = vec![];
     for _ in 0..7 {
         let mut out = vec![];
@@ -596,13 +376,13 @@ fn failed_node_writes_back_off_per_node_and_a_404_waits_for_a_newer_object() {
             &mut out,
         );
         w.state.after_batch(w.now, &mut out);
-        assert!(!out.iter().any(|e| matches!(e, Effect::SetConditions(_))), "not re-sent at once");
+        assert!(!out.iter().any(|e| matches!(e, Action::SetConditions(_))), "not re-sent at once");
         let failed_at = w.now;
         loop {
             w.now = w.state.next_wakeup().expect("a retry");
             let mut out = vec![];
             w.state.tick(w.now, &mut out);
-            if out.iter().any(|e| matches!(e, Effect::SetConditions(s) if s.node == "n0")) {
+            if out.iter().any(|e| matches!(e, Action::SetConditions(s) if s.node == "n0")) {
                 break;
             }
         }
@@ -620,14 +400,15 @@ fn failed_node_writes_back_off_per_node_and_a_404_waits_for_a_newer_object() {
 
 #[test]
 fn mark_pods_not_ready_retries_failures_and_stops_when_the_node_is_ready_again() {
-    let mut w = World::new(cfg(), healthy_zone("n", "a", 3), vec![pod("p", "n0"), pod("q", "n0")]);
+    let mut w =
+        World::new(cfg(), healthy_zone("n", "a", 3), vec![pod("p").on("n0").build(), pod("q").on("n0").build()]);
     heartbeat(&mut w, &["n1", "n2"], 0.0, 49.0);
     w.advance_to(50.0);
     let marks: Vec<MarkPodNotReady> = w
         .log
         .iter()
         .filter_map(|(_, e)| match e {
-            Effect::MarkPodNotReady(m) => Some(m.clone()),
+            Action::MarkPodNotReady(m) => Some(m.clone()),
             _ => None,
         })
         .collect();
@@ -636,17 +417,17 @@ fn mark_pods_not_ready_retries_failures_and_stops_when_the_node_is_ready_again()
     let p = marks.iter().find(|m| m.name == "p").expect("p").clone();
     w.input(Input::MarkResult { key: p.key.clone(), op: p.op, result: MarkResult::Failed("503".into()) });
     let retries =
-        |w: &World| w.log.iter().filter(|(_, e)| matches!(e, Effect::MarkPodNotReady(m) if m.name == "p")).count();
+        |w: &World| w.log.iter().filter(|(_, e)| matches!(e, Action::MarkPodNotReady(m) if m.name == "p")).count();
     assert_eq!(retries(&w), 1);
     w.advance_to(50.6);
     assert_eq!(retries(&w), 2);
     // The node is back before q's (queued) write went out: it is called off.
     let q = marks.iter().find(|m| m.name == "q").expect("q").clone();
     w.kubelet_posts("n0", "True");
-    assert!(w.log.iter().any(|(_, e)| *e == Effect::Cancel(Op::MarkPodNotReady(q.op))), "queued write called off");
+    assert!(w.log.iter().any(|(_, e)| *e == Action::Cancel(Op::MarkPodNotReady(q.op))), "queued write called off");
     // And a failed one is no longer retried.
     let again = w.log.iter().rev().find_map(|(_, e)| match e {
-        Effect::MarkPodNotReady(m) if m.name == "p" => Some(m.clone()),
+        Action::MarkPodNotReady(m) if m.name == "p" => Some(m.clone()),
         _ => None,
     });
     let again = again.expect("p again");
@@ -657,14 +438,15 @@ fn mark_pods_not_ready_retries_failures_and_stops_when_the_node_is_ready_again()
 
 #[test]
 fn a_pod_bound_to_a_not_ready_node_is_marked_not_ready() {
-    let mut w = World::new(cfg(), vec![node("n0", "a", "False"), node("n1", "a", "True")], vec![]);
-    w.input(Input::Pod(Event::Apply(pod("late", "n0"))));
-    w.input(Input::Pod(Event::Apply(pod("fine", "n1"))));
+    let mut w =
+        World::new(cfg(), vec![node("n0").zone("a").ready("False").build(), node("n1").zone("a").build()], vec![]);
+    w.input(Input::Pod(WatchEvent::Apply(pod("late").on("n0").build())));
+    w.input(Input::Pod(WatchEvent::Apply(pod("fine").on("n1").build())));
     let marked: Vec<&str> = w
         .log
         .iter()
         .filter_map(|(_, e)| match e {
-            Effect::MarkPodNotReady(p) => Some(p.name.as_str()),
+            Action::MarkPodNotReady(p) => Some(p.name.as_str()),
             _ => None,
         })
         .collect();
@@ -673,14 +455,14 @@ fn a_pod_bound_to_a_not_ready_node_is_marked_not_ready() {
 
 #[test]
 fn a_node_that_never_posted_ready_gets_the_startup_grace() {
-    let mut n = node("n0", "a", "True");
+    let mut n = node("n0").zone("a").build();
     n.conditions.clear();
-    let mut w = World::new(cfg(), vec![n, node("n1", "a", "True"), node("n2", "a", "True")], vec![]);
+    let mut w = World::new(cfg(), vec![n, node("n1").zone("a").build(), node("n2").zone("a").build()], vec![]);
     heartbeat(&mut w, &["n1", "n2"], 0.0, 59.0);
-    assert!(!w.log.iter().any(|(_, e)| matches!(e, Effect::SetConditions(_))));
+    assert!(!w.log.iter().any(|(_, e)| matches!(e, Action::SetConditions(_))));
     w.advance_to(60.0);
     let sc = w.log.iter().find_map(|(_, e)| match e {
-        Effect::SetConditions(s) => Some(s.clone()),
+        Action::SetConditions(s) => Some(s.clone()),
         _ => None,
     });
     let sc = sc.expect("written at 60 s");
@@ -694,11 +476,11 @@ fn a_node_that_never_posted_ready_gets_the_startup_grace() {
 #[test]
 fn an_excluded_node_alone_in_its_zone_is_still_tainted() {
     // Upstream gives every node's zone a tainter at the normal rate, counted nodes or not.
-    let mut ex = node("ex", "lonely", "True");
+    let mut ex = node("ex").zone("lonely").build();
     ex.exclude_disruption = true;
-    let mut w = World::new(cfg(), vec![ex, node("a0", "a", "True"), node("a1", "a", "True")], vec![]);
+    let mut w = World::new(cfg(), vec![ex, node("a0").zone("a").build(), node("a1").zone("a").build()], vec![]);
     heartbeat(&mut w, &["a0", "a1"], 0.0, 60.0);
-    assert!(w.has_taint("ex", keys::UNREACHABLE, TE::NoExecute));
+    assert!(w.has_taint("ex", keys::UNREACHABLE, Effect::NoExecute));
     assert!(w.lc().zone_reports().iter().all(|z| z.zone != "lonely"), "a zone without counted nodes has no state");
 }
 
@@ -717,13 +499,13 @@ fn zones_are_judged_over_every_node_but_only_selected_nodes_are_written() {
     // One failed canary is 1 of 10 in its zone, not "every zone down": it is tainted.
     assert!(!w.lc().all_zones_disrupted());
     assert_eq!(w.lc().zone_reports()[0].size, 10);
-    assert!(w.has_taint("canary0", keys::UNREACHABLE, TE::NoExecute));
+    assert!(w.has_taint("canary0", keys::UNREACHABLE, Effect::NoExecute));
     // The other controller's nodes are never written to, even when they go silent.
     heartbeat(&mut w, &["canary1"], 70.0, 200.0);
     assert!(!w.log.iter().any(|(_, e)| match e {
-        Effect::SetConditions(s) => s.node.starts_with("other"),
-        Effect::SetTaints(s) => s.node.starts_with("other"),
-        Effect::NodeEvent(n) => n.node.starts_with("other"),
+        Action::SetConditions(s) => s.node.starts_with("other"),
+        Action::SetTaints(s) => s.node.starts_with("other"),
+        Action::NodeEvent(n) => n.node.starts_with("other"),
         _ => false,
     }));
 }
@@ -741,31 +523,18 @@ fn a_wall_clock_step_gives_every_node_a_fresh_grace_period() {
     w.advance_to(3694.9);
     assert_eq!(w.writes_since(0).len(), 0);
     w.advance_to(3695.0);
-    assert!(w.log.iter().any(|(t, e)| *t == ts(3695.0) && matches!(e, Effect::SetConditions(_))));
+    assert!(w.log.iter().any(|(t, e)| *t == ts(3695.0) && matches!(e, Action::SetConditions(_))));
 }
 
 fn eviction() -> Option<crate::eviction::TaintEviction> {
     Some(crate::eviction::TaintEviction::new(crate::eviction::Config::default()))
 }
 
-fn tolerating(name: &str, node: &str, key: &str, seconds: i64) -> SlimPod {
-    let mut p = pod(name, node);
-    p.tolerations = vec![crate::taints::Toleration {
-        key: key.into(),
-        operator: crate::taints::Operator::Exists,
-        value: String::new(),
-        effect: Some(TE::NoExecute),
-        toleration_seconds: Some(seconds),
-    }]
-    .into();
-    p
-}
-
 fn evicted(w: &World) -> Vec<String> {
     w.log
         .iter()
         .filter_map(|(_, e)| match e {
-            Effect::EvictPod(ev) => Some(ev.name.clone()),
+            Action::EvictPod(ev) => Some(ev.name.clone()),
             _ => None,
         })
         .collect()
@@ -775,45 +544,47 @@ fn evicted(w: &World) -> Vec<String> {
 fn after_downtime_a_stale_taint_on_a_recovered_node_evicts_nobody() {
     // The controller was down while n0 was unreachable; meanwhile n0 recovered (Ready=True), but
     // the taint from an hour ago is still there. On start nothing is evicted and it is removed.
-    let mut n0 = node("n0", "a", "True");
-    n0.taints = vec![Taint::new(keys::UNREACHABLE, TE::NoExecute).added_at(ts(-3600.0))];
-    let pods = vec![tolerating("p", "n0", keys::UNREACHABLE, 30), pod("untolerated", "n0")];
-    let w = World::with_eviction(cfg(), eviction(), vec![n0, node("n1", "a", "True")], pods);
+    let mut n0 = node("n0").zone("a").build();
+    n0.taints = vec![Taint::new(keys::UNREACHABLE, Effect::NoExecute).added_at(ts(-3600.0))];
+    let pods =
+        vec![pod("p").on("n0").tolerates(keys::UNREACHABLE, Some(30)).build(), pod("untolerated").on("n0").build()];
+    let w = World::with_eviction(cfg(), eviction(), vec![n0, node("n1").zone("a").build()], pods);
     assert!(evicted(&w).is_empty(), "{:?}", evicted(&w));
-    assert!(!w.has_taint("n0", keys::UNREACHABLE, TE::NoExecute));
+    assert!(!w.has_taint("n0", keys::UNREACHABLE, Effect::NoExecute));
 }
 
 #[test]
 fn after_downtime_a_taint_confirmed_still_needed_evicts_at_the_original_deadline() {
-    let mut n0 = node("n0", "a", "Unknown");
+    let mut n0 = node("n0").zone("a").ready("Unknown").build();
     n0.taints = vec![
-        Taint::new(keys::UNREACHABLE, TE::NoExecute).added_at(ts(-10.0)),
-        Taint::new(keys::UNREACHABLE, TE::NoSchedule).added_at(ts(-10.0)),
+        Taint::new(keys::UNREACHABLE, Effect::NoExecute).added_at(ts(-10.0)),
+        Taint::new(keys::UNREACHABLE, Effect::NoSchedule).added_at(ts(-10.0)),
     ];
-    let pods = vec![tolerating("p", "n0", keys::UNREACHABLE, 30), pod("untolerated", "n0")];
-    let mut w = World::with_eviction(cfg(), eviction(), vec![n0, node("n1", "a", "True")], pods);
+    let pods =
+        vec![pod("p").on("n0").tolerates(keys::UNREACHABLE, Some(30)).build(), pod("untolerated").on("n0").build()];
+    let mut w = World::with_eviction(cfg(), eviction(), vec![n0, node("n1").zone("a").build()], pods);
     assert_eq!(evicted(&w), vec!["untolerated"], "confirmed at once from synced caches");
     w.advance_to(19.9);
     assert_eq!(evicted(&w).len(), 1);
     w.advance_to(20.0);
     assert_eq!(evicted(&w), vec!["untolerated", "p"]);
-    assert!(w.log.iter().any(|(t, e)| *t == ts(20.0) && matches!(e, Effect::EvictPod(ev) if ev.name == "p")));
+    assert!(w.log.iter().any(|(t, e)| *t == ts(20.0) && matches!(e, Action::EvictPod(ev) if ev.name == "p")));
 }
 
 #[test]
 fn the_gate_stands_behind_managed_taints_only_when_they_are_wanted() {
-    let mut stale = node("stale", "a", "True");
-    stale.taints = vec![Taint::new(keys::UNREACHABLE, TE::NoExecute), Taint::new("user", TE::NoExecute)];
-    let mut down = node("down", "a", "Unknown");
-    down.taints = vec![Taint::new(keys::UNREACHABLE, TE::NoExecute)];
+    let mut stale = node("stale").zone("a").build();
+    stale.taints = vec![Taint::new(keys::UNREACHABLE, Effect::NoExecute), Taint::new("user", Effect::NoExecute)];
+    let mut down = node("down").zone("a").ready("Unknown").build();
+    down.taints = vec![Taint::new(keys::UNREACHABLE, Effect::NoExecute)];
     let mut lc = NodeLifecycle::new(cfg());
-    let unreachable = Taint::new(keys::UNREACHABLE, TE::NoExecute);
+    let unreachable = Taint::new(keys::UNREACHABLE, Effect::NoExecute);
     // Before node lifecycle has judged anything: nothing managed is confirmed.
     assert!(!lc.confirmed(&down, &unreachable, ts(0.0)));
-    assert!(lc.confirmed(&stale, &Taint::new("user", TE::NoExecute), ts(0.0)), "not ours to judge");
+    assert!(lc.confirmed(&stale, &Taint::new("user", Effect::NoExecute), ts(0.0)), "not ours to judge");
     let w = World::new(cfg(), vec![stale.clone(), down.clone()], vec![]);
     lc = w.state.lifecycle.expect("lifecycle");
     assert!(lc.confirmed(&down, &unreachable, ts(0.0)));
     assert!(!lc.confirmed(&stale, &unreachable, ts(0.0)), "a Ready node should not carry it");
-    assert!(!lc.confirmed(&stale, &Taint::new(keys::NOT_READY, TE::NoExecute), ts(0.0)));
+    assert!(!lc.confirmed(&stale, &Taint::new(keys::NOT_READY, Effect::NoExecute), ts(0.0)));
 }

@@ -105,7 +105,7 @@ fn canonical_integers() {
 #[test]
 fn first_match_order_rule() {
     let not_ready = taint(keys::NOT_READY, "", "NoExecute");
-    // SPEC §1: with Exists first, the not-ready taint is tolerated forever.
+    // docs/spec.md §1: with Exists first, the not-ready taint is tolerated forever.
     let tols = vec![tol("", "Exists", "", "", None), tol(keys::NOT_READY, "Exists", "", "NoExecute", Some(300))];
     assert_eq!(first_tolerating(&tols, &not_ready, OFF), Some(0));
     assert_eq!(evaluate(std::slice::from_ref(&not_ready), &tols, OFF, |_, _| None), Outcome::Never);
@@ -318,7 +318,7 @@ mod properties {
     use super::*;
     use proptest::prelude::*;
 
-    /// A plain reference model of SPEC §1, written independently of the implementation: string
+    /// A plain reference model of docs/spec.md §1, written independently of the implementation: string
     /// fields as in Go, integers parsed by a regular-language check then `i128`.
     mod model {
         pub struct T<'a> {

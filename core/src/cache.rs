@@ -3,9 +3,19 @@
 
 use std::collections::HashSet;
 
-use kube::runtime::watcher::Event;
-
 use crate::index::{Index, PodKey, SlimLease, SlimNode, SlimPod};
+
+/// A watch stream's events for one resource, in kube-runtime's shape: a (re-)list is `Init`,
+/// `InitApply` for each object, `InitDone`; after it, `Apply` and `Delete`. The I/O side maps
+/// its watcher's events to these, carrying slim objects.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchEvent<K> {
+    Init,
+    InitApply(K),
+    InitDone,
+    Apply(K),
+    Delete(K),
+}
 
 /// What changed, for the decision code downstream.
 #[derive(Debug, PartialEq)]
@@ -117,14 +127,14 @@ impl Store for Leases<'_> {
 fn apply<S: Store>(
     store: &mut S,
     relist: &mut Relist,
-    ev: Event<S::Object>,
+    ev: WatchEvent<S::Object>,
     out: &mut Vec<Change>,
     upserted: fn(String, Option<S::Object>) -> Change,
     removed: fn(S::Object) -> Change,
 ) {
     match ev {
-        Event::Init => relist.seen = Some(HashSet::new()),
-        Event::InitApply(o) | Event::Apply(o) => {
+        WatchEvent::Init => relist.seen = Some(HashSet::new()),
+        WatchEvent::InitApply(o) | WatchEvent::Apply(o) => {
             let key = S::key(&o);
             if let Some(seen) = &mut relist.seen {
                 seen.insert(key.clone());
@@ -132,12 +142,12 @@ fn apply<S: Store>(
             let old = store.upsert(o);
             out.push(upserted(key, old));
         }
-        Event::Delete(o) => {
+        WatchEvent::Delete(o) => {
             if let Some(old) = store.remove(&S::key(&o)) {
                 out.push(removed(old));
             }
         }
-        Event::InitDone => {
+        WatchEvent::InitDone => {
             if let Some(seen) = relist.seen.take() {
                 for key in store.keys().into_iter().filter(|k| !seen.contains(k)) {
                     if let Some(old) = store.remove(&key) {
@@ -164,8 +174,8 @@ impl Cache {
         }
     }
 
-    pub fn apply_node(&mut self, ev: Event<SlimNode>, out: &mut Vec<Change>) {
-        if let Event::Apply(n) = &ev
+    pub fn apply_node(&mut self, ev: WatchEvent<SlimNode>, out: &mut Vec<Change>) {
+        if let WatchEvent::Apply(n) = &ev
             && self.index.nodes.get(&n.name).is_some_and(|old| !is_newer(&n.resource_version, &old.resource_version))
         {
             return; // already known: our own write's result arrived before its watch event
@@ -187,10 +197,10 @@ impl Cache {
     pub fn apply_node_write(&mut self, mut n: SlimNode, out: &mut Vec<Change>) {
         let Some(cached) = self.index.nodes.get(&n.name).filter(|c| c.uid == n.uid) else { return };
         n.selected = cached.selected;
-        self.apply_node(Event::Apply(n), out);
+        self.apply_node(WatchEvent::Apply(n), out);
     }
 
-    pub fn apply_pod(&mut self, ev: Event<SlimPod>, out: &mut Vec<Change>) {
+    pub fn apply_pod(&mut self, ev: WatchEvent<SlimPod>, out: &mut Vec<Change>) {
         apply(
             &mut Pods(&mut self.index),
             &mut self.pods,
@@ -201,7 +211,7 @@ impl Cache {
         );
     }
 
-    pub fn apply_lease(&mut self, ev: Event<SlimLease>, out: &mut Vec<Change>) {
+    pub fn apply_lease(&mut self, ev: WatchEvent<SlimLease>, out: &mut Vec<Change>) {
         apply(
             &mut Leases(&mut self.index),
             &mut self.leases,
@@ -238,25 +248,25 @@ mod tests {
         let mut out = Vec::new();
         let mut n = node("a");
         n.resource_version = "10".into();
-        c.apply_node(Event::Apply(n.clone()), &mut out);
+        c.apply_node(WatchEvent::Apply(n.clone()), &mut out);
         assert_eq!(out.len(), 1);
         out.clear();
         for rv in ["10", "9"] {
             let mut stale = n.clone();
             stale.resource_version = rv.into();
             stale.unschedulable = true;
-            c.apply_node(Event::Apply(stale), &mut out);
+            c.apply_node(WatchEvent::Apply(stale), &mut out);
         }
         assert!(out.is_empty());
         assert!(!c.index.nodes["a"].unschedulable);
         let mut newer = n.clone();
         newer.resource_version = "11".into();
-        c.apply_node(Event::Apply(newer), &mut out);
+        c.apply_node(WatchEvent::Apply(newer), &mut out);
         assert_eq!(out.len(), 1);
         // Opaque versions: take the new object.
         let mut odd = n;
         odd.resource_version = "x".into();
-        c.apply_node(Event::Apply(odd), &mut out);
+        c.apply_node(WatchEvent::Apply(odd), &mut out);
         assert_eq!(c.index.nodes["a"].resource_version, "x");
     }
 
@@ -264,18 +274,18 @@ mod tests {
     fn relist_removes_what_was_not_listed_again() {
         let mut c = Cache::default();
         let mut out = Vec::new();
-        c.apply_node(Event::Init, &mut out);
-        c.apply_node(Event::InitApply(node("a")), &mut out);
-        c.apply_node(Event::InitApply(node("b")), &mut out);
+        c.apply_node(WatchEvent::Init, &mut out);
+        c.apply_node(WatchEvent::InitApply(node("a")), &mut out);
+        c.apply_node(WatchEvent::InitApply(node("b")), &mut out);
         assert!(!c.is_synced(Resource::Node));
-        c.apply_node(Event::InitDone, &mut out);
+        c.apply_node(WatchEvent::InitDone, &mut out);
         assert!(c.is_synced(Resource::Node));
         assert!(!c.synced(), "pods and leases are not synced yet");
         out.clear();
         // The watch restarts; "b" was deleted while we were disconnected.
-        c.apply_node(Event::Init, &mut out);
-        c.apply_node(Event::InitApply(node("a")), &mut out);
-        c.apply_node(Event::InitDone, &mut out);
+        c.apply_node(WatchEvent::Init, &mut out);
+        c.apply_node(WatchEvent::InitApply(node("a")), &mut out);
+        c.apply_node(WatchEvent::InitDone, &mut out);
         assert_eq!(out.len(), 2);
         assert_eq!(out[1], Change::NodeRemoved(node("b")));
         assert_eq!(c.index.nodes.len(), 1);
@@ -287,8 +297,8 @@ mod tests {
         let mut out = Vec::new();
         let mut n = node("a");
         n.uid = "u1".into();
-        c.apply_node(Event::Apply(n.clone()), &mut out);
-        c.apply_node(Event::Delete(n.clone()), &mut out);
+        c.apply_node(WatchEvent::Apply(n.clone()), &mut out);
+        c.apply_node(WatchEvent::Delete(n.clone()), &mut out);
         out.clear();
         let mut written = n.clone();
         written.resource_version = "5".into();
@@ -297,7 +307,7 @@ mod tests {
         // A node recreated under the same name is another node.
         let mut again = n.clone();
         again.uid = "u2".into();
-        c.apply_node(Event::Apply(again), &mut out);
+        c.apply_node(WatchEvent::Apply(again), &mut out);
         out.clear();
         c.apply_node_write(written, &mut out);
         assert!(out.is_empty());

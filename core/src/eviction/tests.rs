@@ -1,53 +1,10 @@
 use super::*;
-use crate::effect::Cause;
-use crate::index::SlimNode;
-use crate::taints::{Effect as TE, Operator, Taint, TaintId, Toleration};
+use crate::action::Cause;
+use crate::fixtures::{no_execute, node, pod, toleration};
+use crate::taints::{Effect, Taint, TaintId};
 
 fn ts(s: i64) -> Timestamp {
-    Timestamp::from_second(1_800_000_000 + s).expect("ts")
-}
-
-fn node(name: &str, taints: Vec<Taint>) -> SlimNode {
-    SlimNode {
-        name: name.into(),
-        uid: format!("uid-{name}"),
-        resource_version: "1".into(),
-        created: None,
-        zone: String::new(),
-        exclude_disruption: false,
-        unschedulable: false,
-        taints,
-        conditions: vec![],
-        selected: true,
-    }
-}
-
-fn no_exec(key: &str, added: Option<i64>) -> Taint {
-    Taint { key: key.into(), value: String::new(), effect: TE::NoExecute, time_added: added.map(ts) }
-}
-
-fn tol(key: &str, seconds: Option<i64>) -> Toleration {
-    Toleration {
-        key: key.into(),
-        operator: Operator::Exists,
-        value: String::new(),
-        effect: Some(TE::NoExecute),
-        toleration_seconds: seconds,
-    }
-}
-
-fn pod(name: &str, node: &str, tolerations: Vec<Toleration>) -> SlimPod {
-    SlimPod {
-        namespace: "ns".into(),
-        name: name.into(),
-        uid: format!("uid-{name}"),
-        node_name: node.into(),
-        tolerations: tolerations.into(),
-        terminal: false,
-        terminating: false,
-        ready: Some(true),
-        bound: None,
-    }
+    crate::fixtures::ts(s as f64)
 }
 
 /// A tiny harness: the index plus the controller, with helpers that feed changes. `gate` plays
@@ -55,7 +12,7 @@ fn pod(name: &str, node: &str, tolerations: Vec<Toleration>) -> SlimPod {
 struct World {
     index: Index,
     ctl: TaintEviction,
-    out: Vec<Effect>,
+    out: Vec<Action>,
     unconfirmed: Vec<String>,
 }
 
@@ -99,7 +56,7 @@ impl World {
         self.ctl.result(&ev.key, &ev.uid, ev.op, &result, cx, &mut self.out);
     }
 
-    fn take(&mut self) -> Vec<Effect> {
+    fn take(&mut self) -> Vec<Action> {
         std::mem::take(&mut self.out)
     }
 
@@ -107,15 +64,15 @@ impl World {
         self.take()
             .into_iter()
             .filter_map(|e| match e {
-                Effect::EvictPod(ev) => Some(ev),
+                Action::EvictPod(ev) => Some(ev),
                 _ => None,
             })
             .collect()
     }
 }
 
-fn cancelling(name: &str) -> Effect {
-    Effect::PodEvent(PodEvent {
+fn cancelling(name: &str) -> Action {
+    Action::PodEvent(PodEvent {
         namespace: "ns".into(),
         name: name.into(),
         uid: format!("uid-{name}"),
@@ -130,32 +87,32 @@ fn key(name: &str) -> PodKey {
 #[test]
 fn untolerated_pod_is_evicted_at_once_with_a_live_recheck() {
     let mut w = World::new(Config::default());
-    w.set_node(node("n1", vec![]), 0);
-    w.set_pod(pod("p", "n1", vec![]), 0);
+    w.set_node(node("n1").build(), 0);
+    w.set_pod(pod("p").on("n1").build(), 0);
     assert!(w.take().is_empty());
-    w.set_node(node("n1", vec![no_exec("k", Some(5))]), 5);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(5.0))]).build(), 5);
     let ev = w.evictions();
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0].key, key("p"));
     assert_eq!(ev[0].due, ts(5));
-    assert_eq!(ev[0].method, Method::Delete);
+    assert_eq!(ev[0].method, EvictionMode::Delete);
     assert!(ev[0].immediate && ev[0].announce);
-    assert_eq!(ev[0].causes, vec![Cause { taint: TaintId::new("k", TE::NoExecute), time_added: None }]);
+    assert_eq!(ev[0].causes, vec![Cause { taint: TaintId::new("k", Effect::NoExecute), time_added: None }]);
     assert_eq!(ev[0].attempt, 0);
     // A second node update while in flight does not send a second eviction.
-    w.set_node(node("n1", vec![no_exec("k", Some(5)), no_exec("k2", Some(6))]), 6);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(5.0)), no_execute("k2", Some(6.0))]).build(), 6);
     assert!(w.evictions().is_empty());
     w.report(&ev[0], EvictionResult::Done { deleted: true }, 6);
     // Until the watch shows the pod terminating, it is not evicted again.
-    w.set_node(node("n1", vec![no_exec("k", Some(5))]), 7);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(5.0))]).build(), 7);
     assert!(w.evictions().is_empty());
 }
 
 #[test]
 fn tolerated_forever_is_never_evicted() {
     let mut w = World::new(Config::default());
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
-    w.set_pod(pod("p", "n1", vec![tol("k", None)]), 0);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", None)]).build(), 0);
     w.tick(1_000_000);
     assert!(w.take().is_empty());
     assert_eq!(w.ctl.pending(), 0);
@@ -164,9 +121,9 @@ fn tolerated_forever_is_never_evicted() {
 #[test]
 fn deadline_is_time_added_plus_seconds() {
     let mut w = World::new(Config::default());
-    w.set_pod(pod("p", "n1", vec![tol("k", Some(30))]), 0);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
     // The controller sees the taint 10 s after it was added: the deadline is still 30 s after.
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 10);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 10);
     assert!(w.take().is_empty());
     assert_eq!(w.ctl.deadline(&key("p")), Some(ts(30)));
     assert_eq!(w.ctl.next_wakeup(), Some(ts(30)));
@@ -177,27 +134,27 @@ fn deadline_is_time_added_plus_seconds() {
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0].due, ts(30));
     assert!(!ev[0].immediate, "a due deadline is not an immediate eviction");
-    assert_eq!(ev[0].causes, vec![Cause { taint: TaintId::new("k", TE::NoExecute), time_added: Some(ts(0)) }]);
+    assert_eq!(ev[0].causes, vec![Cause { taint: TaintId::new("k", Effect::NoExecute), time_added: Some(ts(0)) }]);
 }
 
 #[test]
 fn a_pod_bound_after_the_taint_gets_its_whole_toleration() {
     let mut w = World::new(Config::default());
     // The taint is an hour old when the pod arrives.
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 3600);
-    let mut late = pod("late", "n1", vec![tol("k", Some(6))]);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 3600);
+    let mut late = pod("late").on("n1").tolerations(vec![toleration("k", Some(6))]).build();
     late.bound = Some(ts(3600));
     w.set_pod(late, 3600);
     assert!(w.take().is_empty(), "not deleted on arrival");
     assert_eq!(w.ctl.deadline(&key("late")), Some(ts(3606)));
     // A pod bound before the taint counts from the taint.
-    let mut early = pod("early", "n1", vec![tol("k", Some(6))]);
+    let mut early = pod("early").on("n1").tolerations(vec![toleration("k", Some(6))]).build();
     early.bound = Some(ts(-100));
     w.set_pod(early, 3600);
     assert_eq!(w.evictions().len(), 1);
     // A binding time in the future (clock skew) counts from when we first saw the pod, and
     // stays there.
-    let mut skewed = pod("skewed", "n1", vec![tol("k", Some(6))]);
+    let mut skewed = pod("skewed").on("n1").tolerations(vec![toleration("k", Some(6))]).build();
     skewed.bound = Some(ts(100_000));
     w.set_pod(skewed, 3601);
     assert_eq!(w.ctl.deadline(&key("skewed")), Some(ts(3607)));
@@ -210,16 +167,16 @@ fn a_pod_bound_after_the_taint_gets_its_whole_toleration() {
 #[test]
 fn missing_or_future_time_added_anchors_on_first_observation() {
     let mut w = World::new(Config::default());
-    w.set_pod(pod("a", "n1", vec![tol("k", Some(30))]), 0);
-    w.set_pod(pod("b", "n2", vec![tol("k", Some(30))]), 0);
-    w.set_node(node("n1", vec![no_exec("k", None)]), 100);
-    w.set_node(node("n2", vec![no_exec("k", Some(10_000))]), 100);
+    w.set_pod(pod("a").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
+    w.set_pod(pod("b").on("n2").tolerations(vec![toleration("k", Some(30))]).build(), 0);
+    w.set_node(node("n1").taints(vec![no_execute("k", None)]).build(), 100);
+    w.set_node(node("n2").taints(vec![no_execute("k", Some(10_000.0))]).build(), 100);
     assert_eq!(w.ctl.deadline(&key("a")), Some(ts(130)));
     assert_eq!(w.ctl.deadline(&key("b")), Some(ts(130)));
     // Later updates of the node keep the first observation.
-    w.set_pod(pod("a", "n1", vec![tol("", Some(30))]), 120);
+    w.set_pod(pod("a").on("n1").tolerations(vec![toleration("", Some(30))]).build(), 120);
     assert!(w.take().is_empty());
-    w.set_node(node("n1", vec![no_exec("k", None), no_exec("other", Some(0))]), 120);
+    w.set_node(node("n1").taints(vec![no_execute("k", None), no_execute("other", Some(0.0))]).build(), 120);
     let ev = w.evictions();
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0].due, ts(30), "the older taint with timeAdded now decides, and it is past");
@@ -228,37 +185,37 @@ fn missing_or_future_time_added_anchors_on_first_observation() {
 #[test]
 fn removing_the_taint_cancels_with_an_event() {
     let mut w = World::new(Config::default());
-    w.set_pod(pod("p", "n1", vec![tol("k", Some(30))]), 0);
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     assert_eq!(w.ctl.pending(), 1);
-    w.set_node(node("n1", vec![]), 10);
+    w.set_node(node("n1").build(), 10);
     assert_eq!(w.take(), vec![cancelling("p")]);
     assert_eq!(w.ctl.pending(), 0);
     w.tick(100);
     assert!(w.take().is_empty());
     // Nothing was scheduled for an untainted node: no cancel event either.
-    w.set_node(node("n1", vec![]), 101);
+    w.set_node(node("n1").build(), 101);
     assert!(w.take().is_empty());
 }
 
 #[test]
 fn changing_tolerations_moves_the_deadline() {
     let mut w = World::new(Config::default());
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
-    w.set_pod(pod("p", "n1", vec![tol("k", Some(100))]), 0);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(100))]).build(), 0);
     assert_eq!(w.ctl.deadline(&key("p")), Some(ts(100)));
     // Shorter (upstream keeps the old timer; we follow the documented meaning).
-    w.set_pod(pod("p", "n1", vec![tol("k", Some(20))]), 5);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(20))]).build(), 5);
     assert_eq!(w.ctl.deadline(&key("p")), Some(ts(20)));
     // Longer.
-    w.set_pod(pod("p", "n1", vec![tol("k", Some(200))]), 6);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(200))]).build(), 6);
     assert_eq!(w.ctl.deadline(&key("p")), Some(ts(200)));
     // A forever toleration placed first cancels.
-    w.set_pod(pod("p", "n1", vec![tol("", None), tol("k", Some(200))]), 7);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("", None), toleration("k", Some(200))]).build(), 7);
     assert_eq!(w.ctl.deadline(&key("p")), None);
     assert_eq!(w.take(), vec![cancelling("p")]);
     // Shortened below the elapsed time: due at once.
-    w.set_pod(pod("p", "n1", vec![tol("k", Some(3))]), 8);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(3))]).build(), 8);
     let ev = w.evictions();
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0].due, ts(3));
@@ -268,9 +225,9 @@ fn changing_tolerations_moves_the_deadline() {
 fn several_pods_are_evicted_in_deadline_order() {
     let mut w = World::new(Config::default());
     for (name, s) in [("p5", 5), ("p1", 1), ("p3", 3)] {
-        w.set_pod(pod(name, "n1", vec![tol("k", Some(s))]), 0);
+        w.set_pod(pod(name).on("n1").tolerations(vec![toleration("k", Some(s))]).build(), 0);
     }
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     let mut order = vec![];
     for now in 0..=6 {
         w.tick(now);
@@ -281,8 +238,8 @@ fn several_pods_are_evicted_in_deadline_order() {
 
 #[test]
 fn a_restarted_controller_keeps_the_deadline() {
-    let n = node("n1", vec![no_exec("k", Some(0))]);
-    let p = pod("p", "n1", vec![tol("k", Some(60))]);
+    let n = node("n1").taints(vec![no_execute("k", Some(0.0))]).build();
+    let p = pod("p").on("n1").tolerations(vec![toleration("k", Some(60))]).build();
     let mut before = World::new(Config::default());
     before.set_node(n.clone(), 0);
     before.set_pod(p.clone(), 0);
@@ -300,9 +257,9 @@ fn an_unconfirmed_managed_taint_holds_the_eviction_until_confirmed() {
     // lifecycle has not judged the node yet.
     let mut w = World::new(Config::default());
     w.unconfirmed = vec!["unreachable".into()];
-    w.set_node(node("n1", vec![no_exec("unreachable", Some(0))]), 1000);
-    w.set_pod(pod("timed", "n1", vec![tol("unreachable", Some(30))]), 1000);
-    w.set_pod(pod("untolerated", "n1", vec![]), 1000);
+    w.set_node(node("n1").taints(vec![no_execute("unreachable", Some(0.0))]).build(), 1000);
+    w.set_pod(pod("timed").on("n1").tolerations(vec![toleration("unreachable", Some(30))]).build(), 1000);
+    w.set_pod(pod("untolerated").on("n1").build(), 1000);
     assert!(w.take().is_empty(), "nothing evicted for an unconfirmed taint");
     assert_eq!(w.ctl.held(), 2);
     w.tick(2000);
@@ -320,9 +277,9 @@ fn an_unconfirmed_managed_taint_holds_the_eviction_until_confirmed() {
     // for pods that were only held.
     let mut w = World::new(Config::default());
     w.unconfirmed = vec!["unreachable".into()];
-    w.set_node(node("n1", vec![no_exec("unreachable", Some(0))]), 1000);
-    w.set_pod(pod("p", "n1", vec![]), 1000);
-    w.set_node(node("n1", vec![]), 1001);
+    w.set_node(node("n1").taints(vec![no_execute("unreachable", Some(0.0))]).build(), 1000);
+    w.set_pod(pod("p").on("n1").build(), 1000);
+    w.set_node(node("n1").build(), 1001);
     w.recheck_held(1001);
     assert!(w.take().is_empty());
     assert_eq!(w.ctl.held(), 0);
@@ -330,8 +287,14 @@ fn an_unconfirmed_managed_taint_holds_the_eviction_until_confirmed() {
     // A confirmed (or unmanaged) taint is acted on meanwhile; the held one waits.
     let mut w = World::new(Config::default());
     w.unconfirmed = vec!["unreachable".into()];
-    w.set_node(node("n1", vec![no_exec("unreachable", Some(0)), no_exec("user", Some(0))]), 10);
-    w.set_pod(pod("p", "n1", vec![tol("unreachable", Some(1)), tol("user", Some(100))]), 10);
+    w.set_node(
+        node("n1").taints(vec![no_execute("unreachable", Some(0.0)), no_execute("user", Some(0.0))]).build(),
+        10,
+    );
+    w.set_pod(
+        pod("p").on("n1").tolerations(vec![toleration("unreachable", Some(1)), toleration("user", Some(100))]).build(),
+        10,
+    );
     assert!(w.take().is_empty());
     assert_eq!(w.ctl.deadline(&key("p")), Some(ts(100)), "the user's taint keeps its own deadline");
     assert_eq!(w.ctl.held(), 1);
@@ -341,8 +304,8 @@ fn an_unconfirmed_managed_taint_holds_the_eviction_until_confirmed() {
 fn failures_retry_with_capped_backoff_until_done() {
     let cfg = Config { retry_base: Duration::from_secs(1), retry_cap: Duration::from_secs(4), ..Config::default() };
     let mut w = World::new(cfg);
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
-    w.set_pod(pod("p", "n1", vec![]), 0);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").build(), 0);
     let mut now = 0;
     let mut retries_at = vec![];
     for i in 0..6 {
@@ -355,8 +318,8 @@ fn failures_retry_with_capped_backoff_until_done() {
         retries_at.push(next.as_second() - ts(now).as_second());
         now = next.as_second() - ts(0).as_second();
         // Node changes while waiting do not bypass the backoff.
-        w.set_node(node("n1", vec![no_exec("k", Some(0)), no_exec("x", Some(0))]), now - 1);
-        w.set_node(node("n1", vec![no_exec("k", Some(0))]), now - 1);
+        w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0)), no_execute("x", Some(0.0))]).build(), now - 1);
+        w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), now - 1);
         assert!(w.evictions().is_empty());
         w.tick(now);
     }
@@ -371,11 +334,11 @@ fn failures_retry_with_capped_backoff_until_done() {
 #[test]
 fn retry_is_dropped_when_the_taint_goes_away() {
     let mut w = World::new(Config::default());
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
-    w.set_pod(pod("p", "n1", vec![]), 0);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").build(), 0);
     let ev = w.evictions();
     w.report(&ev[0], EvictionResult::Failed("denied".into()), 0);
-    w.set_node(node("n1", vec![]), 0);
+    w.set_node(node("n1").build(), 0);
     assert_eq!(w.take(), vec![cancelling("p")]);
     w.tick(1000);
     assert!(w.take().is_empty());
@@ -384,26 +347,26 @@ fn retry_is_dropped_when_the_taint_goes_away() {
 #[test]
 fn a_queued_eviction_is_called_off_when_its_taint_goes_away() {
     let mut w = World::new(Config::default());
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
-    w.set_pod(pod("p", "n1", vec![]), 0);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").build(), 0);
     let ev = w.evictions();
     // Still waiting in a rate limiter when the taint goes.
-    w.set_node(node("n1", vec![]), 1);
-    assert_eq!(w.take(), vec![Effect::Cancel(Op::Eviction(ev[0].op))]);
+    w.set_node(node("n1").build(), 1);
+    assert_eq!(w.take(), vec![Action::Cancel(Op::Eviction(ev[0].op))]);
     // Once: a second change sends no second cancel.
-    w.set_node(node("n1", vec![no_exec("other", None)]), 1);
-    w.set_node(node("n1", vec![]), 1);
+    w.set_node(node("n1").taints(vec![no_execute("other", None)]).build(), 1);
+    w.set_node(node("n1").build(), 1);
     assert!(w.take().is_empty());
     w.report(&ev[0], EvictionResult::Cancelled, 2);
     assert_eq!(w.take(), vec![cancelling("p")]);
     assert_eq!(w.ctl.in_flight() + w.ctl.pending(), 0);
     // Tolerations added while queued call it off too; if the taint is back when the executor
     // answers, the pod is decided again at once.
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 3);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 3);
     let ev = w.evictions();
-    w.set_pod(pod("p", "n1", vec![tol("k", None)]), 4);
-    assert_eq!(w.take(), vec![Effect::Cancel(Op::Eviction(ev[0].op))]);
-    w.set_pod(pod("p", "n1", vec![]), 5);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", None)]).build(), 4);
+    assert_eq!(w.take(), vec![Action::Cancel(Op::Eviction(ev[0].op))]);
+    w.set_pod(pod("p").on("n1").build(), 5);
     assert!(w.take().is_empty(), "the cancelled one has not answered yet");
     w.report(&ev[0], EvictionResult::Cancelled, 5);
     let again = w.evictions();
@@ -422,43 +385,43 @@ fn evict_mode_falls_back_to_delete_after_the_pdb_wait_whatever_the_failure() {
             ..Config::default()
         };
         let mut w = World::new(cfg);
-        w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
-        w.set_pod(pod("p", "n1", vec![]), 0);
+        w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+        w.set_pod(pod("p").on("n1").build(), 0);
         let mut now = 0;
         let mut methods = vec![];
         loop {
             let ev = w.evictions();
             assert_eq!(ev.len(), 1);
             methods.push((now, ev[0].method));
-            if ev[0].method == Method::Delete {
+            if ev[0].method == EvictionMode::Delete {
                 break;
             }
             w.report(&ev[0], failure.clone(), now);
             now += 2;
             w.tick(now);
         }
-        assert_eq!(methods.first(), Some(&(0, Method::Evict)), "{failure:?}");
-        assert_eq!(methods.last(), Some(&(10, Method::Delete)), "{failure:?}");
+        assert_eq!(methods.first(), Some(&(0, EvictionMode::Evict)), "{failure:?}");
+        assert_eq!(methods.last(), Some(&(10, EvictionMode::Delete)), "{failure:?}");
     }
 
     // A moot result (nothing was tried) does not start the clock.
     let cfg = Config { mode: EvictionMode::Evict, pdb_max_wait: Some(Duration::from_secs(1)), ..Config::default() };
     let mut w = World::new(cfg);
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
-    w.set_pod(pod("p", "n1", vec![]), 0);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").build(), 0);
     let ev = w.evictions();
     w.report(&ev[0], EvictionResult::Moot, 0);
     w.tick(100);
-    assert_eq!(w.evictions()[0].method, Method::Evict);
+    assert_eq!(w.evictions()[0].method, EvictionMode::Evict);
 
     // With no maximum wait, it never falls back.
     let cfg = Config { mode: EvictionMode::Evict, pdb_max_wait: None, ..Config::default() };
     let mut w = World::new(cfg);
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
-    w.set_pod(pod("p", "n1", vec![]), 0);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").build(), 0);
     for i in 0..50 {
         let ev = w.evictions();
-        assert_eq!(ev[0].method, Method::Evict);
+        assert_eq!(ev[0].method, EvictionMode::Evict);
         w.report(&ev[0], EvictionResult::Blocked("pdb".into()), i * 100);
         w.tick((i + 1) * 100);
     }
@@ -467,23 +430,23 @@ fn evict_mode_falls_back_to_delete_after_the_pdb_wait_whatever_the_failure() {
 #[test]
 fn terminating_terminal_orphaned_and_unselected_pods_are_left_alone() {
     let mut w = World::new(Config::default());
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
-    let mut theirs = node("n2", vec![no_exec("k", Some(0))]);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    let mut theirs = node("n2").taints(vec![no_execute("k", Some(0.0))]).build();
     theirs.selected = false;
     w.set_node(theirs, 0);
-    let mut terminating = pod("t", "n1", vec![]);
+    let mut terminating = pod("t").on("n1").build();
     terminating.terminating = true;
-    let mut done = pod("d", "n1", vec![]);
+    let mut done = pod("d").on("n1").build();
     done.terminal = true;
     w.set_pod(terminating, 0);
     w.set_pod(done.clone(), 0);
-    w.set_pod(pod("orphan", "gone-node", vec![]), 0);
-    w.set_pod(pod("not-ours", "n2", vec![]), 0);
+    w.set_pod(pod("orphan").on("gone-node").build(), 0);
+    w.set_pod(pod("not-ours").on("n2").build(), 0);
     assert!(w.take().is_empty());
 
     // Upstream's behaviour (kubernetes issue 96363) when asked for.
     let mut w = World::new(Config { skip_terminal_pods: false, ..Config::default() });
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(done, 0);
     assert_eq!(w.evictions().len(), 1);
 }
@@ -491,9 +454,9 @@ fn terminating_terminal_orphaned_and_unselected_pods_are_left_alone() {
 #[test]
 fn a_pod_that_starts_terminating_drops_its_timer_quietly() {
     let mut w = World::new(Config::default());
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
-    w.set_pod(pod("p", "n1", vec![tol("k", Some(60))]), 0);
-    let mut p = pod("p", "n1", vec![tol("k", Some(60))]);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(60))]).build(), 0);
+    let mut p = pod("p").on("n1").tolerations(vec![toleration("k", Some(60))]).build();
     p.terminating = true;
     w.set_pod(p, 10);
     assert!(w.take().is_empty());
@@ -503,14 +466,14 @@ fn a_pod_that_starts_terminating_drops_its_timer_quietly() {
 #[test]
 fn a_recreated_pod_is_a_different_pod() {
     let mut w = World::new(Config::default());
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
-    w.set_pod(pod("p", "n1", vec![]), 0);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").build(), 0);
     let first = w.evictions();
     assert_eq!(first.len(), 1);
     w.report(&first[0], EvictionResult::Done { deleted: true }, 0);
     w.ctl.pod_removed(&key("p"));
     w.index.remove_pod("ns/p");
-    let mut again = pod("p", "n1", vec![]);
+    let mut again = pod("p").on("n1").build();
     again.uid = "uid-p-2".into();
     w.set_pod(again, 1);
     let ev = w.evictions();
@@ -524,8 +487,8 @@ fn a_recreated_pod_is_a_different_pod() {
 #[test]
 fn a_moot_result_is_retried_while_the_cache_still_says_due() {
     let mut w = World::new(Config::default());
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
-    w.set_pod(pod("p", "n1", vec![]), 0);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").build(), 0);
     let ev = w.evictions();
     // The live read missed the taint (a read shared from before it was added, say); the cache
     // has it, and no further watch event will come: the pod must not be forgotten.
@@ -537,7 +500,7 @@ fn a_moot_result_is_retried_while_the_cache_still_says_due() {
     assert!(again[0].announce, "nothing was written the first time: still to be announced");
     // When the fresh node really lacks the taint, the watch says so and the pod is dropped.
     w.report(&again[0], EvictionResult::Moot, 1);
-    w.set_node(node("n1", vec![]), 2);
+    w.set_node(node("n1").build(), 2);
     w.tick(10);
     assert!(w.evictions().is_empty());
     assert_eq!(w.ctl.pending() + w.ctl.in_flight(), 0);
@@ -546,9 +509,9 @@ fn a_moot_result_is_retried_while_the_cache_still_says_due() {
 #[test]
 fn huge_and_negative_seconds_never_misbehave() {
     let mut w = World::new(Config::default());
-    w.set_node(node("n1", vec![no_exec("k", Some(0))]), 0);
-    w.set_pod(pod("huge", "n1", vec![tol("k", Some(i64::MAX))]), 0);
-    w.set_pod(pod("neg", "n1", vec![tol("k", Some(i64::MIN))]), 0);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("huge").on("n1").tolerations(vec![toleration("k", Some(i64::MAX))]).build(), 0);
+    w.set_pod(pod("neg").on("n1").tolerations(vec![toleration("k", Some(i64::MIN))]).build(), 0);
     let ev = w.evictions();
     assert_eq!(ev.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["neg"]);
     assert_eq!(w.ctl.deadline(&key("huge")), Some(Timestamp::MAX));

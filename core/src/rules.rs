@@ -1,4 +1,4 @@
-//! Condition -> taint rules (SPEC §4). Upstream's table is the default; a config file and
+//! Condition -> taint rules (docs/spec.md §4). Upstream's table is the default; a config file and
 //! `--taint-rule` flags add rules, so that for example node-problem-detector's
 //! `KernelDeadlock=True` can map to a NoExecute taint. PURE.
 //!
@@ -9,6 +9,7 @@ use std::collections::HashSet;
 
 use serde::Deserialize;
 
+use crate::error::{Error, Result};
 use crate::taints::{Effect, keys};
 
 /// The pseudo-condition for `spec.unschedulable`.
@@ -76,8 +77,8 @@ pub struct RuleSpec {
 }
 
 /// Parses `CONDITION=STATUS:KEY:EFFECT`, e.g. `KernelDeadlock=True:example.com/kernel-deadlock:NoExecute`.
-pub fn parse_rule_flag(s: &str) -> Result<RuleSpec, String> {
-    let err = || format!("--taint-rule {s:?}: expected CONDITION=STATUS:KEY:EFFECT");
+pub fn parse_rule_flag(s: &str) -> Result<RuleSpec> {
+    let err = || Error::invalid(format!("--taint-rule {s:?}"), "expected CONDITION=STATUS:KEY:EFFECT");
     let (condition, rest) = s.split_once('=').ok_or_else(err)?;
     let (status, rest) = rest.split_once(':').ok_or_else(err)?;
     let (key, effect) = rest.rsplit_once(':').ok_or_else(err)?;
@@ -113,34 +114,30 @@ pub fn valid_taint_key(key: &str) -> bool {
 }
 
 /// Validates and builds the rule set: upstream's table (unless disabled) then the extra rules.
-pub fn build(use_defaults: bool, extra: &[RuleSpec]) -> Result<Vec<TaintRule>, String> {
+pub fn build(use_defaults: bool, extra: &[RuleSpec]) -> Result<Vec<TaintRule>> {
     let mut rules = if use_defaults { upstream_defaults() } else { Vec::new() };
     for spec in extra {
+        let bad = |problem: String| Error::invalid(format!("taint rule for {:?}", spec.key), problem);
         let effect = match spec.effect.as_str() {
             "NoSchedule" => Effect::NoSchedule,
             "PreferNoSchedule" => Effect::PreferNoSchedule,
             "NoExecute" => Effect::NoExecute,
-            e => {
-                return Err(format!(
-                    "taint rule for {}: effect {e:?} is not NoSchedule, PreferNoSchedule or NoExecute",
-                    spec.key
-                ));
-            }
+            e => return Err(bad(format!("effect {e:?} is not NoSchedule, PreferNoSchedule or NoExecute"))),
         };
         if !matches!(spec.status.as_str(), "True" | "False" | "Unknown") {
-            return Err(format!("taint rule for {}: status {:?} is not True, False or Unknown", spec.key, spec.status));
+            return Err(bad(format!("status {:?} is not True, False or Unknown", spec.status)));
         }
         if spec.condition.is_empty() || spec.condition.len() > 316 {
-            return Err(format!("taint rule for {}: condition {:?} is not a condition type", spec.key, spec.condition));
+            return Err(bad(format!("condition {:?} is not a condition type", spec.condition)));
         }
         if spec.condition == UNSCHEDULABLE && spec.status != "True" {
-            return Err(format!("taint rule for {}: {UNSCHEDULABLE} only takes status True", spec.key));
+            return Err(bad(format!("{UNSCHEDULABLE} only takes status True")));
         }
         if !valid_taint_key(&spec.key) {
-            return Err(format!("taint rule: {:?} is not a valid taint key", spec.key));
+            return Err(bad("not a valid taint key".into()));
         }
         if spec.key == keys::CLOUD_UNINITIALIZED {
-            return Err(format!("taint rule: {} belongs to the cloud controller manager", spec.key));
+            return Err(bad("that taint belongs to the cloud controller manager".into()));
         }
         rules.push(TaintRule::new(&spec.condition, &spec.status, &spec.key, effect));
     }
@@ -149,9 +146,9 @@ pub fn build(use_defaults: bool, extra: &[RuleSpec]) -> Result<Vec<TaintRule>, S
     for r in &rules {
         if let Some((_, _, other)) = owners.iter().find(|(k, e, _)| *k == r.key && **e == r.effect) {
             if *other != r.condition {
-                return Err(format!(
-                    "taint {}:{} is mapped from two conditions ({other} and {})",
-                    r.key, r.effect, r.condition
+                return Err(Error::invalid(
+                    format!("taint {}:{}", r.key, r.effect),
+                    format!("mapped from two conditions ({other} and {})", r.condition),
                 ));
             }
         } else {
@@ -203,7 +200,7 @@ mod tests {
         ];
         for (s, needle) in bad {
             let err = build(true, std::slice::from_ref(&s)).expect_err(&format!("{s:?}"));
-            assert!(err.contains(needle), "{s:?}: {err}");
+            assert!(err.to_string().contains(needle), "{s:?}: {err}");
         }
         assert!(build(false, &[spec("KernelDeadlock", "True", "example.com/kernel-deadlock", "NoExecute")]).is_ok());
     }

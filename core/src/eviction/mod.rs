@@ -1,0 +1,521 @@
+//! The taint eviction controller's decisions (docs/spec.md §1, §6). PURE: every method takes
+//! `now` (in [`Ctx`]).
+//!
+//! For each pod bound to a node with NoExecute taints, every taint gives a due time: now when no
+//! toleration tolerates it or the used one has `tolerationSeconds <= 0`, never when the used one
+//! has no `tolerationSeconds`, otherwise `max(anchor, bound) + tolerationSeconds`, where the
+//! anchor is the taint's `timeAdded` (clamped to when we first saw the taint, which also stands
+//! in when there is no `timeAdded`) and `bound` is when the pod was bound to the node (so that a
+//! pod arriving on a tainted node gets its whole `tolerationSeconds`, as upstream gives it). The
+//! pod is due at the earliest of them. Deadlines live in a [`TimerQueue`]; they are recomputed
+//! whenever the node's taints or the pod change, so a restarted controller and a changed
+//! toleration both land on the deadline the taint implies (upstream keeps the first timer in
+//! memory: kubernetes issues 108268, 102993, 108982).
+//!
+//! A taint that node lifecycle manages counts only once node lifecycle, in this process, stands
+//! behind it ([`Gate`]): after a restart or a leader change a taint may be stale (the node
+//! recovered while no controller ran), and it must be judged before anyone is evicted for it.
+//! Pods that would be due only through such a taint are held, and looked at again after every
+//! batch of changes.
+//!
+//! A due timer does not evict blindly: the pod is re-evaluated from the cache at that moment,
+//! and the executor re-checks the node's live taints before writing. A queued eviction is called
+//! off ([`Action::Cancel`]) when the cache says it is no longer due. Failed evictions come back
+//! as retries on the same queue with capped exponential backoff, until they succeed or become
+//! moot (upstream gives up after 5 tries: issue 140639).
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+
+use crate::action::{Action, Cause, EvictPod, EvictionMode, EvictionResult, Op, PodEvent, PodEventKind};
+use crate::index::{Index, PodKey, SlimNode, SlimPod};
+use crate::taints::{self, MatchOptions, Taint, TaintId};
+use crate::timer_queue::TimerQueue;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub match_options: MatchOptions,
+    /// Leave pods in phase Succeeded / Failed alone (upstream deletes them: kubernetes issue 96363).
+    pub skip_terminal_pods: bool,
+    pub mode: EvictionMode,
+    /// In `Evict` mode, how long evictions may keep failing (a PodDisruptionBudget, or anything
+    /// else) before we delete anyway; `None` never falls back.
+    pub pdb_max_wait: Option<Duration>,
+    /// First retry delay and cap of the exponential backoff.
+    pub retry_base: Duration,
+    pub retry_cap: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            match_options: MatchOptions::default(),
+            skip_terminal_pods: true,
+            mode: EvictionMode::Delete,
+            pdb_max_wait: Some(Duration::from_secs(300)),
+            retry_base: Duration::from_millis(200),
+            retry_cap: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Whether an eviction caused by `taint` on `node` may be carried out now. Node lifecycle
+/// implements it for the taints it manages; [`Ungated`] stands behind every taint (node
+/// lifecycle does not run in this process, so another controller owns those taints).
+pub trait Gate {
+    fn confirmed(&self, node: &SlimNode, taint: &Taint, now: Timestamp) -> bool;
+}
+
+pub struct Ungated;
+
+impl Gate for Ungated {
+    fn confirmed(&self, _: &SlimNode, _: &Taint, _: Timestamp) -> bool {
+        true
+    }
+}
+
+/// What every decision needs: the cache, the time, and the gate.
+#[derive(Clone, Copy)]
+pub struct Ctx<'a> {
+    pub index: &'a Index,
+    pub now: Timestamp,
+    pub gate: &'a dyn Gate,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// A future deadline is set on the timer queue.
+    Scheduled,
+    /// Due only through taints node lifecycle has not confirmed: no timer, looked at again after
+    /// each batch.
+    Held,
+    /// An eviction effect is out; its result has not come back.
+    InFlight { op: u64, cancel_sent: bool },
+    /// The last try failed; a retry time is set on the timer queue.
+    Retrying,
+}
+
+#[derive(Clone, Debug)]
+struct Tracked {
+    uid: String,
+    phase: Phase,
+    /// When the eviction is (or became) due.
+    due: Timestamp,
+    attempts: u32,
+    /// In `Evict` mode: since when evictions of this pod have been failing.
+    failing_since: Option<Timestamp>,
+    /// When we first saw the pod bound, if its own binding time lies in the future (clock skew).
+    bound_seen: Option<Timestamp>,
+    /// The executor reached the writes (and recorded the `Marking for deletion` event).
+    announced: bool,
+}
+
+/// When one taint makes a pod due. Ordered: `Now` < `At` < `Never`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Due {
+    Now,
+    At(Timestamp),
+    Never,
+}
+
+impl Due {
+    fn time(self, now: Timestamp) -> Timestamp {
+        match self {
+            Due::Now => now,
+            Due::At(t) => t,
+            Due::Never => Timestamp::MAX,
+        }
+    }
+}
+
+/// What the controller should do about one pod right now.
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    /// The pod is leaving anyway (terminating, terminal, its node is gone or not ours): drop
+    /// silently.
+    Moot,
+    /// What the confirmed taints say, and whether unconfirmed ones would make it due sooner.
+    Plan { fire: Fire, held: bool },
+}
+
+#[derive(Debug, PartialEq)]
+enum Fire {
+    Never,
+    At(Timestamp),
+    Now { due: Timestamp, immediate: bool, causes: Vec<Cause> },
+}
+
+#[derive(Debug, Default)]
+pub struct TaintEviction {
+    cfg: Config,
+    timers: TimerQueue<PodKey>,
+    tracked: HashMap<PodKey, Tracked>,
+    /// Pods whose last verdict was held back by the gate: looked at again after each batch.
+    held: HashSet<PodKey>,
+    /// When each NoExecute taint (node, key) was first observed: the anchor of taints without
+    /// `timeAdded`, and the clamp for a `timeAdded` in the future.
+    first_seen: HashMap<String, Vec<(String, Timestamp)>>,
+    /// Pods we evicted, until the watch shows them terminating or gone (uid).
+    evicted: HashMap<PodKey, String>,
+    next_op: u64,
+}
+
+impl TaintEviction {
+    pub fn new(cfg: Config) -> Self {
+        Self { cfg, ..Self::default() }
+    }
+
+    /// Scheduled or retrying evictions (the "pending" gauge).
+    pub fn pending(&self) -> usize {
+        self.timers.len()
+    }
+
+    /// Pods held back until node lifecycle confirms their node's taints.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.tracked.values().filter(|t| matches!(t.phase, Phase::InFlight { .. })).count()
+    }
+
+    pub fn deadline(&self, key: &PodKey) -> Option<Timestamp> {
+        self.tracked.get(key).filter(|t| t.phase == Phase::Scheduled).map(|t| t.due)
+    }
+
+    pub fn next_wakeup(&mut self) -> Option<Timestamp> {
+        self.timers.next_deadline()
+    }
+
+    /// A node was added or changed. Only a change of its NoExecute taints (or of whether it is
+    /// ours) matters here; changes of what node lifecycle confirms are picked up by
+    /// [`TaintEviction::recheck_held`].
+    pub fn node_changed(&mut self, node: &SlimNode, old: Option<&SlimNode>, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        let unchanged =
+            old.is_some_and(|o| o.selected == node.selected && o.no_execute_taints().eq(node.no_execute_taints()));
+        self.observe_taints(node, cx.now);
+        if unchanged {
+            return;
+        }
+        let keys: Vec<PodKey> = cx.index.pods_on(&node.name).map(SlimPod::key).collect();
+        for key in keys {
+            self.reconcile(&key, cx, out);
+        }
+    }
+
+    /// A node disappeared: its pods are the pod garbage collector's, not ours.
+    pub fn node_removed(&mut self, node: &str, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        self.first_seen.remove(node);
+        let keys: Vec<PodKey> = cx.index.pods_on(node).map(SlimPod::key).collect();
+        for key in keys {
+            self.reconcile(&key, cx, out);
+        }
+    }
+
+    /// A pod was added or changed (tolerations, node, phase, deletion).
+    pub fn pod_changed(&mut self, key: &PodKey, old: Option<&SlimPod>, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        if let (Some(old), Some(new)) = (old, cx.index.pods.get(key))
+            && old.tolerations == new.tolerations
+            && old.node_name == new.node_name
+            && old.terminal == new.terminal
+            && old.terminating == new.terminating
+            && old.uid == new.uid
+            && old.bound == new.bound
+        {
+            return;
+        }
+        self.reconcile(key, cx, out);
+    }
+
+    /// A pod is gone from the cluster.
+    pub fn pod_removed(&mut self, key: &PodKey) {
+        self.forget(key);
+        self.evicted.remove(key);
+    }
+
+    /// Timers that are due: re-evaluate each pod now.
+    pub fn tick(&mut self, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        for (key, _) in self.timers.due(cx.now) {
+            self.reconcile(&key, cx, out);
+        }
+    }
+
+    /// Looks again at the pods held back by the gate (node lifecycle may have judged their nodes
+    /// since).
+    pub fn recheck_held(&mut self, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        if self.held.is_empty() {
+            return;
+        }
+        let keys: Vec<PodKey> = self.held.iter().cloned().collect();
+        for key in keys {
+            self.reconcile(&key, cx, out);
+        }
+    }
+
+    /// The executor's report on an [`EvictPod`].
+    pub fn result(
+        &mut self,
+        key: &PodKey,
+        uid: &str,
+        op: u64,
+        result: &EvictionResult,
+        cx: Ctx<'_>,
+        out: &mut Vec<Action>,
+    ) {
+        let (base, cap) = (self.cfg.retry_base, self.cfg.retry_cap);
+        let evict_mode = self.cfg.mode == EvictionMode::Evict;
+        let Some(t) = self
+            .tracked
+            .get_mut(key)
+            .filter(|t| t.uid == uid && matches!(t.phase, Phase::InFlight { op: o, .. } if o == op))
+        else {
+            return;
+        };
+        match result {
+            EvictionResult::Done { .. } => {
+                self.tracked.remove(key);
+                self.evicted.insert(key.clone(), uid.to_owned());
+            }
+            EvictionResult::Cancelled => {
+                // Called off because the cache changed: decide afresh.
+                t.phase = Phase::Scheduled;
+                self.reconcile(key, cx, out);
+            }
+            EvictionResult::Moot | EvictionResult::Blocked(_) | EvictionResult::Failed(_) => {
+                let reached_write = !matches!(result, EvictionResult::Moot);
+                t.announced |= reached_write;
+                if evict_mode && reached_write {
+                    t.failing_since.get_or_insert(cx.now);
+                }
+                // A moot result means the live node disagreed with the cache; the cache may
+                // still be right (a stale read), so the pod is not dropped: it is looked at again
+                // after a backoff, or at once when the watch brings a change.
+                t.attempts = t.attempts.saturating_add(1);
+                t.phase = Phase::Retrying;
+                let delay = SignedDuration::try_from(backoff(base, cap, t.attempts)).unwrap_or(SignedDuration::MAX);
+                self.timers.set(key.clone(), cx.now.checked_add(delay).unwrap_or(Timestamp::MAX));
+            }
+        }
+    }
+
+    fn observe_taints(&mut self, node: &SlimNode, now: Timestamp) {
+        let seen = self.first_seen.entry(node.name.clone()).or_default();
+        seen.retain(|(k, _)| node.no_execute_taints().any(|t| t.key == *k));
+        for t in node.no_execute_taints() {
+            if !seen.iter().any(|(k, _)| *k == t.key) {
+                seen.push((t.key.clone(), now));
+            }
+        }
+        if seen.is_empty() {
+            self.first_seen.remove(&node.name);
+        }
+    }
+
+    fn verdict(&self, pod: &SlimPod, cx: Ctx<'_>) -> Verdict {
+        let now = cx.now;
+        if pod.terminating || (pod.terminal && self.cfg.skip_terminal_pods) {
+            return Verdict::Moot;
+        }
+        if self.evicted.get(&pod.key()).is_some_and(|uid| *uid == pod.uid) {
+            return Verdict::Moot; // evicted already; the watch has not caught up
+        }
+        let Some(node) = cx.index.nodes.get(&pod.node_name).filter(|n| n.selected) else {
+            return Verdict::Moot;
+        };
+        // A binding time in the future (clock skew) counts from when we first saw the pod.
+        let tracked = self.tracked.get(&pod.key()).filter(|t| t.uid == pod.uid);
+        let bound = pod.bound.map(|b| if b > now { tracked.and_then(|t| t.bound_seen).unwrap_or(now) } else { b });
+        let seen = self.first_seen.get(&node.name);
+        let anchor = |t: &Taint| {
+            let first = seen.and_then(|s| s.iter().find(|(k, _)| *k == t.key)).map_or(now, |(_, at)| *at);
+            taints::pod_anchor(taints::anchor(t.time_added, first), bound)
+        };
+        let (mut confirmed, mut unconfirmed) = (Due::Never, Due::Never);
+        let mut dues: Vec<(&Taint, Due)> = Vec::new();
+        for taint in node.no_execute_taints() {
+            let due = match taints::first_tolerating(&pod.tolerations, taint, self.cfg.match_options) {
+                None => Due::Now,
+                Some(j) => match pod.tolerations[j].toleration_seconds {
+                    None => Due::Never,
+                    Some(s) if s <= 0 => Due::Now,
+                    Some(s) => Due::At(taints::add_seconds(anchor(taint), s)),
+                },
+            };
+            if due == Due::Never {
+                continue;
+            }
+            if cx.gate.confirmed(node, taint, now) {
+                confirmed = confirmed.min(due);
+                dues.push((taint, due));
+            } else {
+                unconfirmed = unconfirmed.min(due);
+            }
+        }
+        let held = unconfirmed.time(now) < confirmed.time(now);
+        let fire = match confirmed {
+            Due::Never => Fire::Never,
+            Due::At(t) if t > now => Fire::At(t),
+            due => {
+                let causes = dues
+                    .iter()
+                    .filter(|(_, d)| d.time(now) <= now)
+                    .map(|(t, d)| Cause {
+                        taint: TaintId::of(t),
+                        time_added: if *d == Due::Now { None } else { t.time_added },
+                    })
+                    .collect();
+                Fire::Now { due: due.time(now), immediate: due == Due::Now, causes }
+            }
+        };
+        Verdict::Plan { fire, held }
+    }
+
+    /// Brings one pod's tracking in line with what its node and tolerations say now.
+    fn reconcile(&mut self, key: &PodKey, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        let Some(pod) = cx.index.pods.get(key) else {
+            self.forget(key);
+            return;
+        };
+        // A pod recreated under the same name is a different pod.
+        if self.tracked.get(key).is_some_and(|t| t.uid != pod.uid) {
+            self.forget(key);
+        }
+        let verdict = self.verdict(pod, cx);
+        let phase = self.tracked.get(key).map(|t| t.phase);
+        let (fire, held) = match verdict {
+            Verdict::Moot => {
+                if let Some(Phase::InFlight { op, cancel_sent: false }) = phase {
+                    self.cancel(key, op, out);
+                } else if !matches!(phase, Some(Phase::InFlight { .. })) {
+                    self.forget(key);
+                }
+                return;
+            }
+            Verdict::Plan { fire, held } => (fire, held),
+        };
+        if held {
+            self.held.insert(key.clone());
+        } else {
+            self.held.remove(key);
+        }
+        if let Some(Phase::InFlight { op, cancel_sent }) = phase {
+            // Its result will come back; decide again then. If the cache no longer says "now",
+            // call it off in case it still waits for its turn.
+            if !cancel_sent && !matches!(fire, Fire::Now { .. }) {
+                self.cancel(key, op, out);
+            }
+            return;
+        }
+        match fire {
+            Fire::Never if held => {
+                self.timers.cancel(key);
+                let t = self.tracked.entry(key.clone()).or_insert_with(|| Tracked::new(pod, cx.now, cx.now));
+                t.phase = Phase::Held;
+            }
+            Fire::Never => {
+                if matches!(phase, Some(Phase::Scheduled | Phase::Retrying)) {
+                    out.push(Action::PodEvent(PodEvent {
+                        namespace: pod.namespace.clone(),
+                        name: pod.name.clone(),
+                        uid: pod.uid.clone(),
+                        kind: PodEventKind::CancellingDeletion,
+                    }));
+                }
+                self.forget(key);
+            }
+            Fire::At(deadline) => {
+                // From Retrying too: tolerations or taints changed and the new deadline is ahead.
+                let t = self.tracked.entry(key.clone()).or_insert_with(|| Tracked::new(pod, deadline, cx.now));
+                t.phase = Phase::Scheduled;
+                t.due = deadline;
+                self.timers.set(key.clone(), deadline);
+            }
+            Fire::Now { due, immediate, causes } => {
+                // A retry waits for its backoff timer; everything else goes now.
+                if phase == Some(Phase::Retrying) && self.timers.contains(key) {
+                    return;
+                }
+                self.timers.cancel(key);
+                self.next_op += 1;
+                let op = self.next_op;
+                let method = self.method(key, cx.now);
+                let t = self.tracked.entry(key.clone()).or_insert_with(|| Tracked::new(pod, due, cx.now));
+                if phase != Some(Phase::Retrying) {
+                    t.due = t.due.min(due);
+                }
+                t.phase = Phase::InFlight { op, cancel_sent: false };
+                out.push(Action::EvictPod(EvictPod {
+                    op,
+                    key: key.clone(),
+                    namespace: pod.namespace.clone(),
+                    name: pod.name.clone(),
+                    uid: pod.uid.clone(),
+                    node: pod.node_name.clone(),
+                    due: t.due,
+                    method,
+                    attempt: t.attempts,
+                    announce: !t.announced,
+                    immediate,
+                    causes,
+                }));
+            }
+        }
+    }
+
+    /// Delete, or the Eviction API until evictions have failed for `--pdb-max-wait`.
+    fn method(&self, key: &PodKey, now: Timestamp) -> EvictionMode {
+        match self.cfg.mode {
+            EvictionMode::Delete => EvictionMode::Delete,
+            EvictionMode::Evict => {
+                let since = self.tracked.get(key).and_then(|t| t.failing_since);
+                match (since, self.cfg.pdb_max_wait) {
+                    (Some(since), Some(wait))
+                        if now.duration_since(since)
+                            >= SignedDuration::try_from(wait).unwrap_or(SignedDuration::MAX) =>
+                    {
+                        EvictionMode::Delete
+                    }
+                    _ => EvictionMode::Evict,
+                }
+            }
+        }
+    }
+
+    fn cancel(&mut self, key: &PodKey, op: u64, out: &mut Vec<Action>) {
+        if let Some(t) = self.tracked.get_mut(key) {
+            t.phase = Phase::InFlight { op, cancel_sent: true };
+        }
+        out.push(Action::Cancel(Op::Eviction(op)));
+    }
+
+    fn forget(&mut self, key: &PodKey) {
+        self.tracked.remove(key);
+        self.timers.cancel(key);
+        self.held.remove(key);
+    }
+}
+
+/// Capped exponential backoff: `base * 2^(attempts-1)`, at most `cap`.
+pub fn backoff(base: Duration, cap: Duration, attempts: u32) -> Duration {
+    let exp = attempts.saturating_sub(1).min(20);
+    base.saturating_mul(1u32 << exp).min(cap)
+}
+
+impl Tracked {
+    fn new(pod: &SlimPod, due: Timestamp, now: Timestamp) -> Self {
+        Self {
+            uid: pod.uid.clone(),
+            phase: Phase::Scheduled,
+            due,
+            attempts: 0,
+            failing_since: None,
+            bound_seen: pod.bound.filter(|b| *b > now).map(|_| now),
+            announced: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

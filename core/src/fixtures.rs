@@ -1,0 +1,374 @@
+//! Test fixtures: builders for slim nodes and pods (`node("n1").zone("a").not_ready()`,
+//! `pod("p").on("n1").tolerates("k", Some(30))`), and [`World`], the controller state with a
+//! fake API server behind it, on a fake clock. Compiled for this crate's tests and, with the
+//! `fixtures` feature, for other crates' tests.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+
+use crate::action::{Action, NodeWriteResult};
+use crate::cache::WatchEvent;
+use crate::index::{Condition, SlimLease, SlimNode, SlimPod};
+use crate::lifecycle::{Config as LifecycleConfig, NodeLifecycle};
+use crate::state::{Input, State};
+use crate::taints::{Effect, Operator, Taint, Toleration};
+
+/// `s` seconds after a fixed moment (2027-01-15T08:00:00Z).
+pub fn ts(s: f64) -> Timestamp {
+    Timestamp::from_millisecond(1_800_000_000_000 + (s * 1000.0) as i64).expect("ts")
+}
+
+pub fn cond(t: &str, status: &str, heartbeat: f64) -> Condition {
+    Condition {
+        type_: t.into(),
+        status: status.into(),
+        reason: None,
+        last_heartbeat: Some(ts(heartbeat)),
+        last_transition: Some(ts(heartbeat)),
+    }
+}
+
+/// A NoExecute taint, added at `added` (seconds, see [`ts`]).
+pub fn no_execute(key: &str, added: Option<f64>) -> Taint {
+    Taint { key: key.into(), value: String::new(), effect: Effect::NoExecute, time_added: added.map(ts) }
+}
+
+/// `{key, operator: Exists, effect: NoExecute, tolerationSeconds}`.
+pub fn toleration(key: &str, seconds: Option<i64>) -> Toleration {
+    Toleration {
+        key: key.into(),
+        operator: Operator::Exists,
+        value: String::new(),
+        effect: Some(Effect::NoExecute),
+        toleration_seconds: seconds,
+    }
+}
+
+/// A node: Ready (heartbeat at -1 s), no taints, zone "", ours.
+pub fn node(name: &str) -> NodeBuilder {
+    NodeBuilder(SlimNode {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        resource_version: "1".into(),
+        created: Some(ts(-1000.0)),
+        zone: String::new(),
+        exclude_disruption: false,
+        unschedulable: false,
+        taints: vec![],
+        conditions: vec![cond("Ready", "True", -1.0)],
+        selected: true,
+    })
+}
+
+pub struct NodeBuilder(SlimNode);
+
+impl NodeBuilder {
+    pub fn zone(mut self, zone: &str) -> Self {
+        self.0.zone = zone.into();
+        self
+    }
+
+    /// The Ready condition's status (`True`, `False`, `Unknown`).
+    pub fn ready(mut self, status: &str) -> Self {
+        self.0.conditions.retain(|c| c.type_ != "Ready");
+        self.0.conditions.push(cond("Ready", status, -1.0));
+        self
+    }
+
+    pub fn not_ready(self) -> Self {
+        self.ready("False")
+    }
+
+    pub fn unknown(self) -> Self {
+        self.ready("Unknown")
+    }
+
+    /// A node that never posted a condition.
+    pub fn no_conditions(mut self) -> Self {
+        self.0.conditions.clear();
+        self
+    }
+
+    pub fn taint(mut self, t: Taint) -> Self {
+        self.0.taints.push(t);
+        self
+    }
+
+    pub fn taints(mut self, taints: Vec<Taint>) -> Self {
+        self.0.taints = taints;
+        self
+    }
+
+    /// Labelled `node.kubernetes.io/exclude-disruption`.
+    pub fn excluded(mut self) -> Self {
+        self.0.exclude_disruption = true;
+        self
+    }
+
+    /// Not matching `--node-selector`: cached, never written to.
+    pub fn unselected(mut self) -> Self {
+        self.0.selected = false;
+        self
+    }
+
+    pub fn build(self) -> SlimNode {
+        self.0
+    }
+}
+
+impl From<NodeBuilder> for SlimNode {
+    fn from(b: NodeBuilder) -> Self {
+        b.0
+    }
+}
+
+/// A Ready pod in namespace `ns`, not bound to a node yet, without tolerations.
+pub fn pod(name: &str) -> PodBuilder {
+    PodBuilder(SlimPod {
+        namespace: "ns".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        node_name: String::new(),
+        tolerations: Arc::from([]),
+        terminal: false,
+        terminating: false,
+        ready: Some(true),
+        bound: None,
+    })
+}
+
+pub struct PodBuilder(SlimPod);
+
+impl PodBuilder {
+    pub fn on(mut self, node: &str) -> Self {
+        self.0.node_name = node.into();
+        self
+    }
+
+    /// Adds `{key, Exists, NoExecute, tolerationSeconds: seconds}`.
+    pub fn tolerates(mut self, key: &str, seconds: Option<i64>) -> Self {
+        let mut all = self.0.tolerations.to_vec();
+        all.push(toleration(key, seconds));
+        self.0.tolerations = all.into();
+        self
+    }
+
+    pub fn tolerations(mut self, tolerations: Vec<Toleration>) -> Self {
+        self.0.tolerations = tolerations.into();
+        self
+    }
+
+    /// Bound to its node at `at` (seconds, see [`ts`]).
+    pub fn bound_at(mut self, at: f64) -> Self {
+        self.0.bound = Some(ts(at));
+        self
+    }
+
+    pub fn uid(mut self, uid: &str) -> Self {
+        self.0.uid = uid.into();
+        self
+    }
+
+    pub fn terminating(mut self) -> Self {
+        self.0.terminating = true;
+        self
+    }
+
+    /// Phase Succeeded or Failed.
+    pub fn terminal(mut self) -> Self {
+        self.0.terminal = true;
+        self
+    }
+
+    pub fn build(self) -> SlimPod {
+        self.0
+    }
+}
+
+impl From<PodBuilder> for SlimPod {
+    fn from(b: PodBuilder) -> Self {
+        b.0
+    }
+}
+
+/// The controller state plus a simulated API server that carries out node writes at once, the
+/// way kube-apiserver would (resourceVersions, conflicts); evictions and other writes are only
+/// logged.
+pub struct World {
+    pub state: State,
+    pub now: Timestamp,
+    pub rv: u64,
+    /// Every effect, in order, with the time it was emitted.
+    pub log: Vec<(Timestamp, Action)>,
+}
+
+impl World {
+    pub fn new(cfg: LifecycleConfig, nodes: Vec<SlimNode>, pods: Vec<SlimPod>) -> Self {
+        Self::with_eviction(cfg, None, nodes, pods)
+    }
+
+    /// With the taint eviction controller too (its evictions are logged, not carried out).
+    pub fn with_eviction(
+        cfg: LifecycleConfig,
+        eviction: Option<crate::eviction::TaintEviction>,
+        nodes: Vec<SlimNode>,
+        pods: Vec<SlimPod>,
+    ) -> Self {
+        let mut w =
+            Self { state: State::new(eviction, Some(NodeLifecycle::new(cfg))), now: ts(0.0), rv: 100, log: vec![] };
+        w.input(Input::Node(WatchEvent::Init));
+        for n in nodes {
+            w.input(Input::Node(WatchEvent::InitApply(n)));
+        }
+        w.input(Input::Node(WatchEvent::InitDone));
+        w.input(Input::Pod(WatchEvent::Init));
+        for p in pods {
+            w.input(Input::Pod(WatchEvent::InitApply(p)));
+        }
+        w.input(Input::Pod(WatchEvent::InitDone));
+        w.input(Input::Lease(WatchEvent::Init));
+        w.input(Input::Lease(WatchEvent::InitDone));
+        w
+    }
+
+    pub fn lc(&self) -> &NodeLifecycle {
+        self.state.lifecycle.as_ref().expect("lifecycle")
+    }
+
+    pub fn node(&self, name: &str) -> &SlimNode {
+        &self.state.cache.index.nodes[name]
+    }
+
+    /// Feeds one input and carries out node writes at once (as a fast API server would).
+    pub fn input(&mut self, input: Input) {
+        let mut out = vec![];
+        self.state.handle(input, self.now, &mut out);
+        self.state.after_batch(self.now, &mut out);
+        self.execute(out);
+    }
+
+    pub fn execute(&mut self, effects: Vec<Action>) {
+        for e in effects {
+            self.log.push((self.now, e.clone()));
+            let result = match &e {
+                Action::SetConditions(w) => {
+                    let mut n = self.node(&w.node).clone();
+                    if n.resource_version != w.resource_version {
+                        Some((w.node.clone(), NodeWriteResult::Conflict(Some(Box::new(n)))))
+                    } else {
+                        for c in &w.conditions {
+                            let new = Condition {
+                                type_: c.type_.clone(),
+                                status: "Unknown".into(),
+                                reason: Some(c.reason.into()),
+                                last_heartbeat: c
+                                    .last_heartbeat
+                                    .or_else(|| n.condition(&c.type_).and_then(|o| o.last_heartbeat)),
+                                last_transition: Some(c.last_transition),
+                            };
+                            match n.conditions.iter_mut().find(|o| o.type_ == c.type_) {
+                                Some(o) => *o = new,
+                                None => n.conditions.push(new),
+                            }
+                        }
+                        self.rv += 1;
+                        n.resource_version = self.rv.to_string();
+                        Some((w.node.clone(), NodeWriteResult::Done(Some(Box::new(n)))))
+                    }
+                }
+                Action::SetTaints(w) => {
+                    let mut n = self.node(&w.node).clone();
+                    match crate::taints::apply_changes(&n.taints, &w.add, &w.remove, self.now) {
+                        Some(next) => {
+                            n.taints = next;
+                            self.rv += 1;
+                            n.resource_version = self.rv.to_string();
+                            Some((w.node.clone(), NodeWriteResult::Done(Some(Box::new(n)))))
+                        }
+                        None => Some((w.node.clone(), NodeWriteResult::Done(None))),
+                    }
+                }
+                _ => None,
+            };
+            if let Some((node, result)) = result {
+                self.input(Input::NodeWriteResult { node, result });
+            }
+        }
+    }
+
+    /// Advances the fake clock to `t` (seconds), firing every timer on the way.
+    pub fn advance_to(&mut self, t: f64) {
+        let target = ts(t);
+        loop {
+            let next = self.state.next_wakeup();
+            match next {
+                Some(at) if at <= target => {
+                    self.now = self.now.max(at);
+                    let mut out = vec![];
+                    self.state.tick(self.now, &mut out);
+                    self.execute(out);
+                }
+                _ => break,
+            }
+        }
+        self.now = target;
+        let mut out = vec![];
+        self.state.tick(self.now, &mut out);
+        self.execute(out);
+    }
+
+    /// The kubelet posts status (a heartbeat) with Ready = `ready`.
+    pub fn kubelet_posts(&mut self, name: &str, ready: &str) {
+        let mut n = self.node(name).clone();
+        let hb = self.now.as_millisecond() as f64 / 1000.0 - 1_800_000_000.0;
+        match n.conditions.iter_mut().find(|c| c.type_ == "Ready") {
+            Some(c) => {
+                if c.status != ready {
+                    c.last_transition = Some(self.now);
+                }
+                c.status = ready.into();
+                c.last_heartbeat = Some(ts(hb));
+            }
+            None => n.conditions.push(cond("Ready", ready, hb)),
+        }
+        self.update_node(n);
+    }
+
+    pub fn update_node(&mut self, mut n: SlimNode) {
+        self.rv += 1;
+        n.resource_version = self.rv.to_string();
+        self.input(Input::Node(WatchEvent::Apply(n)));
+    }
+
+    pub fn renew_lease(&mut self, name: &str) {
+        let now = self.now;
+        self.input(Input::Lease(WatchEvent::Apply(SlimLease { name: name.into(), renew_time: Some(now) })));
+    }
+
+    pub fn has_taint(&self, node: &str, key: &str, effect: Effect) -> bool {
+        self.node(node).taints.iter().any(|t| t.key == key && t.effect == effect)
+    }
+
+    pub fn taint_time(&self, node: &str, key: &str, effect: Effect) -> Option<Timestamp> {
+        self.node(node).taints.iter().find(|t| t.key == key && t.effect == effect).and_then(|t| t.time_added)
+    }
+
+    pub fn writes_since(&self, from: usize) -> Vec<&Action> {
+        self.log[from..]
+            .iter()
+            .map(|(_, e)| e)
+            .filter(|e| matches!(e, Action::SetConditions(_) | Action::SetTaints(_)))
+            .collect()
+    }
+
+    pub fn events(&self, reason: &str) -> Vec<String> {
+        self.log
+            .iter()
+            .filter_map(|(_, e)| match e {
+                Action::NodeEvent(ev) if ev.reason() == reason => Some(ev.note()),
+                _ => None,
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,54 @@
+//! # nlc-core
+//!
+//! The pure core of node-lifecycle-controller: every decision, and the state it is made from,
+//! with no API client and no async runtime (this crate depends on neither `kube::Client` nor
+//! tokio, so "pure" is a build error away, not a comment). Time enters as `now` arguments.
+//!
+//! ```text
+//! watch events (slim objects)  -> cache: the index, pods by node, the re-list protocol
+//!                              -> state: one owner of the index and of both controllers
+//!     eviction:  per-pod deadlines on a timer queue, gated on node lifecycle's judgement
+//!     lifecycle: heartbeats, grace periods, conditions, taints from rules, zone limiters
+//!                              -> actions (plain data) for the executor, outside this crate
+//! ```
+//!
+//! Modules, from the semantics up:
+//! - [`taints`]: taint/toleration matching, outcomes, deadlines, well-known keys.
+//! - [`rules`]: condition -> taint rules (upstream's table by default).
+//! - [`selector`]: label selectors (`--node-selector`).
+//! - [`zone`]: zone key, zone state, tainting rate per state.
+//! - [`health`]: heartbeat bookkeeping and the conditions of a silent node.
+//! - [`index`]: slim Nodes, Pods and Leases; pods by node.
+//! - [`cache`]: watch events into the index, the re-list protocol.
+//! - [`timer_queue`]: the deadline queue (upstream gives `timed_workers.go` its own file too).
+//! - [`action`]: what the controllers decided, and what became of it.
+//! - [`eviction`]: the taint eviction controller's decisions.
+//! - [`lifecycle`]: the node lifecycle controller's decisions.
+//! - [`state`]: inputs in, actions out: the whole controller task, testable on a fake clock.
+//! - [`default_tolerations`], [`admission`]: the DefaultTolerationSeconds rule and its
+//!   admission review.
+//! - [`explain`]: what Kubernetes decides for one pod on one node, for `explain`.
+//! - [`flags`]: durations and the ranges flags must fall in.
+//! - [`fixtures`] (tests): builders for nodes and pods, and a fake API server for the state.
+
+pub mod action;
+pub mod admission;
+pub mod cache;
+pub mod default_tolerations;
+pub mod error;
+pub mod eviction;
+pub mod explain;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
+pub mod flags;
+pub mod health;
+pub mod index;
+pub mod lifecycle;
+pub mod rules;
+pub mod selector;
+pub mod state;
+pub mod taints;
+pub mod timer_queue;
+pub mod zone;
+
+pub use error::{Error, Result};

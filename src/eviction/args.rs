@@ -1,0 +1,85 @@
+//! The taint eviction controller's flags.
+
+use std::time::Duration;
+
+use clap::Args;
+use nlc_core::action::EvictionMode;
+use nlc_core::flags::{DAY, HOUR, check_count, check_duration, check_rate, parse_duration};
+use nlc_core::taints::MatchOptions;
+
+use crate::error::Result;
+
+#[derive(Debug, Args)]
+pub struct EvictionArgs {
+    /// Run the taint eviction controller (evict pods that do not tolerate NoExecute taints).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NLC_ENABLE_TAINT_EVICTION")]
+    pub enable_taint_eviction: bool,
+    /// How pods are removed.
+    #[arg(long, value_enum, default_value = "delete", env = "NLC_EVICTION_MODE")]
+    pub eviction_mode: EvictionMode,
+    /// With `--eviction-mode evict`: how long evictions may keep failing (a PodDisruptionBudget,
+    /// or anything else) before the pod is deleted anyway, so that a dead node is always drained
+    /// in the end; 0 waits forever.
+    #[arg(long, default_value = "5m", value_parser = parse_duration, env = "NLC_PDB_MAX_WAIT")]
+    pub pdb_max_wait: Duration,
+    /// Pace pod deletions/evictions, in pods per second; 0 means unlimited.
+    #[arg(long, default_value_t = 0.0, env = "NLC_POD_EVICTION_QPS")]
+    pub pod_eviction_qps: f64,
+    /// Burst allowed above `--pod-eviction-qps`.
+    #[arg(long, default_value_t = 1, env = "NLC_POD_EVICTION_BURST")]
+    pub pod_eviction_burst: u32,
+    /// Leave pods in phase Succeeded or Failed alone (upstream deletes them: kubernetes issue 96363).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NLC_SKIP_TERMINAL_PODS")]
+    pub skip_terminal_pods: bool,
+    /// Evictions carried out concurrently.
+    #[arg(long, default_value_t = 32, env = "NLC_EVICTION_CONCURRENCY")]
+    pub eviction_concurrency: usize,
+    /// First retry delay after a failed eviction; it doubles on each failure up to
+    /// `--eviction-retry-max-delay`. Failed evictions are retried until they succeed or become moot.
+    #[arg(long, default_value = "200ms", value_parser = parse_duration, env = "NLC_EVICTION_RETRY_DELAY")]
+    pub eviction_retry_delay: Duration,
+    /// Longest delay between retries of a failed eviction.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, env = "NLC_EVICTION_RETRY_MAX_DELAY")]
+    pub eviction_retry_max_delay: Duration,
+}
+
+/// What the flags turn into: the decisions' configuration (`None`: not run here) and the
+/// executor's pacing of evictions.
+#[derive(Debug)]
+pub struct Config {
+    pub decisions: Option<nlc_core::eviction::Config>,
+    pub pod_eviction_qps: f64,
+    pub pod_eviction_burst: u32,
+    pub concurrency: usize,
+}
+
+impl EvictionArgs {
+    /// Checks the values and builds the configuration.
+    pub fn into_config(self, match_options: MatchOptions) -> Result<Config> {
+        let Self {
+            enable_taint_eviction,
+            eviction_mode,
+            pdb_max_wait,
+            pod_eviction_qps,
+            pod_eviction_burst,
+            skip_terminal_pods,
+            eviction_concurrency,
+            eviction_retry_delay,
+            eviction_retry_max_delay,
+        } = self;
+        check_rate("--pod-eviction-qps", pod_eviction_qps)?;
+        check_count("--eviction-concurrency", eviction_concurrency, 1, 10_000)?;
+        check_duration("--pdb-max-wait", pdb_max_wait, Duration::ZERO, DAY)?;
+        check_duration("--eviction-retry-delay", eviction_retry_delay, Duration::from_millis(1), HOUR)?;
+        check_duration("--eviction-retry-max-delay", eviction_retry_max_delay, eviction_retry_delay, HOUR)?;
+        let decisions = enable_taint_eviction.then(|| nlc_core::eviction::Config {
+            match_options,
+            skip_terminal_pods,
+            mode: eviction_mode,
+            pdb_max_wait: (!pdb_max_wait.is_zero()).then_some(pdb_max_wait),
+            retry_base: eviction_retry_delay,
+            retry_cap: eviction_retry_max_delay,
+        });
+        Ok(Config { decisions, pod_eviction_qps, pod_eviction_burst, concurrency: eviction_concurrency })
+    }
+}

@@ -1,0 +1,140 @@
+//! The node lifecycle controller's flags, with kube-controller-manager's names and defaults.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use nlc_core::flags::{DAY, HOUR, SECOND, check_duration, check_rate, parse_duration};
+use nlc_core::health::Grace;
+use nlc_core::rules::{self, ConfigFile, RuleSpec};
+use nlc_core::zone::Rates;
+
+use crate::error::Result;
+
+#[derive(Debug, Args)]
+pub struct LifecycleArgs {
+    /// Run the node lifecycle controller (heartbeats, conditions, taints).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NLC_ENABLE_NODE_LIFECYCLE")]
+    pub enable_node_lifecycle: bool,
+    /// The period of the safety-net pass over all nodes; a node is judged the moment its grace
+    /// period runs out, not on this period.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, env = "NLC_NODE_MONITOR_PERIOD")]
+    pub node_monitor_period: Duration,
+    /// How long a running node may go without a heartbeat (Lease renewal or Ready heartbeat)
+    /// before it is marked Unknown. Upstream's guidance: more than 45s.
+    #[arg(long, default_value = "50s", value_parser = parse_duration, env = "NLC_NODE_MONITOR_GRACE_PERIOD")]
+    pub node_monitor_grace_period: Duration,
+    /// How long a node that never posted Ready may stay silent before it is marked Unknown.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, env = "NLC_NODE_STARTUP_GRACE_PERIOD")]
+    pub node_startup_grace_period: Duration,
+    /// Nodes per second given their first NoExecute taint in a healthy zone.
+    #[arg(long, default_value_t = 0.1, env = "NLC_NODE_EVICTION_RATE")]
+    pub node_eviction_rate: f64,
+    /// Nodes per second given their first NoExecute taint in a partially disrupted zone larger
+    /// than --large-cluster-size-threshold (smaller zones stop).
+    #[arg(long, default_value_t = 0.01, env = "NLC_SECONDARY_NODE_EVICTION_RATE")]
+    pub secondary_node_eviction_rate: f64,
+    /// Zone size above which a partially disrupted zone is still tainted (at the secondary rate).
+    #[arg(long, default_value_t = 50, env = "NLC_LARGE_CLUSTER_SIZE_THRESHOLD")]
+    pub large_cluster_size_threshold: usize,
+    /// Fraction of a zone's nodes that must be not ready (and at least 3) for it to be partially
+    /// disrupted.
+    #[arg(long, default_value_t = 0.55, env = "NLC_UNHEALTHY_ZONE_THRESHOLD")]
+    pub unhealthy_zone_threshold: f64,
+    /// Set the Ready condition of a node's pods to False when the node stops being ready
+    /// (upstream's MarkPodsNotReady).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NLC_MARK_PODS_NOT_READY")]
+    pub mark_pods_not_ready: bool,
+    /// Pace MarkPodsNotReady writes, in pods per second; 0 means unlimited.
+    #[arg(long, default_value_t = 50.0, env = "NLC_MARK_PODS_NOT_READY_QPS")]
+    pub mark_pods_not_ready_qps: f64,
+    /// Pace taint writes (NoSchedule taints, swaps, removals) in a storm, in writes per second;
+    /// 0 means unlimited. First NoExecute taints are paced by their zone instead.
+    #[arg(long, default_value_t = 50.0, env = "NLC_NODE_TAINT_QPS")]
+    pub node_taint_qps: f64,
+    /// Burst allowed above `--node-taint-qps`.
+    #[arg(long, default_value_t = 100, env = "NLC_NODE_TAINT_BURST")]
+    pub node_taint_burst: u32,
+    /// A YAML or JSON file with `taintRules` (and `defaultTaintRules: false` to drop upstream's
+    /// table); see the README.
+    #[arg(long, env = "NLC_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// An extra condition -> taint rule, `CONDITION=STATUS:KEY:EFFECT` (repeatable), e.g.
+    /// `KernelDeadlock=True:example.com/kernel-deadlock:NoExecute`.
+    #[arg(long = "taint-rule", value_parser = rules::parse_rule_flag, env = "NLC_TAINT_RULES", value_delimiter = ',')]
+    pub taint_rules: Vec<RuleSpec>,
+}
+
+/// What the flags turn into: the decisions' configuration (`None`: not run here) and the
+/// executor's pacing of node lifecycle's writes.
+#[derive(Debug)]
+pub struct Config {
+    pub decisions: Option<nlc_core::lifecycle::Config>,
+    pub mark_pods_not_ready_qps: f64,
+    pub node_taint_qps: f64,
+    pub node_taint_burst: u32,
+}
+
+impl LifecycleArgs {
+    /// Checks the values and builds the configuration (reading `--config`).
+    pub fn into_config(self) -> Result<Config> {
+        let Self {
+            enable_node_lifecycle,
+            node_monitor_period,
+            node_monitor_grace_period,
+            node_startup_grace_period,
+            node_eviction_rate,
+            secondary_node_eviction_rate,
+            large_cluster_size_threshold,
+            unhealthy_zone_threshold,
+            mark_pods_not_ready,
+            mark_pods_not_ready_qps,
+            node_taint_qps,
+            node_taint_burst,
+            config,
+            taint_rules,
+        } = self;
+        check_duration("--node-monitor-period", node_monitor_period, Duration::from_millis(100), HOUR)?;
+        check_duration("--node-monitor-grace-period", node_monitor_grace_period, SECOND, DAY)?;
+        check_duration("--node-startup-grace-period", node_startup_grace_period, SECOND, DAY)?;
+        check_rate("--node-eviction-rate", node_eviction_rate)?;
+        check_rate("--secondary-node-eviction-rate", secondary_node_eviction_rate)?;
+        check_rate("--mark-pods-not-ready-qps", mark_pods_not_ready_qps)?;
+        check_rate("--node-taint-qps", node_taint_qps)?;
+        if !(unhealthy_zone_threshold > 0.0 && unhealthy_zone_threshold <= 1.0) {
+            let problem = format!("must be in (0, 1], got {unhealthy_zone_threshold}");
+            return Err(nlc_core::Error::invalid("--unhealthy-zone-threshold", problem).into());
+        }
+        let file = match &config {
+            Some(path) => read_config_file(path)?,
+            None => ConfigFile::default(),
+        };
+        let mut extra = file.taint_rules;
+        extra.extend(taint_rules);
+        let rules = rules::build(file.default_taint_rules.unwrap_or(true), &extra)?;
+        if node_monitor_grace_period < Duration::from_secs(45) {
+            tracing::warn!(grace = ?node_monitor_grace_period, "--node-monitor-grace-period is below upstream's guidance (more than 45s: the kubelet's HTTP/2 ping and read-idle timeouts)");
+        }
+        let decisions = enable_node_lifecycle.then_some(nlc_core::lifecycle::Config {
+            grace: Grace { monitor: node_monitor_grace_period, startup: node_startup_grace_period },
+            monitor_period: node_monitor_period,
+            rates: Rates {
+                normal: node_eviction_rate,
+                secondary: secondary_node_eviction_rate,
+                large_cluster_threshold: large_cluster_size_threshold,
+            },
+            unhealthy_zone_threshold,
+            rules,
+            mark_pods_not_ready,
+        });
+        Ok(Config { decisions, mark_pods_not_ready_qps, node_taint_qps, node_taint_burst })
+    }
+}
+
+fn read_config_file(path: &std::path::Path) -> Result<ConfigFile> {
+    let what = || format!("--config {}", path.display());
+    let text = std::fs::read_to_string(path).map_err(|e| nlc_core::Error::invalid(what(), e.to_string()))?;
+    let file = serde_saphyr::from_str::<ConfigFile>(&text)
+        .map_err(|e| nlc_core::Error::invalid(what(), e.to_string().replace('\n', " ")))?;
+    Ok(file)
+}

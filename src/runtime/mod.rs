@@ -1,0 +1,164 @@
+//! One runtime for every long-running command (`run`, `webhook`): the API client, the metrics
+//! registry, the admin endpoint with readiness and liveness, and shutdown, built once. A command
+//! is a short composition: build the runtime, let each component register its metrics and
+//! readiness and spawn its tasks (each in a tracing span named after it), then [`Runtime::run`]
+//! serves until SIGTERM/SIGINT or until a task fails, signals every task, and waits for them.
+
+pub mod admin;
+pub mod args;
+pub mod client;
+pub mod shutdown;
+pub mod telemetry;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+use crate::error::{Error, Result};
+use admin::{Heartbeat, Liveness, Readiness};
+use args::{AdminArgs, ClientArgs};
+
+/// How long tasks get to drain after shutdown is signaled.
+const DRAIN: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabels {
+    task: &'static str,
+    error: &'static str,
+}
+
+pub struct Runtime {
+    client: kube::Client,
+    registry: Registry,
+    readiness: Readiness,
+    liveness: Liveness,
+    trigger: shutdown::Trigger,
+    signal: shutdown::Signal,
+    admin: tokio::net::TcpListener,
+    tasks: JoinSet<()>,
+    failures: Family<TaskLabels, Counter>,
+    failed_tx: mpsc::UnboundedSender<Error>,
+    failed_rx: mpsc::UnboundedReceiver<Error>,
+}
+
+impl Runtime {
+    /// Builds the client (no request is made yet) and binds the admin address.
+    pub async fn build(client: &ClientArgs, admin: &AdminArgs) -> Result<Self> {
+        let client = client::client(client).await?;
+        let addr = admin.metrics_bind_address;
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Bind {
+            flag: "--metrics-bind-address",
+            addr,
+            source,
+        })?;
+        let (trigger, signal) = shutdown::channel();
+        let (failed_tx, failed_rx) = mpsc::unbounded_channel();
+        let mut registry = Registry::default();
+        let failures = Family::<TaskLabels, Counter>::default();
+        registry.register(
+            "nlc_task_failures",
+            "Tasks that ended with an error, by task and error kind",
+            failures.clone(),
+        );
+        Ok(Self {
+            client,
+            registry,
+            readiness: Readiness::default(),
+            liveness: Liveness::default(),
+            trigger,
+            signal,
+            admin: listener,
+            tasks: JoinSet::new(),
+            failures,
+            failed_tx,
+            failed_rx,
+        })
+    }
+
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// Where components register their metrics (before [`Runtime::run`]).
+    pub fn registry(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    /// A component `/readyz` waits for; send `true` once it is ready.
+    pub fn ready_gate(&self, name: &'static str) -> watch::Sender<bool> {
+        self.readiness.gate(name)
+    }
+
+    /// A loop `/livez` watches: it must beat at least every `timeout`.
+    pub fn heartbeat(&self, name: &'static str, timeout: Duration) -> Heartbeat {
+        self.liveness.heartbeat(name, timeout)
+    }
+
+    /// Resolves when shutdown begins.
+    pub fn shutdown(&self) -> shutdown::Signal {
+        self.signal.clone()
+    }
+
+    /// Runs `task` in a span named `name`. A task that fails is logged and counted
+    /// (`nlc_task_failures_total{task,error}`), and shuts the process down with its error.
+    pub fn spawn<F>(&mut self, name: &'static str, task: F)
+    where
+        F: Future<Output = Result<()>> + Send + 'static,
+    {
+        let (failures, failed) = (self.failures.clone(), self.failed_tx.clone());
+        let span = tracing::info_span!("task", name);
+        self.tasks.spawn(
+            async move {
+                if let Err(e) = task.await {
+                    tracing::error!(error = %e, "task failed");
+                    failures.get_or_create(&TaskLabels { task: name, error: e.metric_label() }).inc();
+                    let _ = failed.send(e);
+                }
+            }
+            .instrument(span),
+        );
+    }
+
+    /// Serves the admin endpoint and waits for SIGTERM/SIGINT or a failed task; then signals
+    /// shutdown, waits for every task (at most 30 s) and returns the failed task's error, if any.
+    pub async fn run(self) -> Result<()> {
+        let Self { registry, readiness, liveness, trigger, signal, admin, mut tasks, mut failed_rx, .. } = self;
+        let router = admin::router(Arc::new(registry), readiness, liveness);
+        match admin.local_addr() {
+            Ok(addr) => tracing::info!(address = %addr, "serving /healthz, /livez, /readyz and /metrics"),
+            Err(e) => tracing::warn!(error = %e, "admin address unknown"),
+        }
+        let server =
+            tokio::spawn(axum::serve(admin, router).with_graceful_shutdown(signal.clone().signaled()).into_future());
+        let failure = tokio::select! {
+            _ = shutdown::os_signal() => None,
+            e = failed_rx.recv() => e,
+        };
+        trigger.trigger();
+        let drained = tokio::time::timeout(DRAIN, async { while tasks.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            tracing::warn!("tasks did not stop within {DRAIN:?}; exiting anyway");
+            tasks.abort_all();
+        }
+        match server.await {
+            Ok(Ok(())) => {}
+            Ok(Err(source)) => return Err(Error::Io { what: "admin server".into(), source }),
+            Err(e) => tracing::warn!(error = %e, "admin server task"),
+        }
+        match failure.or_else(|| failed_rx.try_recv().ok()) {
+            Some(e) => Err(e),
+            None => {
+                tracing::info!("stopped");
+                Ok(())
+            }
+        }
+    }
+}
