@@ -93,64 +93,7 @@ pub fn explain(node: &Node, pod: &Pod, opts: MatchOptions, now: Timestamp) -> Ex
     // When the pod was bound to the node; a manifest written by hand may carry neither field,
     // and then the taints' timeAdded alone applies.
     let bound = crate::index::SlimPod::from(pod).bound;
-    let outcome =
-        taints::evaluate(&taints, &tolerations, opts, |_, t| t.time_added.map(|a| taints::pod_anchor(a, bound)));
-    let all_anchored = taints.iter().filter(|t| t.effect == taints::Effect::NoExecute).all(|t| t.time_added.is_some());
-    let none = |decision| EvictionReport { decision, toleration_seconds: None, deadline: None, anchor: None };
-    let (eviction, reason) = match outcome {
-        Outcome::NoTaints => (none(Decision::None), "the node has no NoExecute taint".to_owned()),
-        Outcome::Never => {
-            (none(Decision::Never), "every NoExecute taint is tolerated without tolerationSeconds".to_owned())
-        }
-        Outcome::EvictNow(cause) => (
-            none(Decision::Immediate),
-            match cause {
-                EvictNowCause::Untolerated { taint } => format!("taint {} is not tolerated", taints[taint]),
-                EvictNowCause::NonPositiveSeconds { taint, toleration } => format!(
-                    "taint {} is tolerated by toleration {toleration} with tolerationSeconds {} (<= 0)",
-                    taints[taint],
-                    tolerations[toleration].toleration_seconds.unwrap_or_default()
-                ),
-            },
-        ),
-        Outcome::EvictAt { seconds, deadline } => {
-            let deadline = deadline.filter(|_| all_anchored);
-            let reason = match deadline {
-                Some(d) => {
-                    let left = d.duration_since(now);
-                    if left.is_negative() {
-                        format!("deadline passed {} ago", human(left.unsigned_abs()))
-                    } else {
-                        format!("due in {}", human(left.unsigned_abs()))
-                    }
-                }
-                None => "a NoExecute taint has no timeAdded: the countdown starts when a controller first sees it"
-                    .to_owned(),
-            };
-            // The deadline came from the pod's binding when some taint's countdown, moved to the
-            // binding, gives it.
-            let anchor = deadline.map(|d| {
-                let from_bound = bound.is_some_and(|b| {
-                    taints.iter().any(|t| {
-                        t.time_added.is_some_and(|a| a < b)
-                            && taints::first_tolerating(&tolerations, t, opts)
-                                .and_then(|j| tolerations[j].toleration_seconds)
-                                .is_some_and(|s| s > 0 && taints::add_seconds(b, s) == d)
-                    })
-                });
-                if from_bound { Anchor::PodBound } else { Anchor::TimeAdded }
-            });
-            (
-                EvictionReport {
-                    decision: Decision::Delayed,
-                    toleration_seconds: Some(seconds),
-                    deadline: deadline.map(rfc3339),
-                    anchor,
-                },
-                reason,
-            )
-        }
-    };
+    let (eviction, reason) = eviction_report(&taints, &tolerations, bound, opts, now);
 
     let mut warnings = taints::warnings(&taints, &tolerations, opts);
     for (i, t) in taints.iter().enumerate() {
@@ -176,6 +119,81 @@ pub fn explain(node: &Node, pod: &Pod, opts: MatchOptions, now: Timestamp) -> Ex
         reason,
         tolerations: tolerations.iter().map(ToString::to_string).collect(),
     }
+}
+
+/// The eviction decision and why, in words.
+fn eviction_report(
+    taints: &[Taint],
+    tolerations: &[Toleration],
+    bound: Option<Timestamp>,
+    opts: MatchOptions,
+    now: Timestamp,
+) -> (EvictionReport, String) {
+    let outcome =
+        taints::evaluate(taints, tolerations, opts, |_, t| t.time_added.map(|a| taints::pod_anchor(a, bound)));
+    let none = |decision| EvictionReport { decision, toleration_seconds: None, deadline: None, anchor: None };
+    match outcome {
+        Outcome::NoTaints => (none(Decision::None), "the node has no NoExecute taint".to_owned()),
+        Outcome::Never => {
+            (none(Decision::Never), "every NoExecute taint is tolerated without tolerationSeconds".to_owned())
+        }
+        Outcome::EvictNow(cause) => (
+            none(Decision::Immediate),
+            match cause {
+                EvictNowCause::Untolerated { taint } => format!("taint {} is not tolerated", taints[taint]),
+                EvictNowCause::NonPositiveSeconds { taint, toleration } => format!(
+                    "taint {} is tolerated by toleration {toleration} with tolerationSeconds {} (<= 0)",
+                    taints[taint],
+                    tolerations[toleration].toleration_seconds.unwrap_or_default()
+                ),
+            },
+        ),
+        Outcome::EvictAt { seconds, deadline } => {
+            let all_anchored =
+                taints.iter().filter(|t| t.effect == taints::Effect::NoExecute).all(|t| t.time_added.is_some());
+            let deadline = deadline.filter(|_| all_anchored);
+            let reason = match deadline {
+                Some(d) => {
+                    let left = d.duration_since(now);
+                    if left.is_negative() {
+                        format!("deadline passed {} ago", human(left.unsigned_abs()))
+                    } else {
+                        format!("due in {}", human(left.unsigned_abs()))
+                    }
+                }
+                None => "a NoExecute taint has no timeAdded: the countdown starts when a controller first sees it"
+                    .to_owned(),
+            };
+            let anchor = deadline.map(|d| anchor_of(d, taints, tolerations, bound, opts));
+            let report = EvictionReport {
+                decision: Decision::Delayed,
+                toleration_seconds: Some(seconds),
+                deadline: deadline.map(rfc3339),
+                anchor,
+            };
+            (report, reason)
+        }
+    }
+}
+
+/// The deadline `d` came from the pod's binding when some taint's countdown, moved to the
+/// binding, gives it.
+fn anchor_of(
+    d: Timestamp,
+    taints: &[Taint],
+    tolerations: &[Toleration],
+    bound: Option<Timestamp>,
+    opts: MatchOptions,
+) -> Anchor {
+    let from_bound = bound.is_some_and(|b| {
+        taints.iter().any(|t| {
+            t.time_added.is_some_and(|a| a < b)
+                && taints::first_tolerating(tolerations, t, opts)
+                    .and_then(|j| tolerations[j].toleration_seconds)
+                    .is_some_and(|s| s > 0 && taints::add_seconds(b, s) == d)
+        })
+    });
+    if from_bound { Anchor::PodBound } else { Anchor::TimeAdded }
 }
 
 fn human(d: std::time::Duration) -> String {

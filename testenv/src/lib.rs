@@ -147,21 +147,7 @@ impl ControlPlane {
     }
 
     fn start_once(assets: &Path, opts: &Options) -> Result<Self> {
-        let dir = match &opts.dir {
-            Some(d) => {
-                let _ = std::fs::remove_dir_all(d);
-                std::fs::create_dir_all(d)?;
-                d.clone()
-            }
-            None => {
-                let base = std::env::temp_dir().join(format!("nlc-testenv-{}", std::process::id()));
-                std::fs::create_dir_all(&base)?;
-                let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-                let d = base.join(format!("cp{n}"));
-                std::fs::create_dir_all(&d)?;
-                d
-            }
-        };
+        let dir = work_dir(opts)?;
         let pki = Pki::create(&dir.join("pki"))?;
         let admin = pki.client("admin", "nlc-testenv-admin", &["system:masters"])?;
         let (etcd_port, etcd_peer, api_port) = (free_port()?, free_port()?, free_port()?);
@@ -170,45 +156,8 @@ impl ControlPlane {
         write_kubeconfig(&kubeconfig, &server, &pki.ca_cert, &admin.cert, &admin.key, "admin")?;
 
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-        let mut etcd = Command::new(assets.join("etcd"))
-            .args(["--data-dir", &dir.join("etcd").display().to_string()])
-            .args(["--listen-client-urls", &etcd_url, "--advertise-client-urls", &etcd_url])
-            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{etcd_peer}")])
-            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{etcd_peer}")])
-            .args(["--initial-cluster", &format!("default=http://127.0.0.1:{etcd_peer}")])
-            .args(["--unsafe-no-fsync", "--quota-backend-bytes", "8589934592", "--log-level", "warn"])
-            .stdin(Stdio::null())
-            .stdout(log_file(&dir, "etcd")?)
-            .stderr(log_file(&dir, "etcd.err")?)
-            .process_group(0)
-            .spawn()
-            .context("starting etcd")?;
-
-        let mut args: Vec<String> = [
-            format!("--etcd-servers={etcd_url}"),
-            format!("--tls-cert-file={}", pki.serving_cert.display()),
-            format!("--tls-private-key-file={}", pki.serving_key.display()),
-            format!("--client-ca-file={}", pki.ca_cert.display()),
-            format!("--secure-port={api_port}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
-            "--endpoint-reconciler-type=none".into(),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
-            "--service-account-issuer=https://localhost".into(),
-            format!("--service-account-key-file={}", pki.sa_pub.display()),
-            format!("--service-account-signing-key-file={}", pki.sa_key.display()),
-            "--authorization-mode=RBAC".into(),
-            "--disable-admission-plugins=ServiceAccount".into(),
-            "--allow-privileged=true".into(),
-            format!("--cert-dir={}", dir.join("certs").display()),
-            // Tests and benchmarks create objects fast; the defaults are meant for real clusters.
-            "--max-requests-inflight=2000".into(),
-            "--max-mutating-requests-inflight=1000".into(),
-            "--enable-priority-and-fairness=false".into(),
-            "--event-ttl=1h".into(),
-            "--v=1".into(),
-        ]
-        .into();
+        let mut etcd = spawn_etcd(assets, &dir, &etcd_url, etcd_peer)?;
+        let mut args = apiserver_args(&pki, &dir, &etcd_url, api_port);
         args.extend(opts.apiserver_args.iter().cloned());
         let apiserver_cmd = (assets.join("kube-apiserver"), args);
         let apiserver = match spawn_apiserver(&apiserver_cmd, &dir) {
@@ -375,6 +324,65 @@ fn terminate(mut child: Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// `opts.dir` emptied, or a fresh directory under this process's temporary one.
+fn work_dir(opts: &Options) -> Result<PathBuf> {
+    if let Some(d) = &opts.dir {
+        let _ = std::fs::remove_dir_all(d);
+        std::fs::create_dir_all(d)?;
+        return Ok(d.clone());
+    }
+    let base = std::env::temp_dir().join(format!("nlc-testenv-{}", std::process::id()));
+    std::fs::create_dir_all(&base)?;
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let d = base.join(format!("cp{n}"));
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}
+
+fn spawn_etcd(assets: &Path, dir: &Path, url: &str, peer_port: u16) -> Result<Child> {
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    Command::new(assets.join("etcd"))
+        .args(["--data-dir", &dir.join("etcd").display().to_string()])
+        .args(["--listen-client-urls", url, "--advertise-client-urls", url])
+        .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+        .args(["--initial-cluster", &format!("default={peer}")])
+        .args(["--unsafe-no-fsync", "--quota-backend-bytes", "8589934592", "--log-level", "warn"])
+        .stdin(Stdio::null())
+        .stdout(log_file(dir, "etcd")?)
+        .stderr(log_file(dir, "etcd.err")?)
+        .process_group(0)
+        .spawn()
+        .context("starting etcd")
+}
+
+/// envtest's flag set, plus two for a single loopback host.
+fn apiserver_args(pki: &Pki, dir: &Path, etcd_url: &str, port: u16) -> Vec<String> {
+    vec![
+        format!("--etcd-servers={etcd_url}"),
+        format!("--tls-cert-file={}", pki.serving_cert.display()),
+        format!("--tls-private-key-file={}", pki.serving_key.display()),
+        format!("--client-ca-file={}", pki.ca_cert.display()),
+        format!("--secure-port={port}"),
+        "--bind-address=127.0.0.1".into(),
+        "--advertise-address=127.0.0.1".into(),
+        "--endpoint-reconciler-type=none".into(),
+        "--service-cluster-ip-range=10.0.0.0/24".into(),
+        "--service-account-issuer=https://localhost".into(),
+        format!("--service-account-key-file={}", pki.sa_pub.display()),
+        format!("--service-account-signing-key-file={}", pki.sa_key.display()),
+        "--authorization-mode=RBAC".into(),
+        "--disable-admission-plugins=ServiceAccount".into(),
+        "--allow-privileged=true".into(),
+        format!("--cert-dir={}", dir.join("certs").display()),
+        // Tests and benchmarks create objects fast; the defaults are meant for real clusters.
+        "--max-requests-inflight=2000".into(),
+        "--max-mutating-requests-inflight=1000".into(),
+        "--enable-priority-and-fairness=false".into(),
+        "--event-ttl=1h".into(),
+        "--v=1".into(),
+    ]
 }
 
 fn spawn_apiserver((bin, args): &(PathBuf, Vec<String>), dir: &Path) -> Result<Child> {

@@ -437,31 +437,47 @@ impl TaintEviction {
                 if phase == Some(Phase::Retrying) && self.timers.contains(key) {
                     return;
                 }
-                self.timers.cancel(key);
-                self.next_op += 1;
-                let op = self.next_op;
-                let method = self.method(key, cx.now);
-                let t = self.tracked.entry(key.clone()).or_insert_with(|| Tracked::new(pod, due, cx.now));
-                if phase != Some(Phase::Retrying) {
-                    t.due = t.due.min(due);
-                }
-                t.phase = Phase::InFlight { op, cancel_sent: false };
-                out.push(Action::EvictPod(EvictPod {
-                    op,
-                    key: key.clone(),
-                    namespace: pod.namespace.clone(),
-                    name: pod.name.clone(),
-                    uid: pod.uid.clone(),
-                    node: pod.node_name.clone(),
-                    due: t.due,
-                    method,
-                    attempt: t.attempts,
-                    announce: !t.announced,
-                    immediate,
-                    causes,
-                }));
+                self.evict(pod, phase, due, immediate, causes, cx.now, out);
             }
         }
+    }
+
+    /// Hands the pod's eviction to the executor.
+    #[allow(clippy::too_many_arguments)] // the pieces of one decision, taken apart by the caller
+    fn evict(
+        &mut self,
+        pod: &SlimPod,
+        phase: Option<Phase>,
+        due: Timestamp,
+        immediate: bool,
+        causes: Vec<Cause>,
+        now: Timestamp,
+        out: &mut Vec<Action>,
+    ) {
+        let key = pod.key();
+        self.timers.cancel(&key);
+        self.next_op += 1;
+        let op = self.next_op;
+        let method = self.method(&key, now);
+        let t = self.tracked.entry(key.clone()).or_insert_with(|| Tracked::new(pod, due, now));
+        if phase != Some(Phase::Retrying) {
+            t.due = t.due.min(due);
+        }
+        t.phase = Phase::InFlight { op, cancel_sent: false };
+        out.push(Action::EvictPod(EvictPod {
+            op,
+            key,
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            node: pod.node_name.clone(),
+            due: t.due,
+            method,
+            attempt: t.attempts,
+            announce: !t.announced,
+            immediate,
+            causes,
+        }));
     }
 
     /// Delete, or the Eviction API until evictions have failed for `--pdb-max-wait`.

@@ -734,39 +734,56 @@ impl NodeLifecycle {
             z.state = *state;
         }
         if all_now && !all_before {
-            tracing::warn!(
-                "every zone is in FullDisruption: the control plane is the likely fault; removing not-ready/unreachable NoExecute taints and tainting nothing until a node is ready again"
-            );
-            self.all_disrupted = true;
-            for z in self.zones.values_mut() {
-                z.limiter.set_qps(0.0, now);
-                z.queue.clear();
+            self.enter_outage(index, now, out);
+        } else if !all_now && all_before {
+            self.leave_outage(&computed, index, now, out);
+        }
+    }
+
+    /// Every zone is in FullDisruption: the control plane is the likely fault.
+    fn enter_outage(&mut self, index: &Index, now: Timestamp, out: &mut Vec<Action>) {
+        tracing::warn!(
+            "every zone is in FullDisruption: the control plane is the likely fault; removing not-ready/unreachable NoExecute taints and tainting nothing until a node is ready again"
+        );
+        self.all_disrupted = true;
+        for z in self.zones.values_mut() {
+            z.limiter.set_qps(0.0, now);
+            z.queue.clear();
+            z.wake_at = None;
+        }
+        for st in self.nodes.values_mut() {
+            st.queued_in = None;
+        }
+        self.reconcile_all(index, now, out);
+    }
+
+    /// Some node is ready again: every node gets a fresh grace period, and the zones their
+    /// rates.
+    fn leave_outage(
+        &mut self,
+        computed: &HashMap<String, (usize, usize, ZoneState)>,
+        index: &Index,
+        now: Timestamp,
+        out: &mut Vec<Action>,
+    ) {
+        tracing::warn!(
+            "some nodes are ready again: leaving the all-zones outage; every node gets a fresh grace period"
+        );
+        self.all_disrupted = false;
+        for (name, st) in self.nodes.iter_mut() {
+            st.probe.refresh(now);
+            st.expired_at = None;
+            self.expiry.set(name.clone(), st.probe.deadline(self.cfg.grace));
+        }
+        for (k, z) in self.zones.iter_mut() {
+            let size = computed.get(k).map_or(0, |c| c.0);
+            let state = if size == 0 { ZoneState::Normal } else { z.state };
+            if let Some(qps) = zone::rate_for(state, size, self.cfg.rates) {
+                z.limiter.set_qps(qps, now);
                 z.wake_at = None;
             }
-            for st in self.nodes.values_mut() {
-                st.queued_in = None;
-            }
-            self.reconcile_all(index, now, out);
-        } else if !all_now && all_before {
-            tracing::warn!(
-                "some nodes are ready again: leaving the all-zones outage; every node gets a fresh grace period"
-            );
-            self.all_disrupted = false;
-            for (name, st) in self.nodes.iter_mut() {
-                st.probe.refresh(now);
-                st.expired_at = None;
-                self.expiry.set(name.clone(), st.probe.deadline(self.cfg.grace));
-            }
-            for (k, z) in self.zones.iter_mut() {
-                let size = computed.get(k).map_or(0, |c| c.0);
-                let state = if size == 0 { ZoneState::Normal } else { z.state };
-                if let Some(qps) = zone::rate_for(state, size, self.cfg.rates) {
-                    z.limiter.set_qps(qps, now);
-                    z.wake_at = None;
-                }
-            }
-            self.reconcile_all(index, now, out);
         }
+        self.reconcile_all(index, now, out);
     }
 
     fn drain_zone_queues(&mut self, index: &Index, now: Timestamp, out: &mut Vec<Action>) {
