@@ -20,17 +20,18 @@ lint:
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 bench-semantics:
-	$(CARGO) bench --bench semantics
+	$(CARGO) bench -p nlc-core --bench semantics
 
 release:
 	$(CARGO) build --release --locked --bin node-lifecycle-controller -p node-lifecycle-controller
-	$(CARGO) build --release --locked --bin bench -p nlc-testenv
+	$(CARGO) build --release --locked --bin bench -p nlc-bench
+	@ls -l "$${CARGO_TARGET_DIR:-target}/release/node-lifecycle-controller" | awk '{printf "node-lifecycle-controller: %.1f MB\n", $$5/1e6}'
 
-# 1,000 nodes x 30 pods, every node tainted NoExecute at once (see testenv/src/bin/bench.rs).
+# 1,000 nodes x 30 pods, every node tainted NoExecute at once (see bench/src/eviction.rs).
 # BENCH_ARGS passes more, e.g. BENCH_ARGS="-- --kube-api-qps 20 --kube-api-burst 30".
 bench-eviction: controlplane release
-	target/release/bench eviction $(BENCH_ARGS)
+	$${CARGO_TARGET_DIR:-target}/release/bench eviction --controller $${CARGO_TARGET_DIR:-target}/release/node-lifecycle-controller $(BENCH_ARGS)
 
 # 1,000 nodes heartbeating; 10 minutes of steady state, then 50 nodes stop.
 bench-lifecycle: controlplane release
-	target/release/bench lifecycle $(BENCH_ARGS)
+	$${CARGO_TARGET_DIR:-target}/release/bench lifecycle --controller $${CARGO_TARGET_DIR:-target}/release/node-lifecycle-controller $(BENCH_ARGS)

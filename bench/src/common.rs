@@ -1,0 +1,333 @@
+//! What the scenarios share: the controller under test (its flags, starting it, measuring it
+//! from /proc and reading its /metrics), the objects they create (namespace, nodes with Leases,
+//! pods, taints), the deletion watcher, and the statistics (percentiles, histogram quantiles).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use futures::{StreamExt, TryStreamExt};
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use nlc_testenv::{ControlPlane, assets_dir};
+use serde_json::json;
+
+/// The namespace of the benchmark's pods.
+pub const NS: &str = "bench";
+/// The NoExecute taint key the eviction scenario sets and its pods tolerate.
+pub const KEY: &str = "bench.example.com/evict";
+/// `--controller`'s default: the release build of this workspace.
+pub const DEFAULT_CONTROLLER: &str = "target/release/node-lifecycle-controller";
+
+/// The controller under test, for the scenarios that run the node lifecycle or taint eviction
+/// part: this workspace's binary or kube-controller-manager, plus flags of its own.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UnderTest {
+    /// The node-lifecycle-controller binary under test (not used with --upstream).
+    #[arg(long, value_name = "BIN", default_value = DEFAULT_CONTROLLER)]
+    pub controller: PathBuf,
+    /// Measure kube-controller-manager (from the same build as the API server) instead of
+    /// --controller.
+    #[arg(long)]
+    pub upstream: bool,
+    /// More flags for the controller under test, after `--` (e.g. `-- --kube-api-qps 20`).
+    #[arg(last = true, value_name = "CONTROLLER_FLAGS")]
+    pub extra: Vec<String>,
+}
+
+impl UnderTest {
+    /// The binary that must exist before the control plane starts; `None` with `--upstream`.
+    pub fn binary(&self) -> Option<&Path> {
+        (!self.upstream).then_some(self.controller.as_path())
+    }
+
+    /// The report's `controller` value: `upstream` names the kube-controller-manager part.
+    pub fn describe(&self, upstream: &str) -> String {
+        if self.upstream { upstream.to_owned() } else { format!("node-lifecycle-controller {}", self.extra.join(" ")) }
+    }
+}
+
+/// A duration flag: the text as given (Go syntax, `50s`, `1m30s`; passed on to the controller and
+/// reported as is) and its value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GoDuration {
+    pub text: String,
+    pub value: Duration,
+}
+
+impl GoDuration {
+    /// A clap `value_parser`: the text must parse with [`nlc_core::flags::parse_duration`].
+    pub fn parse(s: &str) -> nlc_core::Result<Self> {
+        Ok(Self { text: s.to_owned(), value: nlc_core::flags::parse_duration(s)? })
+    }
+}
+
+impl fmt::Display for GoDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// A process under measurement: peak RSS and CPU seconds from /proc.
+pub struct Measured {
+    pub child: tokio::process::Child,
+    pub pid: u32,
+    pub metrics_port: u16,
+}
+
+impl Measured {
+    pub fn new(child: tokio::process::Child, metrics_port: u16) -> Result<Self> {
+        let pid = child.id().context("no pid")?;
+        Ok(Self { child, pid, metrics_port })
+    }
+
+    pub fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+        let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+            + fields.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        ticks / 100.0
+    }
+
+    fn status_kb(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The controller's `/metrics` (empty for kube-controller-manager, which serves none here).
+    pub async fn metrics(&self) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).await else {
+            return String::new();
+        };
+        if s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.is_err() {
+            return String::new();
+        }
+        let mut buf = String::new();
+        let _ = s.read_to_string(&mut buf).await;
+        buf
+    }
+
+    pub fn peak_rss_mb(&self) -> f64 {
+        self.status_kb("VmHWM:") as f64 / 1024.0
+    }
+
+    pub fn rss_mb(&self) -> f64 {
+        self.status_kb("VmRSS:") as f64 / 1024.0
+    }
+}
+
+/// Starts the controller under test with the scenario's `flags`, then `--`'s extra flags; its
+/// stderr goes to `controller.log` (or `kcm.log`) in the control plane's directory.
+pub async fn start_controller(cp: &ControlPlane, under_test: &UnderTest, flags: &[String]) -> Result<Measured> {
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let log = std::fs::File::create(cp.dir.join(if under_test.upstream { "kcm.log" } else { "controller.log" }))?;
+    let mut cmd = if under_test.upstream {
+        let mut c = tokio::process::Command::new(assets_dir()?.join("kube-controller-manager"));
+        // The taint eviction controller alone fails in v1.37 ("Index with name spec.nodeName
+        // does not exist": the node lifecycle controller registers that pod indexer), so both
+        // run; the eviction benchmark gives the node lifecycle part a long grace period.
+        c.arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
+            .arg("--controllers=node-lifecycle-controller,taint-eviction-controller")
+            .args(["--leader-elect=false", "--use-service-account-credentials=false", "--secure-port=0", "--v=1"]);
+        c
+    } else {
+        let mut c = tokio::process::Command::new(&under_test.controller);
+        c.arg("run").arg("--kubeconfig").arg(&cp.kubeconfig).args([
+            "--metrics-bind-address",
+            &format!("127.0.0.1:{metrics_port}"),
+            "--log-level",
+            "info",
+        ]);
+        c
+    };
+    cmd.args(flags).args(&under_test.extra).stdout(Stdio::null()).stderr(Stdio::from(log)).kill_on_drop(true);
+    let child = cmd.spawn().with_context(|| format!("starting {}", under_test.controller.display()))?;
+    Measured::new(child, metrics_port)
+}
+
+/// The `p`th percentile (0-100, nearest rank) of sorted values; NaN when there are none.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Creates `n` Ready nodes named `{prefix}-00000`.. across three zones, each with a Lease;
+/// returns their names.
+pub async fn create_nodes(client: &kube::Client, n: usize, prefix: &str) -> Result<Vec<String>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let names: Vec<String> = (0..n).map(|i| format!("{prefix}-{i:05}")).collect();
+    futures::stream::iter(names.clone().into_iter().enumerate())
+        .map(|(i, name)| {
+            let (nodes, leases) = (nodes.clone(), leases.clone());
+            async move {
+                let zone = format!("zone-{}", i % 3);
+                let node: Node = serde_json::from_value(json!({
+                    "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone, "topology.kubernetes.io/region": "bench"}},
+                    "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "lastHeartbeatTime": Timestamp::now(), "lastTransitionTime": Timestamp::now()}]}
+                }))?;
+                nodes.create(&PostParams::default(), &node).await?;
+                let lease: Lease = serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": MicroTime(Timestamp::now())}
+                }))?;
+                leases.create(&PostParams::default(), &lease).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(names)
+}
+
+/// Creates the [`NS`] namespace unless it exists.
+pub async fn ensure_namespace(client: &kube::Client) -> Result<()> {
+    let ns: Api<Namespace> = Api::all(client.clone());
+    if ns.get_opt(NS).await?.is_none() {
+        ns.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": NS}}))?).await?;
+    }
+    Ok(())
+}
+
+/// A pod to create: (name, node, tolerationSeconds or None = untolerated).
+pub type PlannedPod = (String, String, Option<i64>);
+/// The pods to create.
+pub type PodPlan = Vec<PlannedPod>;
+
+/// Creates the planned pods in [`NS`], bound to their nodes, each tolerating [`KEY`] for its
+/// tolerationSeconds (or not at all).
+pub async fn create_pods(client: &kube::Client, plan: &PodPlan) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    futures::stream::iter(plan.clone())
+        .map(|(name, node, secs)| {
+            let pods = pods.clone();
+            async move {
+                let tolerations = match secs {
+                    Some(s) => {
+                        json!([{"key": KEY, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": s}])
+                    }
+                    None => json!([]),
+                };
+                let pod: Pod = serde_json::from_value(json!({
+                    "metadata": {"name": name, "labels": {"app": "bench"}},
+                    "spec": {"nodeName": node, "tolerations": tolerations,
+                             "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+                }))?;
+                pods.create(&PostParams::default(), &pod).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(64)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+/// Replaces the taints of every named node with `taints`.
+pub async fn set_taints(client: &kube::Client, nodes: &[String], taints: serde_json::Value) -> Result<()> {
+    let api: Api<Node> = Api::all(client.clone());
+    futures::stream::iter(nodes.to_vec())
+        .map(|n| {
+            let (api, taints) = (api.clone(), taints.clone());
+            async move {
+                api.patch(&n, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": taints}}))).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(64)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+/// Pod name -> when the deletion watcher first saw its deletionTimestamp.
+pub type Seen = Arc<Mutex<HashMap<String, Timestamp>>>;
+
+/// Watches bench pods and records when each first shows a deletionTimestamp.
+pub fn watch_deletions(client: &kube::Client) -> (Seen, tokio::task::JoinHandle<()>) {
+    let seen: Seen = Arc::default();
+    // Metadata only: deletionTimestamp is all we look at, and full pods would cost the API server
+    // and this process CPU that the controller under test should have.
+    let pods: Api<kube::core::PartialObjectMeta<Pod>> = Api::namespaced(client.clone(), NS);
+    let task = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            let mut s = watcher(pods, watcher::Config::default()).boxed();
+            while let Some(ev) = s.next().await {
+                if let Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = ev
+                    && p.metadata.deletion_timestamp.is_some()
+                    && let Ok(mut m) = seen.lock()
+                {
+                    m.entry(p.metadata.name.unwrap_or_default()).or_insert_with(Timestamp::now);
+                }
+            }
+        })
+    };
+    (seen, task)
+}
+
+/// p50/p99 upper bounds from a Prometheus histogram's cumulative buckets (the bucket bound at
+/// which the cumulative count first reaches the quantile).
+pub fn histogram_quantiles(metrics: &str, name: &str, label: &str) -> serde_json::Value {
+    let mut buckets: Vec<(f64, f64)> = vec![];
+    let prefix = format!("{name}_bucket{{");
+    for line in metrics.lines().filter(|l| l.starts_with(&prefix) && l.contains(label)) {
+        let le = line.split("le=\"").nth(1).and_then(|r| r.split('"').next()).and_then(|v| v.parse::<f64>().ok());
+        let count = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+        if let (Some(le), Some(count)) = (le.or(if line.contains("+Inf") { Some(f64::INFINITY) } else { None }), count)
+        {
+            buckets.push((le, count));
+        }
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = buckets.last().map_or(0.0, |b| b.1);
+    let q = |p: f64| buckets.iter().find(|(_, c)| *c >= p * total).map(|(le, _)| *le);
+    json!({"n": total, "p50_le": q(0.5), "p99_le": q(0.99)})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentile_nearest_rank() {
+        assert!(percentile(&[], 50.0).is_nan());
+        assert_eq!(percentile(&[1.0, 2.0, 3.0], 50.0), 2.0);
+        assert_eq!(percentile(&[1.0, 2.0, 3.0], 99.0), 3.0);
+    }
+
+    #[test]
+    fn go_duration_keeps_its_text() {
+        let d = GoDuration::parse("1m30s").expect("valid");
+        assert_eq!((d.text.as_str(), d.value), ("1m30s", Duration::from_secs(90)));
+        assert!(GoDuration::parse("50").is_err());
+    }
+
+    #[test]
+    fn histogram_quantiles_from_buckets() {
+        let metrics = "x_bucket{kind=\"a\",le=\"0.1\"} 50\nx_bucket{kind=\"a\",le=\"1\"} 100\n\
+                       x_bucket{kind=\"a\",le=\"+Inf\"} 100\nx_bucket{kind=\"b\",le=\"0.1\"} 7\n";
+        let q = histogram_quantiles(metrics, "x", "kind=\"a\"");
+        assert_eq!(q, json!({"n": 100.0, "p50_le": 0.1, "p99_le": 1.0}));
+    }
+}

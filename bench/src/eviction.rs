@@ -1,0 +1,204 @@
+//! The eviction scenario: NODES nodes x PODS pods; every node is tainted NoExecute at once. Pods
+//! on TARGET nodes are evicted (a third at once, two thirds with tolerationSeconds spread over
+//! 10-30 s); the others tolerate for an hour, so that ~NODES x PODS timers are pending. Reports
+//! the time from the taint to the last eviction, the lateness (deletion seen minus deadline) of
+//! the timed evictions, and the controller's peak RSS and CPU.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use jiff::Timestamp;
+use nlc_testenv::ControlPlane;
+use serde_json::json;
+
+use crate::common::{
+    KEY, Measured, PlannedPod, PodPlan, Seen, UnderTest, create_nodes, create_pods, ensure_namespace,
+    histogram_quantiles, percentile, set_taints, start_controller, watch_deletions,
+};
+
+/// The tolerationSeconds of the pods that must not be evicted during the benchmark.
+const HOUR: i64 = 3600;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct EvictionArgs {
+    /// Nodes to create, each with --pods pods.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub nodes: usize,
+    /// Pods per node.
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    pub pods: usize,
+    /// Nodes whose pods are evicted (a third at once, two thirds after 10-30 s); the other
+    /// nodes' pods tolerate the taint for an hour.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub target: usize,
+    #[command(flatten)]
+    pub under_test: UnderTest,
+}
+
+/// When the taint went on: its `timeAdded` (whole seconds), and when the patches began and ended.
+struct Taint {
+    added: Timestamp,
+    start: Timestamp,
+    done: Timestamp,
+}
+
+/// What the controller used during the eviction storm.
+struct Usage {
+    rss_idle_mb: f64,
+    peak_rss_mb: f64,
+    cpu_s: f64,
+    metrics: String,
+}
+
+pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::Value> {
+    let client = cp.client().await;
+    let (nodes, plan) = populate(&client, args).await?;
+
+    let (seen, watch_task) = watch_deletions(&client);
+    let mut ctl = start_listed(cp, &args.under_test).await?;
+    let rss_idle_mb = ctl.rss_mb();
+    let cpu0 = ctl.cpu_seconds();
+
+    let taint = taint_all(&client, &nodes).await?;
+    let targets: Vec<&PlannedPod> = plan.iter().filter(|(_, _, s)| *s != Some(HOUR)).collect();
+    wait_for_deletions(&seen, &targets, Duration::from_secs(600)).await;
+
+    let cpu_s = ctl.cpu_seconds() - cpu0;
+    let peak_rss_mb = ctl.peak_rss_mb();
+    let metrics = ctl.metrics().await;
+    let seen = seen.lock().map(|m| m.clone()).unwrap_or_default();
+    watch_task.abort();
+    let _ = ctl.child.kill().await;
+
+    let usage = Usage { rss_idle_mb, peak_rss_mb, cpu_s, metrics };
+    Ok(report(args, &plan, &targets, &seen, &taint, &usage))
+}
+
+/// Creates the namespace, the nodes and the planned pods; returns the node names and the plan.
+async fn populate(client: &kube::Client, args: &EvictionArgs) -> Result<(Vec<String>, PodPlan)> {
+    ensure_namespace(client).await?;
+    let t = Instant::now();
+    let nodes = create_nodes(client, args.nodes, "ev").await?;
+    let plan = plan_pods(&nodes, args.pods, args.target, "p");
+    create_pods(client, &plan).await?;
+    eprintln!("bench: {} nodes and {} pods created in {:.1}s", nodes.len(), plan.len(), t.elapsed().as_secs_f64());
+    Ok((nodes, plan))
+}
+
+/// `pods` pods per node: on the first `target` nodes a third untolerated and the rest tolerating
+/// for 10-30 s; on the others all tolerating for an hour.
+fn plan_pods(nodes: &[String], pods: usize, target: usize, run: &str) -> PodPlan {
+    let mut plan = vec![];
+    for (i, node) in nodes.iter().enumerate() {
+        for j in 0..pods {
+            let name = format!("{run}-{i:05}-{j:03}");
+            let secs = if i < target {
+                if j % 3 == 0 { None } else { Some(10 + ((i * pods + j) % 21) as i64) }
+            } else {
+                Some(HOUR)
+            };
+            plan.push((name, node.clone(), secs));
+        }
+    }
+    plan
+}
+
+/// Starts the controller with the taint eviction part alone and gives it time to list
+/// everything (30,000 pods) before the storm.
+async fn start_listed(cp: &ControlPlane, under_test: &UnderTest) -> Result<Measured> {
+    let flags: Vec<String> = if under_test.upstream {
+        vec!["--node-monitor-grace-period=10m".into(), "--node-startup-grace-period=10m".into()]
+    } else {
+        vec!["--enable-node-lifecycle=false".into()]
+    };
+    let mut ctl = start_controller(cp, under_test, &flags).await?;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    if let Ok(Some(status)) = ctl.child.try_wait() {
+        bail!("the controller exited early with {status}; see {}", cp.dir.join("controller.log").display());
+    }
+    Ok(ctl)
+}
+
+/// Taints every node NoExecute with [`KEY`] at once.
+async fn taint_all(client: &kube::Client, nodes: &[String]) -> Result<Taint> {
+    let added = Timestamp::from_second(Timestamp::now().as_second())?;
+    let start = Timestamp::now();
+    set_taints(client, nodes, json!([{"key": KEY, "effect": "NoExecute", "timeAdded": added}])).await?;
+    let done = Timestamp::now();
+    eprintln!("bench: tainted {} nodes in {:.2}s", nodes.len(), done.duration_since(start).as_secs_f64());
+    Ok(Taint { added, start, done })
+}
+
+/// Waits until every target pod's deletion has been seen, or `limit` has passed.
+async fn wait_for_deletions(seen: &Seen, targets: &[&PlannedPod], limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let done = seen.lock().map(|m| targets.iter().filter(|(p, _, _)| m.contains_key(p)).count()).unwrap_or(0);
+        if done == targets.len() || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn report(
+    args: &EvictionArgs,
+    plan: &PodPlan,
+    targets: &[&PlannedPod],
+    seen: &HashMap<String, Timestamp>,
+    taint: &Taint,
+    usage: &Usage,
+) -> serde_json::Value {
+    let mut lateness: Vec<f64> = vec![];
+    let mut immediate: Vec<f64> = vec![];
+    let mut last = taint.start;
+    let mut missing = 0;
+    for (pod, _, secs) in targets {
+        match seen.get(pod) {
+            Some(at) => {
+                last = last.max(*at);
+                match secs {
+                    Some(s) => {
+                        lateness.push(at.duration_since(taint.added + Duration::from_secs(*s as u64)).as_secs_f64())
+                    }
+                    None => immediate.push(at.duration_since(taint.done).as_secs_f64()),
+                }
+            }
+            None => missing += 1,
+        }
+    }
+    let early = seen.keys().filter(|p| plan.iter().any(|(n, _, s)| n == *p && *s == Some(HOUR))).count();
+    lateness.sort_by(f64::total_cmp);
+    immediate.sort_by(f64::total_cmp);
+    let metrics = &usage.metrics;
+    json!({
+        "benchmark": "eviction",
+        "controller": args.under_test.describe("kube-controller-manager taint-eviction-controller"),
+        "nodes": args.nodes, "pods": plan.len(), "evicted_expected": targets.len(), "missing": missing,
+        "evicted_wrongly": early,
+        "taint_to_last_deletion_s": last.duration_since(taint.start).as_secs_f64(),
+        "timed_lateness_s": {"n": lateness.len(), "p50": percentile(&lateness, 50.0), "p99": percentile(&lateness, 99.0),
+                             "max": lateness.last().copied().unwrap_or(f64::NAN), "min": lateness.first().copied().unwrap_or(f64::NAN)},
+        "immediate_after_taint_s": {"n": immediate.len(), "p50": percentile(&immediate, 50.0), "p99": percentile(&immediate, 99.0)},
+        "controller_peak_rss_mb": usage.peak_rss_mb, "controller_rss_idle_mb": usage.rss_idle_mb,
+        "controller_cpu_s_during_storm": usage.cpu_s,
+        "controller_lateness_timed_s": histogram_quantiles(metrics, "nlc_eviction_lateness_seconds", "kind=\"timed\""),
+        "controller_lateness_immediate_s": histogram_quantiles(metrics, "nlc_eviction_lateness_seconds", "kind=\"immediate\""),
+        "controller_fire_lateness_s": histogram_quantiles(metrics, "nlc_eviction_fire_lateness_seconds", ""),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_pods_spreads_targets() {
+        let nodes: Vec<String> = vec!["a".into(), "b".into()];
+        let plan = plan_pods(&nodes, 3, 1, "p");
+        let secs: Vec<Option<i64>> = plan.iter().map(|(_, _, s)| *s).collect();
+        assert_eq!(secs, [None, Some(11), Some(12), Some(HOUR), Some(HOUR), Some(HOUR)]);
+        assert_eq!(plan[0].0, "p-00000-000");
+    }
+}

@@ -1,0 +1,221 @@
+//! The lifecycle scenario: NODES nodes whose Leases this tool renews every LEASE_PERIOD; after a
+//! warm-up it measures the controller's CPU and RSS over STEADY seconds, then stops STOP nodes'
+//! heartbeats and reports the detection delay (Ready=Unknown seen minus last renewal minus
+//! grace).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::watcher;
+use nlc_testenv::ControlPlane;
+use serde_json::json;
+
+use crate::common::{GoDuration, Measured, UnderTest, create_nodes, percentile, start_controller};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct LifecycleArgs {
+    /// Nodes to create, whose Leases this tool renews.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub nodes: usize,
+    /// Nodes whose heartbeats stop after the steady state, to measure the detection delay.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub stop: usize,
+    /// Seconds of steady state (after a 30 s warm-up) over which the controller's CPU and RSS
+    /// are measured.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub steady: u64,
+    /// Seconds between two renewals of a node's Lease (the renewals are spread evenly).
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub lease_period: u64,
+    /// The controller's --node-monitor-grace-period (a Go duration: 50s, 1m30s).
+    #[arg(long, value_name = "DUR", default_value = "50s", value_parser = GoDuration::parse)]
+    pub grace: GoDuration,
+    #[command(flatten)]
+    pub under_test: UnderTest,
+}
+
+/// The heartbeat generator: renews each live node's Lease every lease period, spread evenly.
+struct Heartbeats {
+    /// Per node: whether its Lease is still renewed.
+    alive: Arc<Mutex<Vec<bool>>>,
+    /// Per node: when its Lease was last renewed.
+    last_renew: Arc<Mutex<Vec<Timestamp>>>,
+    /// Successful renewals so far.
+    renewals: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The controller's usage over the steady state.
+struct Steady {
+    seconds: f64,
+    cpu_s: f64,
+    renewals_per_s: f64,
+    rss_mb_max_sample: f64,
+    peak_rss_mb: f64,
+}
+
+pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::Value> {
+    let client = cp.client().await;
+    let t = Instant::now();
+    let nodes = create_nodes(&client, args.nodes, "lc").await?;
+    eprintln!("bench: {} nodes created in {:.1}s", nodes.len(), t.elapsed().as_secs_f64());
+
+    let heartbeats = Heartbeats::start(&client, &nodes, Duration::from_secs(args.lease_period));
+    let flags: Vec<String> = if args.under_test.upstream {
+        vec![format!("--node-monitor-grace-period={}", args.grace)]
+    } else {
+        vec!["--enable-taint-eviction=false".into(), "--node-monitor-grace-period".into(), args.grace.text.clone()]
+    };
+    let mut ctl = start_controller(cp, &args.under_test, &flags).await?;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let steady = measure_steady(&ctl, &heartbeats, Duration::from_secs(args.steady)).await;
+
+    // Stop STOP nodes' heartbeats and watch for Ready=Unknown.
+    let stopped: Vec<usize> = (0..args.stop.min(nodes.len())).map(|i| i * nodes.len() / args.stop.max(1)).collect();
+    heartbeats.stop(&stopped);
+    tokio::time::sleep(Duration::from_millis(200)).await; // let in-flight renewals land
+    let grace = args.grace.value;
+    let wanted: HashMap<String, usize> = stopped.iter().map(|i| (nodes[*i].clone(), *i)).collect();
+    let unknown_at = watch_unknown(&client, &wanted, grace + Duration::from_secs(60)).await;
+    heartbeats.task.abort();
+    let last = heartbeats.last_renew.lock().map(|l| l.clone()).unwrap_or_default();
+    let mut delays: Vec<f64> =
+        unknown_at.iter().map(|(n, at)| at.duration_since(last[wanted[n]] + grace).as_secs_f64()).collect();
+    delays.sort_by(f64::total_cmp);
+    let _ = ctl.child.kill().await;
+    Ok(json!({
+        "benchmark": "lifecycle",
+        "controller": args.under_test.describe("kube-controller-manager node-lifecycle-controller"),
+        "nodes": args.nodes, "lease_period_s": args.lease_period, "grace": args.grace.text,
+        "steady_seconds": steady.seconds, "lease_renewals_per_s": steady.renewals_per_s,
+        "steady_cpu_s": steady.cpu_s, "steady_cpu_cores": steady.cpu_s / steady.seconds,
+        "rss_mb_max_sample": steady.rss_mb_max_sample, "peak_rss_mb": steady.peak_rss_mb,
+        "stopped": wanted.len(), "detected": unknown_at.len(),
+        "detection_delay_after_grace_s": {"p50": percentile(&delays, 50.0), "p99": percentile(&delays, 99.0),
+                                          "max": delays.last().copied().unwrap_or(f64::NAN), "min": delays.first().copied().unwrap_or(f64::NAN)},
+    }))
+}
+
+impl Heartbeats {
+    /// Starts renewing every node's Lease: one renewal per `period / nodes` tick (at least
+    /// 100 µs), going round the nodes.
+    fn start(client: &kube::Client, nodes: &[String], period: Duration) -> Self {
+        let alive: Arc<Mutex<Vec<bool>>> = Arc::new(Mutex::new(vec![true; nodes.len()]));
+        let last_renew: Arc<Mutex<Vec<Timestamp>>> = Arc::new(Mutex::new(vec![Timestamp::now(); nodes.len()]));
+        let renewals = Arc::new(AtomicU64::new(0));
+        let task = {
+            let (alive, last_renew, renewals) = (alive.clone(), last_renew.clone(), renewals.clone());
+            let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+            let nodes = nodes.to_vec();
+            tokio::spawn(async move {
+                let tick = period / nodes.len().max(1) as u32;
+                let mut interval = tokio::time::interval(tick.max(Duration::from_micros(100)));
+                let mut i = 0usize;
+                loop {
+                    interval.tick().await;
+                    let idx = i % nodes.len();
+                    i += 1;
+                    if !alive.lock().map(|a| a[idx]).unwrap_or(false) {
+                        continue;
+                    }
+                    let (leases, name, last_renew, renewals) =
+                        (leases.clone(), nodes[idx].clone(), last_renew.clone(), renewals.clone());
+                    tokio::spawn(renew(leases, name, idx, last_renew, renewals));
+                }
+            })
+        };
+        Self { alive, last_renew, renewals, task }
+    }
+
+    fn renewals(&self) -> u64 {
+        self.renewals.load(Ordering::Relaxed)
+    }
+
+    /// Stops the heartbeats of the nodes at these indices.
+    fn stop(&self, stopped: &[usize]) {
+        if let Ok(mut a) = self.alive.lock() {
+            for i in stopped {
+                a[*i] = false;
+            }
+        }
+    }
+}
+
+/// Renews one node's Lease; on success counts it and records when.
+async fn renew(
+    leases: Api<Lease>,
+    name: String,
+    idx: usize,
+    last_renew: Arc<Mutex<Vec<Timestamp>>>,
+    renewals: Arc<AtomicU64>,
+) {
+    let now = Timestamp::now();
+    let patch = json!({"spec": {"renewTime": MicroTime(now)}});
+    if leases.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.is_ok() {
+        renewals.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut l) = last_renew.lock() {
+            l[idx] = Timestamp::now();
+        }
+    }
+}
+
+/// Samples the controller's RSS every 5 s for `length`; its CPU, peak RSS and the Lease
+/// renewal rate over that time.
+async fn measure_steady(ctl: &Measured, heartbeats: &Heartbeats, length: Duration) -> Steady {
+    let cpu0 = ctl.cpu_seconds();
+    let r0 = heartbeats.renewals();
+    let steady_start = Instant::now();
+    let mut rss_samples = vec![];
+    while steady_start.elapsed() < length {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        rss_samples.push(ctl.rss_mb());
+    }
+    let cpu_s = ctl.cpu_seconds() - cpu0;
+    let seconds = steady_start.elapsed().as_secs_f64();
+    let renewals_per_s = (heartbeats.renewals() - r0) as f64 / seconds;
+    Steady {
+        seconds,
+        cpu_s,
+        renewals_per_s,
+        rss_mb_max_sample: rss_samples.iter().copied().fold(0.0, f64::max),
+        peak_rss_mb: ctl.peak_rss_mb(),
+    }
+}
+
+/// Watches nodes until every `wanted` one shows Ready=Unknown or `limit` has passed; returns
+/// when each was first seen so.
+async fn watch_unknown(
+    client: &kube::Client,
+    wanted: &HashMap<String, usize>,
+    limit: Duration,
+) -> HashMap<String, Timestamp> {
+    let node_api: Api<Node> = Api::all(client.clone());
+    let mut unknown_at: HashMap<String, Timestamp> = HashMap::new();
+    let mut stream = watcher(node_api, watcher::Config::default()).boxed();
+    let give_up = Instant::now() + limit;
+    while unknown_at.len() < wanted.len() && Instant::now() < give_up {
+        let next = tokio::time::timeout(Duration::from_secs(1), stream.next()).await;
+        if let Ok(Some(Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)))) = next {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            let unknown = n
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "Unknown");
+            if unknown && wanted.contains_key(&name) {
+                unknown_at.entry(name).or_insert_with(Timestamp::now);
+            }
+        }
+    }
+    unknown_at
+}

@@ -1,0 +1,155 @@
+//! The webhook scenario: admission requests per second against `node-lifecycle-controller
+//! webhook` pinned to one core (taskset -c 0), from CONNECTIONS keep-alive HTTPS connections, for
+//! STEADY seconds; with the latency of the requests and the webhook's CPU and peak RSS.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use nlc_testenv::ControlPlane;
+use serde_json::json;
+use tokio_rustls::TlsConnector;
+
+use crate::common::{DEFAULT_CONTROLLER, Measured, percentile};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct WebhookArgs {
+    /// Keep-alive HTTPS connections, each sending one request after the other.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub connections: usize,
+    /// Seconds to send requests for.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub steady: u64,
+    /// The node-lifecycle-controller binary whose `webhook` subcommand is measured.
+    #[arg(long, value_name = "BIN", default_value = DEFAULT_CONTROLLER)]
+    pub controller: PathBuf,
+}
+
+pub async fn run(cp: &ControlPlane, args: &WebhookArgs) -> Result<serde_json::Value> {
+    let (measured, port) = start_webhook(cp, &args.controller).await?;
+    let connector = tls_connector(&cp.pki.ca_cert)?;
+    let body = Bytes::from(admission_review());
+    let stop_at = Instant::now() + Duration::from_secs(args.steady);
+    let cpu0 = measured.cpu_seconds();
+    let started = Instant::now();
+    let mut tasks = vec![];
+    for _ in 0..args.connections {
+        tasks.push(tokio::spawn(send_until(connector.clone(), port, body.clone(), stop_at)));
+    }
+    let mut all = vec![];
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let cpu = measured.cpu_seconds() - cpu0;
+    all.sort_by(f64::total_cmp);
+    Ok(json!({
+        "benchmark": "webhook",
+        "connections": args.connections, "seconds": secs, "requests": all.len(),
+        "requests_per_s": all.len() as f64 / secs,
+        "latency_ms": {"p50": percentile(&all, 50.0) * 1e3, "p99": percentile(&all, 99.0) * 1e3, "max": all.last().copied().unwrap_or(0.0) * 1e3},
+        "webhook_cpu_cores": cpu / secs, "webhook_peak_rss_mb": measured.peak_rss_mb(),
+        "body_bytes": body.len(),
+    }))
+}
+
+/// Starts `controller webhook` on core 0 with the control plane's serving certificate; returns
+/// it (measured, with its metrics port) and the port it serves admission requests on.
+async fn start_webhook(cp: &ControlPlane, controller: &Path) -> Result<(Measured, u16)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let log = std::fs::File::create(cp.dir.join("webhook.log"))?;
+    let child = tokio::process::Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(controller)
+        .arg("webhook")
+        .arg("--kubeconfig")
+        .arg(&cp.kubeconfig)
+        .arg("--tls-cert-file")
+        .arg(&cp.pki.serving_cert)
+        .arg("--tls-private-key-file")
+        .arg(&cp.pki.serving_key)
+        .args([
+            "--webhook-bind-address",
+            &format!("127.0.0.1:{port}"),
+            "--metrics-bind-address",
+            &format!("127.0.0.1:{admin}"),
+        ])
+        .args(["--log-level", "warn"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .kill_on_drop(true)
+        .spawn()?;
+    let measured = Measured::new(child, admin)?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok((measured, port))
+}
+
+/// A TLS client that trusts the control plane's CA alone.
+fn tls_connector(ca_cert: &Path) -> Result<TlsConnector> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in <rustls_pki_types::CertificateDer as rustls_pki_types::pem::PemObject>::pem_file_iter(ca_cert)? {
+        roots.add(c?)?;
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(TlsConnector::from(Arc::new(tls)))
+}
+
+/// One keep-alive connection: POSTs `body` to /mutate until `stop_at`, checking that each answer
+/// carries a patch; returns the latencies in seconds.
+async fn send_until(connector: TlsConnector, port: u16, body: Bytes, stop_at: Instant) -> Result<Vec<f64>> {
+    let mut lat = vec![];
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    tcp.set_nodelay(true)?;
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1")?.to_owned();
+    let stream = connector.connect(name, tcp).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    while Instant::now() < stop_at {
+        let req = hyper::Request::post("/mutate")
+            .header("content-type", "application/json")
+            .header("host", "127.0.0.1")
+            .body(Full::new(body.clone()))?;
+        let t = Instant::now();
+        let resp = sender.send_request(req).await?;
+        let status = resp.status();
+        let bytes = resp.into_body().collect().await?.to_bytes();
+        if !status.is_success() || !bytes.windows(5).any(|w| w == b"patch") {
+            anyhow::bail!("bad answer {status}: {}", String::from_utf8_lossy(&bytes));
+        }
+        lat.push(t.elapsed().as_secs_f64());
+    }
+    Ok(lat)
+}
+
+/// A pod as a Deployment would create it, without tolerations: the webhook adds two.
+fn admission_review() -> Vec<u8> {
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "web-7d4b9c-", "namespace": "shop", "labels": {"app": "web", "pod-template-hash": "7d4b9c"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d4b9c", "uid": "6a1c2f0e-1111-2222-3333-444455556666", "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {
+            "containers": [{"name": "web", "image": "registry.example/web:1.2.3", "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+                "env": [{"name": "MODE", "value": "production"}, {"name": "LOG_LEVEL", "value": "info"}],
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 5},
+                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent"}],
+            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default", "securityContext": {}, "schedulerName": "default-scheduler"
+        }
+    });
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "0c9a8d74-9cb7-44dd-b98e-09fd62def2f4", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "shop", "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"}, "object": pod, "dryRun": false}
+    }))
+    .unwrap_or_default()
+}
