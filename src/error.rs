@@ -38,6 +38,10 @@ pub enum Error {
     /// Logging could not be set up (a bad `--log-level` filter).
     #[error("--log-level: {0}")]
     Telemetry(String),
+
+    /// The leader did not renew its lease within the renew deadline; it stopped writing.
+    #[error("leader election lost: the lease was not renewed within --leader-elect-renew-deadline")]
+    LostLease,
 }
 
 impl Error {
@@ -52,6 +56,7 @@ impl Error {
             Self::Tls { .. } => "tls",
             Self::Io { .. } => "io",
             Self::Telemetry(_) => "telemetry",
+            Self::LostLease => "leader_election",
         }
     }
 }

@@ -18,6 +18,10 @@ use serde_json::json;
 
 const KEY: &str = "example.com/evict";
 
+/// A restart of a single replica without leader election (with it, the restarted process first
+/// waits for the killed one's lease to expire: tests/leader.rs covers that).
+const ONE_REPLICA: &[&str] = &["--leader-elect=false"];
+
 fn has_disruption_condition(pod: &Pod) -> bool {
     pod.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
         cs.iter().any(|c| {
@@ -185,14 +189,14 @@ async fn a_restarted_controller_keeps_the_deadline() {
     let node = s.node("n", json!([])).await;
     s.pod("p", &node, json!([toleration(KEY, Some(6))]), json!({})).await;
     let evictions = Evictions::watch(s.pods()).await;
-    let c = Controller::start(env, &s.scope, &[]).await;
+    let c = Controller::start(env, &s.scope, ONE_REPLICA).await;
 
     let added = now_s();
     s.set_taints(&node, json!([no_execute(KEY, added)])).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     c.kill().await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let _c2 = Controller::start(env, &s.scope, &[]).await;
+    let _c2 = Controller::start(env, &s.scope, ONE_REPLICA).await;
     let at = evictions.wait("p", Duration::from_secs(10)).await.expect("evicted");
     let late = secs_between(added + Duration::from_secs(6), at);
     assert!((-0.05..=1.0).contains(&late), "evicted {late:.3}s after the deadline");

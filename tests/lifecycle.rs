@@ -243,14 +243,14 @@ async fn user_taints_are_never_touched_and_a_restart_keeps_time_added() {
         make_node(&s, "z1", json!([])).await,
     ];
     let k = Kubelets::start(&s.client, &nodes).await;
-    let c = Controller::start(env, &s.scope, &flags(&["--enable-taint-eviction=false"])).await;
+    let c = Controller::start(env, &s.scope, &flags(&["--enable-taint-eviction=false", "--leader-elect=false"])).await;
     k.stop(&nodes[0]);
     let (n, _) = wait_node(&s, &nodes[0], Duration::from_secs(8), |n| taint_of(n, UNREACHABLE, "NoExecute").is_some())
         .await
         .expect("tainted");
     let added = taint_of(&n, UNREACHABLE, "NoExecute").and_then(|t| t.time_added.clone()).expect("timeAdded");
     c.kill().await;
-    let c2 = Controller::start(env, &s.scope, &flags(&["--enable-taint-eviction=false"])).await;
+    let c2 = Controller::start(env, &s.scope, &flags(&["--enable-taint-eviction=false", "--leader-elect=false"])).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let n = node_now(&s, &nodes[0]).await;
     assert_eq!(taint_of(&n, UNREACHABLE, "NoExecute").and_then(|t| t.time_added.clone()), Some(added), "{}", c2.logs());

@@ -242,7 +242,8 @@ async fn a_refused_node_write_backs_off() {
     let silent = make_node(&s, "z1", json!([])).await;
     let alive = vec![make_node(&s, "z1", json!([])).await, make_node(&s, "z1", json!([])).await];
     let _kubelets = Kubelets::start(&s.client, &alive).await;
-    let c = Controller::start_with_kubeconfig(&kubeconfig, env, &s.scope, &flags(&[])).await;
+    // Leader election would need Lease rights this identity lacks on purpose.
+    let c = Controller::start_with_kubeconfig(&kubeconfig, env, &s.scope, &flags(&["--leader-elect=false"])).await;
     // Grace runs out after 3 s; then 10 s of refused status writes.
     tokio::time::sleep(Duration::from_secs(13)).await;
     let metrics = c.metrics().await;

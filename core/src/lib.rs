@@ -28,6 +28,7 @@
 //! - [`default_tolerations`], [`admission`]: the DefaultTolerationSeconds rule and its
 //!   admission review.
 //! - [`explain`]: what Kubernetes decides for one pod on one node, for `explain`.
+//! - [`leader`]: leader election decisions, with client-go's semantics.
 //! - [`flags`]: durations and the ranges flags must fall in.
 //! - [`fixtures`] (tests): builders for nodes and pods, and a fake API server for the state.
 
@@ -43,6 +44,7 @@ pub mod fixtures;
 pub mod flags;
 pub mod health;
 pub mod index;
+pub mod leader;
 pub mod lifecycle;
 pub mod rules;
 pub mod selector;

@@ -45,12 +45,51 @@ pub struct State {
     pub cache: Cache,
     pub eviction: Option<TaintEviction>,
     pub lifecycle: Option<NodeLifecycle>,
+    /// Deciding (this process leads, or there is no leader election); a standby only keeps its
+    /// cache warm.
+    active: bool,
     changes: Vec<Change>,
 }
 
 impl State {
+    /// Deciding from the start (no leader election).
     pub fn new(eviction: Option<TaintEviction>, lifecycle: Option<NodeLifecycle>) -> Self {
-        Self { cache: Cache::default(), eviction, lifecycle, changes: Vec::new() }
+        Self { cache: Cache::default(), eviction, lifecycle, active: true, changes: Vec::new() }
+    }
+
+    /// A standby: the cache follows the watches, nothing is decided until [`State::activate`].
+    pub fn standby(eviction: Option<TaintEviction>, lifecycle: Option<NodeLifecycle>) -> Self {
+        Self { active: false, ..Self::new(eviction, lifecycle) }
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.active
+    }
+
+    /// This process became the leader: decide everything afresh from the warm cache, as a
+    /// restarted controller would (docs/spec.md §4): every node gets a fresh grace period and is
+    /// judged before any eviction for a managed taint; deadlines come from the API.
+    pub fn activate(&mut self, now: Timestamp, out: &mut Vec<Action>) {
+        if self.active {
+            return;
+        }
+        self.active = true;
+        let Self { cache, eviction, lifecycle, .. } = self;
+        if let Some(lc) = lifecycle.as_mut()
+            && cache.synced()
+        {
+            lc.synced(&cache.index, now, out);
+        }
+        if let Some(ev) = eviction.as_mut() {
+            let mut names: Vec<&String> = cache.index.nodes.keys().collect();
+            names.sort();
+            for name in names {
+                if let Some(node) = cache.index.nodes.get(name) {
+                    ev.node_changed(node, None, Ctx { index: &cache.index, now, gate: gate_of(lifecycle) }, out);
+                }
+            }
+        }
+        self.after_batch(now, out);
     }
 
     /// Applies one input; effects go to `out`. Call [`State::after_batch`] after a batch.
@@ -58,7 +97,7 @@ impl State {
         self.changes.clear();
         let mut own_write = false;
         let mut write_result = None;
-        let Self { cache, eviction, lifecycle, changes } = self;
+        let Self { cache, eviction, lifecycle, changes, active } = self;
         match input {
             Input::Node(ev) => cache.apply_node(ev, changes),
             Input::Pod(ev) => cache.apply_pod(ev, changes),
@@ -89,6 +128,10 @@ impl State {
             }
         }
         let index = &cache.index;
+        if !*active {
+            changes.clear();
+            return;
+        }
         for change in changes.drain(..) {
             match change {
                 Change::NodeUpserted { name, old } => {
@@ -139,6 +182,9 @@ impl State {
     /// states and queues are brought up to date once per batch; pods held back by the gate are
     /// looked at again.
     pub fn after_batch(&mut self, now: Timestamp, out: &mut Vec<Action>) {
+        if !self.active {
+            return;
+        }
         if let Some(lc) = &mut self.lifecycle {
             if self.cache.synced() {
                 lc.synced(&self.cache.index, now, out);
@@ -150,6 +196,9 @@ impl State {
 
     /// Time has passed: fire what is due.
     pub fn tick(&mut self, now: Timestamp, out: &mut Vec<Action>) {
+        if !self.active {
+            return;
+        }
         let Self { cache, eviction, lifecycle, .. } = self;
         if let Some(lc) = lifecycle.as_mut() {
             lc.tick(&cache.index, now, out);
@@ -179,6 +228,9 @@ impl State {
 
     /// When `tick` next has something to do.
     pub fn next_wakeup(&mut self) -> Option<Timestamp> {
+        if !self.active {
+            return None;
+        }
         let a = self.eviction.as_mut().and_then(TaintEviction::next_wakeup);
         let b = self.lifecycle.as_mut().and_then(NodeLifecycle::next_wakeup);
         a.into_iter().chain(b).min()

@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::eviction::EvictionArgs;
 use crate::lifecycle::LifecycleArgs;
 use crate::runtime::args::{AdminArgs, ClientArgs};
+use crate::runtime::leader::LeaderArgs;
 use crate::webhook::WebhookArgs;
 
 #[derive(Debug, Args)]
@@ -20,6 +21,8 @@ pub struct RunArgs {
     pub admin: AdminArgs,
     #[command(flatten)]
     pub controller: ControllerArgs,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
     #[command(flatten)]
     pub eviction: EvictionArgs,
     #[command(flatten)]

@@ -43,9 +43,10 @@ const LOOP_STALL: Duration = Duration::from_secs(30);
 
 /// `node-lifecycle-controller run`.
 pub async fn run(args: RunArgs) -> Result<()> {
-    let RunArgs { client, admin, controller, eviction, lifecycle, enable_webhook, webhook } = args;
+    let RunArgs { client, admin, controller, leader, eviction, lifecycle, enable_webhook, webhook } = args;
     // Every flag is checked before anything reaches the cluster.
     let cfg = controller.into_config()?;
+    let leader = leader.into_config(&cfg.instance)?;
     let eviction = eviction.into_config(cfg.match_options)?;
     let lifecycle = lifecycle.into_config()?;
     let webhook = enable_webhook.then(|| webhook.into_config()).transpose()?;
@@ -56,13 +57,19 @@ pub async fn run(args: RunArgs) -> Result<()> {
     if let Some(webhook) = webhook {
         crate::webhook::spawn(&mut rt, webhook);
     }
-    spawn(&mut rt, cfg, eviction, lifecycle);
+    spawn(&mut rt, cfg, leader, eviction, lifecycle);
     rt.run().await
 }
 
 /// Adds the controllers to a runtime: metrics, readiness (every cache synced), liveness (the
 /// loop turns), the watches, the executor and the controller task.
-fn spawn(rt: &mut Runtime, cfg: args::Config, eviction: crate::eviction::Config, lifecycle: crate::lifecycle::Config) {
+fn spawn(
+    rt: &mut Runtime,
+    cfg: args::Config,
+    leader: Option<crate::runtime::leader::Config>,
+    eviction: crate::eviction::Config,
+    lifecycle: crate::lifecycle::Config,
+) {
     let args::Config { selector, match_options: _, kube_api_qps, kube_api_burst, instance } = cfg;
     let metrics = Metrics {
         watch: WatchMetrics::register(rt.registry()),
@@ -71,8 +78,17 @@ fn spawn(rt: &mut Runtime, cfg: args::Config, eviction: crate::eviction::Config,
         lifecycle: LifecycleMetrics::register(rt.registry()),
     };
     let (tx, rx) = mpsc::channel::<Input>(4096);
-    // Writes are enabled from the start while there is no leader election: one replica.
-    let (_writes_tx, writes_rx) = signal::channel(true);
+    // Only the leader decides and writes; without leader election this process does from the
+    // start (one replica).
+    let (leading_tx, leading) = signal::channel(leader.is_none());
+    let leader_metrics = crate::runtime::leader::Metrics::register(rt.registry());
+    match leader {
+        Some(cfg) => {
+            let (client, stop) = (rt.client(), rt.shutdown());
+            rt.spawn("leader-election", crate::runtime::leader::run(client, cfg, leading_tx, leader_metrics, stop));
+        }
+        None => drop(leading_tx),
+    }
     let clock = SystemClock::shared();
     let executor = Executor::new(
         rt.client(),
@@ -89,7 +105,7 @@ fn spawn(rt: &mut Runtime, cfg: args::Config, eviction: crate::eviction::Config,
             ),
             instance,
         },
-        writes_rx,
+        leading.clone(),
         executor::Metrics {
             eviction: metrics.eviction.clone(),
             executor: metrics.executor.clone(),
@@ -101,6 +117,7 @@ fn spawn(rt: &mut Runtime, cfg: args::Config, eviction: crate::eviction::Config,
     let state = State::new(eviction.decisions.map(TaintEviction::new), lifecycle.decisions.map(NodeLifecycle::new));
     let task = Task {
         state,
+        leading,
         rx,
         executor,
         clock,
@@ -164,6 +181,8 @@ struct Metrics {
 /// resulting actions to the executor.
 struct Task {
     state: State,
+    /// This process leads: its state decides (a standby only keeps its cache warm).
+    leading: signal::Receiver<bool>,
     rx: mpsc::Receiver<Input>,
     executor: Executor,
     clock: Arc<dyn Clock>,
@@ -204,6 +223,16 @@ impl Task {
                 input = self.rx.recv() => {
                     let Some(input) = input else { return Ok(()) };
                     self.handle_batch(input, &mut actions);
+                }
+                changed = self.leading.changed(), if !self.state.is_active() => {
+                    // The election ended without our leading: the process is shutting down.
+                    if changed.is_err() {
+                        return Ok(());
+                    }
+                    if *self.leading.borrow_and_update() {
+                        tracing::info!("leading: deciding from the warm cache");
+                        self.state.activate(self.clock.now(), &mut actions);
+                    }
                 }
             }
             for action in actions.drain(..) {

@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod args;
 pub mod client;
+pub mod leader;
 pub mod shutdown;
 pub mod telemetry;
 
@@ -28,6 +29,11 @@ use args::{AdminArgs, ClientArgs};
 
 /// How long tasks get to drain after shutdown is signaled.
 const DRAIN: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TaskLabels {
@@ -68,6 +74,9 @@ impl Runtime {
             "Tasks that ended with an error, by task and error kind",
             failures.clone(),
         );
+        let build_info = Family::<BuildLabels, prometheus_client::metrics::gauge::Gauge>::default();
+        build_info.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION") }).set(1);
+        registry.register("nlc_build_info", "The running build: 1, labelled with its version", build_info);
         Ok(Self {
             client,
             registry,

@@ -59,6 +59,10 @@ impl Controller {
         let port = free_port();
         let log = env.dir.join(format!("controller-{scope}-{port}.log"));
         let file = std::fs::File::create(&log).expect("log file");
+        // Every controller of a test elects itself on a Lease of the test's own, unless the test
+        // names one.
+        let own_lease = ["--leader-elect-resource-name", scope];
+        let lease: &[&str] = if extra.contains(&"--leader-elect-resource-name") { &[] } else { &own_lease };
         let child = tokio::process::Command::new(BIN)
             .arg("run")
             .arg("--kubeconfig")
@@ -66,6 +70,7 @@ impl Controller {
             .args(["--metrics-bind-address", &format!("127.0.0.1:{port}")])
             .args(["--node-selector", &format!("nlc-test={scope}")])
             .args(["--log-level", "info,node_lifecycle_controller=debug"])
+            .args(lease)
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::from(file))
@@ -94,6 +99,23 @@ impl Controller {
     /// Kills the process (no graceful shutdown): the harshest restart.
     pub async fn kill(mut self) {
         let _ = self.child.kill().await;
+    }
+
+    /// Sends SIGTERM (a graceful shutdown, as a kubelet does).
+    pub fn terminate(&self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        tokio::time::timeout(timeout, self.child.wait()).await.ok().and_then(Result::ok)
+    }
+
+    /// Whether it leads on `lease` (its `leader_election_master_status`).
+    pub async fn leads(&self, lease: &str) -> bool {
+        metric(&self.metrics().await, &format!("leader_election_master_status{{name=\"{lease}\"}}")) == Some(1.0)
     }
 }
 
@@ -398,4 +420,72 @@ pub const FAST: &[&str] =
 
 pub fn flags(extra: &[&'static str]) -> Vec<&'static str> {
     FAST.iter().chain(extra).copied().collect()
+}
+
+/// A TCP proxy on loopback that a test can cut: while cut, it forwards nothing and new
+/// connections hang (a network partition, not a refused connection).
+pub struct Proxy {
+    pub port: u16,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    pub async fn start(upstream: u16) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let port = listener.local_addr().expect("addr").port();
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = {
+            let cut = cut.clone();
+            tokio::spawn(async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let cut = cut.clone();
+                    tokio::spawn(async move {
+                        let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else { return };
+                        let (cr, cw) = client.into_split();
+                        let (sr, sw) = server.into_split();
+                        tokio::spawn(pipe(cr, sw, cut.clone()));
+                        pipe(sr, cw, cut).await;
+                    });
+                }
+            })
+        };
+        Self { port, cut, _task: task }
+    }
+
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A kubeconfig like `env`'s that reaches the API server through this proxy.
+    pub fn kubeconfig(&self, env: &ControlPlane) -> std::path::PathBuf {
+        let text = std::fs::read_to_string(&env.kubeconfig).expect("kubeconfig");
+        let proxied = text.replace(&env.server, &format!("https://127.0.0.1:{}", self.port));
+        let path = env.dir.join(format!("proxied-{}.kubeconfig", self.port));
+        std::fs::write(&path, proxied).expect("write kubeconfig");
+        path
+    }
+}
+
+/// Copies bytes until either side closes; once `cut`, holds everything.
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if cut.load(std::sync::atomic::Ordering::SeqCst) {
+            // A partition: nothing gets through, nothing is refused.
+            std::future::pending::<()>().await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
 }

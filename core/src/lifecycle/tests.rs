@@ -11,7 +11,7 @@ use crate::cache::WatchEvent;
 use crate::fixtures::{World, cond, node, pod, ts};
 use crate::index::SlimNode;
 use crate::rules;
-use crate::state::Input;
+use crate::state::{Input, State};
 use crate::taints::{Effect, Taint, keys};
 
 fn cfg() -> Config {
@@ -587,4 +587,36 @@ fn the_gate_stands_behind_managed_taints_only_when_they_are_wanted() {
     assert!(lc.confirmed(&down, &unreachable, ts(0.0)));
     assert!(!lc.confirmed(&stale, &unreachable, ts(0.0)), "a Ready node should not carry it");
     assert!(!lc.confirmed(&stale, &Taint::new(keys::NOT_READY, Effect::NoExecute), ts(0.0)));
+}
+
+#[test]
+fn a_standby_decides_nothing_until_it_leads_then_judges_from_the_warm_cache() {
+    let mut down = node("n0").zone("a").unknown().build();
+    down.taints = vec![Taint::new(keys::UNREACHABLE, Effect::NoExecute).added_at(ts(-100.0))];
+    let mut state = State::standby(eviction(), Some(NodeLifecycle::new(cfg())));
+    let mut out = vec![];
+    let inputs = [
+        Input::Node(WatchEvent::Init),
+        Input::Node(WatchEvent::InitApply(down)),
+        Input::Node(WatchEvent::InitApply(node("n1").zone("a").build())),
+        Input::Node(WatchEvent::InitDone),
+        Input::Pod(WatchEvent::Init),
+        Input::Pod(WatchEvent::InitApply(pod("p").on("n0").build())),
+        Input::Pod(WatchEvent::InitDone),
+        Input::Lease(WatchEvent::Init),
+        Input::Lease(WatchEvent::InitDone),
+    ];
+    for input in inputs {
+        state.handle(input, ts(0.0), &mut out);
+    }
+    state.after_batch(ts(0.0), &mut out);
+    state.tick(ts(100.0), &mut out);
+    assert!(out.is_empty(), "a standby decides nothing: {out:?}");
+    assert_eq!(state.next_wakeup(), None);
+    assert_eq!(state.cache.index.pods.len(), 1, "but its cache is warm");
+    // It becomes the leader: the taint is confirmed from the warm cache at once, the pod goes.
+    state.activate(ts(100.0), &mut out);
+    assert!(out.iter().any(|a| matches!(a, Action::EvictPod(e) if e.name == "p")), "{out:?}");
+    assert!(out.iter().any(|a| matches!(a, Action::NodeEvent(_))), "nodes registered");
+    assert!(state.next_wakeup().is_some());
 }

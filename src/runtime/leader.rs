@@ -1,0 +1,346 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease: the I/O around
+//! [`nlc_core::leader::Elector`], which decides with client-go's semantics. Every replica keeps
+//! its caches warm; only the leader writes. A leader that cannot renew within the renew deadline
+//! stops writing (before its lease can expire for anyone else) and the process exits, as
+//! kube-controller-manager's does; on SIGTERM the lease is released so that a standby takes over
+//! at once. A standby watches the Lease, so a release is seen within milliseconds rather than at
+//! the next poll.
+
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, PostParams};
+use kube::runtime::watcher;
+use nlc_core::flags::{HOUR, check_duration, parse_duration};
+use nlc_core::leader::{self, Elector, JITTER_FACTOR, Next, Record};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+
+use super::shutdown;
+use crate::error::{Error, Result};
+
+/// Leader election, with kube-controller-manager's flag names and defaults.
+#[derive(Clone, Debug, Args)]
+pub struct LeaderArgs {
+    /// Elect a leader among the replicas; only the leader writes. Without it, this process writes
+    /// as soon as it starts (one replica only).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NLC_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// How long a standby waits, after it last saw the lease change, before it takes over.
+    #[arg(long, default_value = "15s", value_parser = parse_duration, env = "NLC_LEADER_ELECT_LEASE_DURATION")]
+    pub leader_elect_lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it stops writing and exits.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "NLC_LEADER_ELECT_RENEW_DEADLINE")]
+    pub leader_elect_renew_deadline: Duration,
+    /// How often the leader renews, and a standby retries.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, env = "NLC_LEADER_ELECT_RETRY_PERIOD")]
+    pub leader_elect_retry_period: Duration,
+    /// The Lease's name.
+    #[arg(long, default_value = "node-lifecycle-controller", env = "NLC_LEADER_ELECT_RESOURCE_NAME")]
+    pub leader_elect_resource_name: String,
+    /// The Lease's namespace (default: the pod's own, `$POD_NAMESPACE` or the service account's;
+    /// out of a cluster `kube-system`).
+    #[arg(long, env = "NLC_LEADER_ELECT_RESOURCE_NAMESPACE")]
+    pub leader_elect_resource_namespace: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub elector: leader::Config,
+    pub name: String,
+    pub namespace: String,
+}
+
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+impl LeaderArgs {
+    /// `None` without leader election. `instance` names this process; a random suffix makes the
+    /// identity unique even across restarts of a pod with the same name.
+    pub fn into_config(self, instance: &str) -> Result<Option<Config>> {
+        let Self {
+            leader_elect,
+            leader_elect_lease_duration,
+            leader_elect_renew_deadline,
+            leader_elect_retry_period,
+            leader_elect_resource_name,
+            leader_elect_resource_namespace,
+        } = self;
+        let second = Duration::from_secs(1);
+        check_duration("--leader-elect-lease-duration", leader_elect_lease_duration, second, HOUR)?;
+        check_duration("--leader-elect-renew-deadline", leader_elect_renew_deadline, Duration::from_millis(100), HOUR)?;
+        check_duration("--leader-elect-retry-period", leader_elect_retry_period, Duration::from_millis(10), HOUR)?;
+        let elector = leader::Config {
+            identity: format!("{instance}_{}", random_suffix()),
+            lease_duration: leader_elect_lease_duration,
+            renew_deadline: leader_elect_renew_deadline,
+            retry_period: leader_elect_retry_period,
+        };
+        elector.validate()?;
+        if !leader_elect {
+            return Ok(None);
+        }
+        let namespace = leader_elect_resource_namespace
+            .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|s| !s.is_empty()))
+            .or_else(|| std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE).ok().map(|s| s.trim().to_owned()))
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "kube-system".to_owned());
+        Ok(Some(Config { elector, name: leader_elect_resource_name, namespace }))
+    }
+}
+
+fn random_suffix() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .map(|u| u.trim().to_owned())
+        .unwrap_or_else(|_| format!("{:x}", Timestamp::now().as_nanosecond()))
+}
+
+/// A jitter in [0, 1), from the clock's sub-second nanoseconds.
+fn jitter() -> f64 {
+    f64::from(Timestamp::now().subsec_nanosecond().unsigned_abs() % 1_000_000) / 1_000_000.0
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NameLabels {
+    name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabels {
+    op: &'static str,
+}
+
+/// upstream's `leader_election_master_status{name}` (1 while this process leads), and failed
+/// requests on the Lease.
+#[derive(Clone)]
+pub struct Metrics {
+    status: Family<NameLabels, Gauge>,
+    errors: Family<OpLabels, prometheus_client::metrics::counter::Counter>,
+}
+
+impl Metrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self { status: Family::default(), errors: Family::default() };
+        registry.register(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            m.status.clone(),
+        );
+        registry.register(
+            "nlc_leader_election_errors",
+            "Failed requests on the leader election Lease, by operation (read, write, watch)",
+            m.errors.clone(),
+        );
+        m
+    }
+
+    fn set(&self, name: &str, leading: bool) {
+        self.status.get_or_create(&NameLabels { name: name.to_owned() }).set(i64::from(leading));
+    }
+
+    fn error(&self, op: &'static str) {
+        self.errors.get_or_create(&OpLabels { op }).inc();
+    }
+}
+
+fn record_of(lease: &Lease) -> Record {
+    let spec = lease.spec.clone().unwrap_or_default();
+    Record {
+        holder: spec.holder_identity.unwrap_or_default(),
+        lease_duration_seconds: spec.lease_duration_seconds.unwrap_or(0),
+        acquire_time: spec.acquire_time.map(|t| t.0),
+        renew_time: spec.renew_time.map(|t| t.0),
+        transitions: spec.lease_transitions.unwrap_or(0),
+    }
+}
+
+fn lease_of(cfg: &Config, record: &Record, resource_version: Option<String>) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(cfg.name.clone()),
+            namespace: Some(cfg.namespace.clone()),
+            resource_version,
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(record.holder.clone()),
+            lease_duration_seconds: Some(record.lease_duration_seconds),
+            acquire_time: record.acquire_time.map(MicroTime),
+            renew_time: record.renew_time.map(MicroTime),
+            lease_transitions: Some(record.transitions),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+/// The elector's I/O: reads and writes the Lease, tells `leading` when this process leads.
+struct Candidate {
+    api: Api<Lease>,
+    cfg: Config,
+    elector: Elector,
+    /// The resourceVersion of the lease as last read or written (`None`: it does not exist).
+    version: Option<String>,
+    leading: watch::Sender<bool>,
+    metrics: Metrics,
+}
+
+impl Candidate {
+    /// Reads the lease and lets the elector observe it.
+    async fn read(&mut self) -> Result<()> {
+        let lease = self.api.get_opt(&self.cfg.name).await?;
+        self.version = lease.as_ref().and_then(|l| l.metadata.resource_version.clone());
+        self.elector.observe(lease.as_ref().map(record_of).as_ref(), Instant::now());
+        Ok(())
+    }
+
+    /// Writes `record` with the last resourceVersion as precondition (creating the lease if it
+    /// does not exist). `Ok(false)`: another candidate wrote first.
+    async fn write(&mut self, record: Record) -> Result<bool> {
+        let lease = lease_of(&self.cfg, &record, self.version.clone());
+        let written = match &self.version {
+            Some(_) => self.api.replace(&self.cfg.name, &PostParams::default(), &lease).await,
+            None => self.api.create(&PostParams::default(), &lease).await,
+        };
+        match written {
+            Ok(l) => {
+                self.version = l.metadata.resource_version.clone();
+                self.elector.written(record, Instant::now());
+                Ok(true)
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn set_leading(&self, leading: bool) {
+        let _ = self.leading.send(leading);
+        self.metrics.set(&self.cfg.name, leading);
+    }
+
+    /// One standby round: read, and take the lease if it is free or expired. Returns when to
+    /// look again at the latest.
+    async fn try_acquire(&mut self) -> Instant {
+        let retry = self.cfg.elector.retry_period.mul_f64(1.0 + JITTER_FACTOR * jitter());
+        let again = Instant::now() + retry;
+        if let Err(e) = self.read().await {
+            self.metrics.error("read");
+            tracing::warn!(error = %e, "reading the leader election lease failed");
+            return again;
+        }
+        match self.elector.next(Timestamp::now(), Instant::now()) {
+            Next::Standby { until } => until.min(again),
+            Next::Write(record) => match self.write(record).await {
+                Ok(true) => {
+                    tracing::info!(identity = %self.cfg.elector.identity, lease = %self.cfg.name, "became the leader");
+                    self.set_leading(true);
+                    Instant::now()
+                }
+                Ok(false) => again,
+                Err(e) => {
+                    self.metrics.error("write");
+                    tracing::warn!(error = %e, "acquiring the leader election lease failed");
+                    again
+                }
+            },
+        }
+    }
+
+    /// One renew: the last record renewed; on a conflict, read again (another holder means the
+    /// lease is lost).
+    async fn renew(&mut self) -> Result<bool> {
+        let Next::Write(record) = self.elector.next(Timestamp::now(), Instant::now()) else { return Ok(false) };
+        if self.write(record).await? {
+            return Ok(true);
+        }
+        self.read().await?;
+        Ok(self.elector.is_leader())
+    }
+
+    /// Leads until the renew deadline passes without a renew (an error: the process exits) or
+    /// until shutdown (the lease is released).
+    async fn lead(&mut self, stop: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>) -> Result<()> {
+        let retry = self.cfg.elector.retry_period;
+        loop {
+            let Some(stop_at) = self.elector.stop_at() else { return Err(Error::LostLease) };
+            let stop_at = tokio::time::Instant::from_std(stop_at);
+            tokio::select! {
+                _ = stop.as_mut() => {
+                    self.release().await;
+                    return Ok(());
+                }
+                _ = tokio::time::sleep_until(stop_at) => return Err(Error::LostLease),
+                _ = tokio::time::sleep(retry) => {
+                    match tokio::time::timeout_at(stop_at, self.renew()).await {
+                        Ok(Ok(true)) => {}
+                        Ok(Ok(false)) => return Err(Error::LostLease),
+                        Ok(Err(e)) => {
+                            self.metrics.error("write");
+                            tracing::warn!(error = %e, "renewing the leader election lease failed; retrying");
+                        }
+                        Err(_) => return Err(Error::LostLease),
+                    }
+                }
+            }
+        }
+    }
+
+    async fn release(&mut self) {
+        let Some(record) = self.elector.release(Timestamp::now()) else { return };
+        self.set_leading(false);
+        match self.write(record).await {
+            Ok(_) => tracing::info!(lease = %self.cfg.name, "released the leader election lease"),
+            Err(e) => {
+                self.metrics.error("write");
+                tracing::warn!(error = %e, "releasing the leader election lease failed");
+            }
+        }
+    }
+}
+
+/// Runs for the life of the process: a standby until it acquires the lease, then the leader
+/// until shutdown (releasing it) or until it loses it (an error, which ends the process).
+pub async fn run(
+    client: kube::Client,
+    cfg: Config,
+    leading: watch::Sender<bool>,
+    metrics: Metrics,
+    stop: shutdown::Signal,
+) -> Result<()> {
+    let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    metrics.set(&cfg.name, false);
+    let changes = watcher(api.clone(), watcher::Config::default().fields(&format!("metadata.name={}", cfg.name)));
+    let mut changes = changes.boxed();
+    let stopping = stop.signaled();
+    tokio::pin!(stopping);
+    let mut c = Candidate { api, elector: Elector::new(cfg.elector.clone()), cfg, version: None, leading, metrics };
+    loop {
+        let again = tokio::time::Instant::from_std(c.try_acquire().await);
+        if c.elector.is_leader() {
+            let result = c.lead(&mut stopping).await;
+            c.set_leading(false);
+            if result.is_err() {
+                tracing::error!(lease = %c.cfg.name, "lost the leader election lease: no renew within the renew deadline; stopped writing, exiting");
+            }
+            return result;
+        }
+        // Look again when the holder's lease would expire, after a retry period, or as soon as
+        // the lease changes (a release is taken over at once).
+        tokio::select! {
+            _ = stopping.as_mut() => return Ok(()),
+            _ = tokio::time::sleep_until(again) => {}
+            event = changes.next() => {
+                if let Some(Err(e)) = event {
+                    c.metrics.error("watch");
+                    tracing::debug!(error = %e, "watching the leader election lease");
+                    tokio::time::sleep_until(again).await;
+                }
+            }
+        }
+    }
+}
