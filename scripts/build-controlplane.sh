@@ -15,20 +15,47 @@
 #   K8S_VERSIONS        versions to try in order (default "v1.37.2 v1.36.3 v1.35.4").
 #   ETCD_VERSION        default v3.6.16.
 #   NLC_CACHE_DIR       default ${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-controller.
+#
+# It also builds the tools the tests render manifests with, into "$CACHE_ROOT/tools": kustomize
+# (what `kubectl kustomize` embeds) and helm, from their Go modules, so that a machine without
+# kubectl or helm renders exactly what users apply.
 set -euo pipefail
 
 K8S_VERSIONS=${K8S_VERSIONS:-"v1.37.2 v1.36.3 v1.35.4"}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+KUSTOMIZE_VERSION=${KUSTOMIZE_VERSION:-v5.8.2}
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
 CACHE_ROOT=${NLC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-controller}
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 
 log() { printf 'build-controlplane: %s\n' "$*" >&2; }
+
+# Builds `$1` (a Go package at a version) as "$CACHE_ROOT/tools/$2-$3", linked as tools/$2.
+build_tool() {
+  local pkg=$1 name=$2 ver=$3 dir="$CACHE_ROOT/tools"
+  mkdir -p "$dir"
+  if [[ ! -x "$dir/$name-$ver" ]]; then
+    local start; start=$(date +%s)
+    GOBIN="$dir/.gobin" go install "$pkg@$ver" >&2
+    mv "$dir/.gobin/$name" "$dir/$name-$ver"
+    log "built $name $ver in $(( $(date +%s) - start ))s"
+  fi
+  ln -sfn "$name-$ver" "$dir/$name"
+}
+
+build_tools() {
+  command -v go >/dev/null || { log "go is not installed; it is needed to build kustomize and helm"; exit 1; }
+  build_tool sigs.k8s.io/kustomize/kustomize/v5 kustomize "$KUSTOMIZE_VERSION"
+  build_tool helm.sh/helm/v3/cmd/helm helm "$HELM_VERSION"
+}
 
 if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
   for b in kube-apiserver etcd; do
     [[ -x "$KUBEBUILDER_ASSETS/$b" ]] || { log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS has no executable $b"; exit 1; }
   done
   log "using KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
+  mkdir -p "$CACHE_ROOT"
+  build_tools
   echo "$KUBEBUILDER_ASSETS"
   exit 0
 fi
@@ -98,6 +125,7 @@ for ver in $K8S_VERSIONS; do
     log "built $dir in $(( $(date +%s) - start ))s"
   fi
   ln -sfn "$dir" "$CACHE_ROOT/current"
+  build_tools
   "$dir/kube-apiserver" --version >&2
   "$dir/etcd" --version | head -1 >&2
   echo "$dir"

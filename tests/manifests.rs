@@ -1,6 +1,7 @@
-//! The manifests against the real API server: every object is valid (server-side dry run), and
-//! the RBAC in them is enough -- the controller, running as the manifests' service account with
-//! only those rights, does its whole job without a single 403.
+//! The manifests as users apply them: every overlay rendered by kustomize (built from its Go
+//! module by the build script, the version `kubectl kustomize` embeds) and server-side applied to
+//! the real API server; then the controller, as the rendered service account with exactly the
+//! rendered RBAC, does its whole job — leader election included — without one refused request.
 
 mod common;
 
@@ -8,28 +9,25 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
-use kube::discovery::pinned_kind;
+use kube::discovery::{Scope as ApiScope, pinned_kind};
 use nlc_testenv::shared;
 use serde_json::{Value, json};
+use tokio::sync::Mutex;
 
 const NAMESPACE: &str = "node-lifecycle-controller";
 const SERVICE_ACCOUNT_USER: &str = "system:serviceaccount:node-lifecycle-controller:node-lifecycle-controller";
+const OVERLAYS: [&str; 2] = ["manifests/base", "manifests/overlays/webhook"];
 
-/// The YAML documents of a manifest file.
-fn documents(path: &str) -> Vec<Value> {
-    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-    let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()));
+/// Splits YAML documents.
+fn documents(text: &str, name: &str) -> Vec<Value> {
     let mut docs = vec![];
     let mut current = String::new();
     for line in text.lines().chain(std::iter::once("---")) {
         if line == "---" {
             if current.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')) {
-                let v: Value = serde_saphyr::from_str(&current).unwrap_or_else(|e| panic!("{path}: {e}"));
-                docs.push(v);
+                docs.push(serde_saphyr::from_str(&current).unwrap_or_else(|e| panic!("{name}: {e}")));
             }
             current.clear();
         } else {
@@ -40,120 +38,155 @@ fn documents(path: &str) -> Vec<Value> {
     docs
 }
 
-async fn ensure_namespace(client: &kube::Client) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let ns = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).expect("ns");
-    match api.create(&PostParams::default(), &ns).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {} // the other test made it
-        Err(e) => panic!("create namespace: {e}"),
-    }
+/// `kustomize build <dir>`: what a user applies.
+fn render(dir: &str) -> Vec<Value> {
+    let kustomize = nlc_testenv::tool("kustomize").unwrap_or_else(|e| panic!("{e:#}"));
+    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let out = std::process::Command::new(&kustomize).arg("build").arg(&full).output().expect("run kustomize");
+    assert!(out.status.success(), "kustomize build {dir}: {}", String::from_utf8_lossy(&out.stderr));
+    documents(&String::from_utf8_lossy(&out.stdout), dir)
 }
 
-/// Every object of the base and the webhook component passes the API server's validation.
-#[tokio::test]
-async fn every_manifest_is_valid_for_the_api_server() {
-    let client = shared().client().await;
-    ensure_namespace(&client).await;
-    let files = [
-        "manifests/base/namespace.yaml",
-        "manifests/base/rbac.yaml",
-        "manifests/base/deployment.yaml",
-        "manifests/base/service.yaml",
-        "manifests/components/webhook/webhook.yaml",
-        "manifests/components/webhook/rbac.yaml",
-    ];
-    let mut checked = 0;
-    for file in files {
-        for doc in documents(file) {
-            let (group, version) = match doc["apiVersion"].as_str().expect("apiVersion").split_once('/') {
-                Some((g, v)) => (g.to_owned(), v.to_owned()),
-                None => (String::new(), doc["apiVersion"].as_str().unwrap_or_default().to_owned()),
-            };
-            let kind = doc["kind"].as_str().expect("kind").to_owned();
-            let gvk = GroupVersionKind::gvk(&group, &version, &kind);
-            let (ar, caps) = pinned_kind(&client, &gvk).await.expect("discovery");
-            let mut obj: DynamicObject = serde_json::from_value(doc.clone()).expect("object");
-            // kustomize sets the namespace of namespaced objects.
-            let api: Api<DynamicObject> = if caps.scope == kube::discovery::Scope::Namespaced {
-                let ns = obj.metadata.namespace.clone().unwrap_or_else(|| NAMESPACE.to_owned());
-                obj.metadata.namespace = Some(ns.clone());
-                Api::namespaced_with(client.clone(), &ns, &ar)
-            } else {
-                Api::all_with(client.clone(), &ar)
-            };
-            if kind == "Deployment" {
-                // kustomize's images: rewrites the image name.
-                obj.data["spec"]["template"]["spec"]["containers"][0]["image"] =
-                    json!("registry.example/node-lifecycle-controller:test");
-            }
-            let pp = PostParams { dry_run: true, ..PostParams::default() };
-            match api.create(&pp, &obj).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 409 => {} // exists already (the namespace)
-                Err(e) => panic!("{file}: {kind} {:?} rejected: {e}", obj.metadata.name),
-            }
-            checked += 1;
+fn file(path: &str) -> Vec<Value> {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    documents(&std::fs::read_to_string(&full).expect("read"), path)
+}
+
+/// Server-side applies `doc` (force: the manifests own their fields).
+async fn apply(client: &kube::Client, doc: &Value) -> Result<(), kube::Error> {
+    let (group, version) = match doc["apiVersion"].as_str().expect("apiVersion").split_once('/') {
+        Some((g, v)) => (g.to_owned(), v.to_owned()),
+        None => (String::new(), doc["apiVersion"].as_str().unwrap_or_default().to_owned()),
+    };
+    let gvk = GroupVersionKind::gvk(&group, &version, doc["kind"].as_str().expect("kind"));
+    let (ar, caps) = pinned_kind(client, &gvk).await?;
+    let obj: DynamicObject = serde_json::from_value(doc.clone()).expect("object");
+    let name = obj.metadata.name.clone().expect("name");
+    let api: Api<DynamicObject> = match (caps.scope, &obj.metadata.namespace) {
+        (ApiScope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &ar),
+        (ApiScope::Namespaced, None) => panic!("{} {name} renders without a namespace", gvk.kind),
+        (ApiScope::Cluster, _) => Api::all_with(client.clone(), &ar),
+    };
+    api.patch(&name, &PatchParams::apply("nlc-manifests-test").force(), &Patch::Apply(&obj)).await.map(|_| ())
+}
+
+/// Applies every overlay once per test binary (the two tests share the objects).
+async fn apply_overlays(client: &kube::Client) {
+    static APPLIED: Mutex<bool> = Mutex::const_new(false);
+    let mut applied = APPLIED.lock().await;
+    if *applied {
+        return;
+    }
+    // cert-manager's CRDs (stand-ins), as on a cluster where cert-manager is installed.
+    for crd in file("tests/testdata/cert-manager-crds.yaml") {
+        apply(client, &crd).await.expect("CRD");
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await; // CRDs become served asynchronously
+    for overlay in OVERLAYS {
+        for doc in render(overlay) {
+            let what = format!("{overlay}: {} {}", doc["kind"], doc["metadata"]["name"]);
+            apply(client, &doc).await.unwrap_or_else(|e| panic!("{what} refused: {e}"));
         }
     }
-    assert!(checked >= 12, "{checked} objects checked");
+    // The webhook has no backend here; with failurePolicy Ignore it would only slow every pod
+    // create in the other tests.
+    let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
+        Api::all(client.clone());
+    let _ = webhooks.delete("node-lifecycle-controller-default-toleration-seconds", &DeleteParams::default()).await;
+    *applied = true;
 }
 
-/// The controller, as the manifests' service account with exactly the manifests' RBAC, taints a
-/// failed node, evicts its pod and records events: no request is refused.
+/// What kustomize renders is what the controller needs: the heartbeat RBAC stays in
+/// kube-node-lease, every namespaced object has the controller's namespace, the Deployments are
+/// highly available, and the API server takes every object.
 #[tokio::test]
-async fn the_manifests_rbac_is_enough_for_the_whole_job() {
+async fn every_overlay_renders_and_applies_as_users_apply_it() {
+    let client = shared().client().await;
+    for overlay in OVERLAYS {
+        let docs = render(overlay);
+        let find = |kind: &str, name: &str| {
+            docs.iter()
+                .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+                .cloned()
+                .unwrap_or_else(|| panic!("{overlay}: no {kind} {name}"))
+        };
+        for kind in ["Role", "RoleBinding"] {
+            let heartbeats = find(kind, "node-lifecycle-controller-heartbeats");
+            assert_eq!(heartbeats["metadata"]["namespace"], "kube-node-lease", "{overlay}: {kind}");
+        }
+        let controller = find("Deployment", "node-lifecycle-controller");
+        assert_eq!(controller["spec"]["replicas"], 2, "{overlay}");
+        assert_eq!(controller["spec"]["strategy"]["type"], "RollingUpdate");
+        let pod = &controller["spec"]["template"]["spec"];
+        assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+        assert_eq!(
+            pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"],
+            "kubernetes.io/hostname"
+        );
+        assert_eq!(pod["topologySpreadConstraints"][0]["topologyKey"], "topology.kubernetes.io/zone");
+        assert_eq!(find("PodDisruptionBudget", "node-lifecycle-controller")["spec"]["minAvailable"], 1);
+        for doc in &docs {
+            let kind = doc["kind"].as_str().unwrap_or_default();
+            let cluster_scoped =
+                matches!(kind, "Namespace" | "ClusterRole" | "ClusterRoleBinding" | "MutatingWebhookConfiguration");
+            if !cluster_scoped {
+                let ns = doc["metadata"]["namespace"].as_str();
+                assert!(
+                    ns == Some(NAMESPACE) || ns == Some("kube-node-lease"),
+                    "{overlay}: {kind} {} in {ns:?}",
+                    doc["metadata"]["name"]
+                );
+            }
+        }
+        if overlay.ends_with("webhook") {
+            let webhook = find("Deployment", "node-lifecycle-controller-webhook");
+            assert_eq!(webhook["spec"]["replicas"], 2);
+            assert_eq!(webhook["spec"]["template"]["spec"]["containers"][0]["args"][0], "webhook");
+            find("PodDisruptionBudget", "node-lifecycle-controller-webhook");
+            let config = find("MutatingWebhookConfiguration", "node-lifecycle-controller-default-toleration-seconds");
+            let excluded = &config["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"];
+            assert_eq!(excluded, &json!([NAMESPACE]), "only the controller's own namespace is left out");
+        }
+    }
+    apply_overlays(&client).await;
+}
+
+/// The controller, as the rendered service account with exactly the rendered RBAC, elects itself,
+/// taints a failed node, evicts its pod and records events: no request is refused.
+#[tokio::test]
+async fn the_rendered_rbac_is_enough_for_the_whole_job() {
     let env = shared();
     let admin = env.client().await;
-    ensure_namespace(&admin).await;
-    for file in ["manifests/base/rbac.yaml", "manifests/components/webhook/rbac.yaml"] {
-        for doc in documents(file) {
-            let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-            let pp = PostParams::default();
-            let result = match doc["kind"].as_str() {
-                Some("ClusterRole") => Api::<ClusterRole>::all(admin.clone())
-                    .create(&pp, &serde_json::from_value(doc).expect("cr"))
-                    .await
-                    .map(|_| ()),
-                Some("ClusterRoleBinding") => Api::<ClusterRoleBinding>::all(admin.clone())
-                    .create(&pp, &serde_json::from_value(doc).expect("crb"))
-                    .await
-                    .map(|_| ()),
-                Some("Role") => {
-                    let ns = doc["metadata"]["namespace"].as_str().unwrap_or(NAMESPACE).to_owned();
-                    Api::<Role>::namespaced(admin.clone(), &ns)
-                        .create(&pp, &serde_json::from_value(doc).expect("role"))
-                        .await
-                        .map(|_| ())
-                }
-                Some("RoleBinding") => {
-                    let ns = doc["metadata"]["namespace"].as_str().unwrap_or(NAMESPACE).to_owned();
-                    Api::<RoleBinding>::namespaced(admin.clone(), &ns)
-                        .create(&pp, &serde_json::from_value(doc).expect("rb"))
-                        .await
-                        .map(|_| ())
-                }
-                _ => Ok(()), // the ServiceAccount: identity comes from the client certificate here
-            };
-            if let Err(e) = result {
-                assert!(matches!(&e, kube::Error::Api(s) if s.code == 409), "{name}: {e}");
-            }
-        }
-    }
-    let kubeconfig = env.kubeconfig_for(SERVICE_ACCOUNT_USER, &["system:serviceaccounts"]).expect("kubeconfig");
+    apply_overlays(&admin).await;
+    let groups = ["system:serviceaccounts", "system:serviceaccounts:node-lifecycle-controller", "system:authenticated"];
+    let kubeconfig = env.kubeconfig_for(SERVICE_ACCOUNT_USER, &groups).expect("kubeconfig");
 
     let s = Scope::new(env, "rbac").await;
     let node = s.node("n", json!([])).await;
     let other = s.node("m", json!([])).await;
     // Tolerates unreachable for 1 s (the API server adds the 300 s not-ready default).
-    s.pod("victim", &node, json!([{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1}]), json!({})).await;
+    let tolerations =
+        json!([{"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1}]);
+    s.pod("victim", &node, tolerations, json!({})).await;
     s.mark_running("victim").await;
     let evictions = Evictions::watch(s.pods()).await;
     let c = Controller::start_with_kubeconfig(
         &kubeconfig,
         env,
         &s.scope,
-        &["--node-monitor-grace-period", "2s", "--node-startup-grace-period", "2s", "--node-monitor-period", "1s"],
+        &[
+            "--node-monitor-grace-period",
+            "2s",
+            "--node-startup-grace-period",
+            "2s",
+            "--node-monitor-period",
+            "1s",
+            // The Lease the rendered RBAC allows.
+            "--leader-elect-resource-namespace",
+            NAMESPACE,
+            "--leader-elect-resource-name",
+            "node-lifecycle-controller",
+        ],
     )
     .await;
     // No Lease: `node` goes silent. `other` stays alive by posting its Ready heartbeat (with both
@@ -164,9 +197,7 @@ async fn the_manifests_rbac_is_enough_for_the_whole_job() {
             loop {
                 let patch = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                     "lastHeartbeatTime": jiff::Timestamp::now(), "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
-                let _ = nodes
-                    .patch_status(&other, &kube::api::PatchParams::default(), &kube::api::Patch::Strategic(&patch))
-                    .await;
+                let _ = nodes.patch_status(&other, &PatchParams::default(), &Patch::Strategic(&patch)).await;
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         })
@@ -176,9 +207,13 @@ async fn the_manifests_rbac_is_enough_for_the_whole_job() {
     assert!(evicted.is_some(), "not evicted:\n{}", c.logs());
     tokio::time::sleep(Duration::from_secs(1)).await; // events are written in the background
     // Status codes, not substrings of logs (a port or a timestamp can contain "403"): no API
-    // request was refused, no watch failed, no event was dropped.
+    // request was refused, no watch failed, no event was dropped, and it led.
     let metrics = c.metrics().await;
     assert_eq!(metric_sum(&metrics, "nlc_api_requests_total", &["code=\"403\""]), 0.0, "{metrics}\n{}", c.logs());
     assert_eq!(metric_sum(&metrics, "nlc_watch_errors_total", &[]), 0.0, "{metrics}\n{}", c.logs());
     assert_eq!(metric(&metrics, "nlc_events_dropped_total"), Some(0.0), "events were dropped:\n{metrics}");
+    let leading = "leader_election_master_status{name=\"node-lifecycle-controller\"}";
+    assert_eq!(metric(&metrics, leading), Some(1.0), "{metrics}\n{}", c.logs());
+    assert_eq!(metric_sum(&metrics, "nlc_task_failures_total", &[]), 0.0, "{metrics}\n{}", c.logs());
+    assert_eq!(metric_sum(&metrics, "nlc_leader_election_errors_total", &[]), 0.0, "{metrics}\n{}", c.logs());
 }

@@ -61,6 +61,15 @@ pub fn assets_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// A tool the build script builds beside the control plane (`kustomize`, `helm`), by path.
+pub fn tool(name: &str) -> Result<PathBuf> {
+    let p = cache_root().join("tools").join(name);
+    if !p.is_file() {
+        bail!("{} not found: run `{BUILD_COMMAND}`, which builds it from its Go module", p.display());
+    }
+    Ok(p)
+}
+
 /// Options for [`ControlPlane::start`].
 #[derive(Clone, Debug, Default)]
 pub struct Options {
