@@ -1,15 +1,30 @@
-# Built and run elsewhere: this development machine has no Docker engine.
+# The controller's image. Base images are build arguments; their defaults are the public ones:
 #   docker build -t node-lifecycle-controller .
-FROM rust:1.95-slim-bookworm AS build
-WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
-COPY src src
-COPY benches benches
-COPY testenv testenv
-RUN cargo build --release --locked --bin node-lifecycle-controller -p node-lifecycle-controller
+# Where no registry is reachable, scripts/image.sh makes local stand-ins and passes them here.
+ARG RUST_IMAGE=rust:1.95-slim-bookworm
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
-FROM gcr.io/distroless/cc-debian12:nonroot
-COPY --from=build /src/target/release/node-lifecycle-controller /usr/local/bin/node-lifecycle-controller
+FROM ${RUST_IMAGE} AS build
+WORKDIR /src
+# Dependencies in a layer of their own: the workspace's manifests with stub sources, built once;
+# a change of our code then rebuilds only our two crates.
+COPY Cargo.toml Cargo.lock ./
+COPY core/Cargo.toml core/
+COPY testenv/Cargo.toml testenv/
+COPY bench/Cargo.toml bench/
+RUN mkdir -p src core/src core/benches testenv/src/bin bench/src \
+ && for f in src/main.rs testenv/src/bin/controlplane.rs bench/src/main.rs core/benches/semantics.rs; do echo 'fn main() {}' > "$f"; done \
+ && touch src/lib.rs core/src/lib.rs testenv/src/lib.rs \
+ && cargo build --profile dist --locked -p node-lifecycle-controller --bin node-lifecycle-controller \
+ && rm -rf src core/src
+COPY core/src core/src
+COPY src src
+# COPY keeps the files' own times, which may be older than the stubs': make them newer.
+RUN find src core/src -type f -exec touch {} + \
+ && cargo build --profile dist --locked -p node-lifecycle-controller --bin node-lifecycle-controller
+
+FROM ${RUNTIME_IMAGE}
+COPY --from=build /src/target/dist/node-lifecycle-controller /usr/local/bin/node-lifecycle-controller
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/node-lifecycle-controller"]
 CMD ["run"]

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Try the controller on a kind cluster. Written and reviewed on a machine without a Docker
-# engine: run it where Docker (or podman) and kind are installed.
+# Try the controller on a kind cluster, with the same overlay the tests render and apply. kind
+# cannot run on the development machine (no registry for its node image): run it where Docker and
+# kind are installed. The image is the real Dockerfile's (scripts/image.sh builds it with local
+# base images where no registry is reachable).
 #
 #   scripts/kind.sh up      create the cluster, build and load the image, install cert-manager
 #                           and the controller (with the DefaultTolerationSeconds webhook)
@@ -51,8 +53,9 @@ images:
     newName: ${IMAGE%%:*}
     newTag: ${IMAGE##*:}
 KUST
-  kubectl apply -k "$tmp"
+  kubectl apply --server-side -k "$tmp"
   kubectl -n node-lifecycle-controller rollout status deploy/node-lifecycle-controller --timeout=180s
+  kubectl -n node-lifecycle-controller rollout status deploy/node-lifecycle-controller-webhook --timeout=180s
   echo "Try it: docker pause ${CLUSTER}-worker; kubectl get nodes -w; kubectl get events -A -w"
 }
 
