@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use common::{BIN, free_port, http_get};
+use common::{BIN, START_ATTEMPTS, free_ports, http_get};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Toleration};
 use kube::api::{Api, DeleteParams, PostParams};
@@ -35,32 +35,48 @@ impl Webhook {
 
     async fn start_with(cert: &std::path::Path, key: &std::path::Path, extra: &[&str]) -> Self {
         let env = env();
-        let (port, admin) = (free_port(), free_port());
-        let child = tokio::process::Command::new(BIN)
-            .arg("webhook")
-            .arg("--kubeconfig")
-            .arg(&env.kubeconfig)
-            .args(["--webhook-bind-address", &format!("127.0.0.1:{port}")])
-            .args(["--metrics-bind-address", &format!("127.0.0.1:{admin}")])
-            // By default the API server's own serving certificate: issued by the test CA for 127.0.0.1.
-            .arg("--tls-cert-file")
-            .arg(cert)
-            .arg("--tls-private-key-file")
-            .arg(key)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn webhook");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Some((200, _)) = http_get(admin, "/readyz").await {
-                return Self { child, port };
+        for attempt in 1..=START_ATTEMPTS {
+            let [port, admin] = free_ports::<2>();
+            let log = env.dir.join(format!("webhook-{port}.log"));
+            let child = tokio::process::Command::new(BIN)
+                .arg("webhook")
+                .arg("--kubeconfig")
+                .arg(&env.kubeconfig)
+                .args(["--webhook-bind-address", &format!("127.0.0.1:{port}")])
+                .args(["--metrics-bind-address", &format!("127.0.0.1:{admin}")])
+                // By default the API server's own serving certificate: issued by the test CA for
+                // 127.0.0.1.
+                .arg("--tls-cert-file")
+                .arg(cert)
+                .arg("--tls-private-key-file")
+                .arg(key)
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
+                .kill_on_drop(true)
+                .spawn()
+                .expect("spawn webhook");
+            let mut w = Self { child, port };
+            let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if let Some((200, _)) = http_get(admin, "/readyz").await {
+                    return w;
+                }
+                if let Ok(Some(status)) = w.child.try_wait() {
+                    assert!(
+                        attempt < START_ATTEMPTS,
+                        "webhook exited ({status}) before it was ready; log:\n{}",
+                        logs()
+                    );
+                    eprintln!("webhook exited ({status}) before it was ready; again:\n{}", logs());
+                    break;
+                }
+                assert!(Instant::now() < deadline, "webhook not ready; log:\n{}", logs());
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("webhook not ready");
+        unreachable!("every attempt returns or panics")
     }
 }
 

@@ -29,8 +29,20 @@ pub struct Controller {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    free_ports::<1>()[0]
 }
+
+/// `N` distinct free ports (all held open at once while picked, so that none repeats). Another
+/// process may still take one before it is bound again: starts retry on a fresh pick.
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<std::net::TcpListener> =
+        (0..N).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind")).collect();
+    std::array::from_fn(|i| held[i].local_addr().expect("addr").port())
+}
+
+/// How many times a process that exits before it is ready (say, its port was taken between the
+/// pick and the bind) is started again on fresh ports.
+pub const START_ATTEMPTS: usize = 3;
 
 pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -56,36 +68,48 @@ impl Controller {
         scope: &str,
         extra: &[&str],
     ) -> Self {
-        let port = free_port();
-        let log = env.dir.join(format!("controller-{scope}-{port}.log"));
-        let file = std::fs::File::create(&log).expect("log file");
-        // Every controller of a test elects itself on a Lease of the test's own, unless the test
-        // names one.
-        let own_lease = ["--leader-elect-resource-name", scope];
-        let lease: &[&str] = if extra.contains(&"--leader-elect-resource-name") { &[] } else { &own_lease };
-        let child = tokio::process::Command::new(BIN)
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--metrics-bind-address", &format!("127.0.0.1:{port}")])
-            .args(["--node-selector", &format!("nlc-test={scope}")])
-            .args(["--log-level", "info,node_lifecycle_controller=debug"])
-            .args(lease)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(file))
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn controller");
-        let c = Self { child, port, scope: scope.to_owned(), log };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Some((200, _)) = http_get(port, "/readyz").await {
-                return c;
+        for attempt in 1..=START_ATTEMPTS {
+            let port = free_port();
+            let log = env.dir.join(format!("controller-{scope}-{port}.log"));
+            let file = std::fs::File::create(&log).expect("log file");
+            // Every controller of a test elects itself on a Lease of the test's own, unless the
+            // test names one.
+            let own_lease = ["--leader-elect-resource-name", scope];
+            let lease: &[&str] = if extra.contains(&"--leader-elect-resource-name") { &[] } else { &own_lease };
+            let child = tokio::process::Command::new(BIN)
+                .arg("run")
+                .arg("--kubeconfig")
+                .arg(kubeconfig)
+                .args(["--metrics-bind-address", &format!("127.0.0.1:{port}")])
+                .args(["--node-selector", &format!("nlc-test={scope}")])
+                .args(["--log-level", "info,node_lifecycle_controller=debug"])
+                .args(lease)
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(file))
+                .kill_on_drop(true)
+                .spawn()
+                .expect("spawn controller");
+            let mut c = Self { child, port, scope: scope.to_owned(), log };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if let Some((200, _)) = http_get(port, "/readyz").await {
+                    return c;
+                }
+                if let Ok(Some(status)) = c.child.try_wait() {
+                    assert!(
+                        attempt < START_ATTEMPTS,
+                        "controller exited ({status}) before it was ready; log:\n{}",
+                        c.logs()
+                    );
+                    eprintln!("controller exited ({status}) before it was ready; again:\n{}", c.logs());
+                    break;
+                }
+                assert!(Instant::now() < deadline, "controller not ready; log:\n{}", c.logs());
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("controller not ready; log:\n{}", c.logs());
+        unreachable!("every attempt returns or panics")
     }
 
     pub fn logs(&self) -> String {
