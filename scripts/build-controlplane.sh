@@ -16,9 +16,10 @@
 #   ETCD_VERSION        default v3.6.16.
 #   NLC_CACHE_DIR       default ${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-controller.
 #
-# It also builds the tools the tests render manifests with, into "$CACHE_ROOT/tools": kustomize
-# (what `kubectl kustomize` embeds) and helm, from their Go modules, so that a machine without
-# kubectl or helm renders exactly what users apply.
+# It also builds the tools the tests use as users would, into "$CACHE_ROOT/tools": kustomize
+# (what `kubectl kustomize` embeds) and helm from their Go modules, and kubectl of the same
+# version as the control plane, so that a machine without them renders and runs exactly what
+# users do.
 set -euo pipefail
 
 K8S_VERSIONS=${K8S_VERSIONS:-"v1.37.2 v1.36.3 v1.35.4"}
@@ -49,16 +50,6 @@ build_tools() {
   build_tool helm.sh/helm/v3/cmd/helm helm "$HELM_VERSION"
 }
 
-if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
-  for b in kube-apiserver etcd; do
-    [[ -x "$KUBEBUILDER_ASSETS/$b" ]] || { log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS has no executable $b"; exit 1; }
-  done
-  log "using KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
-  mkdir -p "$CACHE_ROOT"
-  build_tools
-  echo "$KUBEBUILDER_ASSETS"
-  exit 0
-fi
 
 command -v go >/dev/null || { log "go is not installed; it is needed to build the test control plane"; exit 1; }
 mkdir -p "$CACHE_ROOT"
@@ -76,9 +67,9 @@ MOD
   go build -trimpath -o "$out/etcd" go.etcd.io/etcd/server/v3
 }
 
-build_k8s() {
-  local ver=$1 out=$2 work="$CACHE_ROOT/src/k8s-$1"
-  local minor=${ver#v1.}; minor=${minor%%.*}
+# A throwaway module at "$CACHE_ROOT/src/k8s-$1" that builds k8s.io/kubernetes@$1's commands.
+k8s_module() {
+  local ver=$1 work="$CACHE_ROOT/src/k8s-$1"
   local staging_ver="v0.${ver#v1.}"
   rm -rf "$work" && mkdir -p "$work" && cd "$work"
   cat >go.mod <<MOD
@@ -97,17 +88,54 @@ MOD
   done
   [[ $n -gt 0 ]] || { log "no staging modules found in $modfile"; return 1; }
   log "k8s.io/kubernetes@$ver: replacing $n staging modules with $staging_ver"
-  go mod edit "${args[@]}" \
-    -tool=k8s.io/kubernetes/cmd/kube-apiserver -tool=k8s.io/kubernetes/cmd/kube-controller-manager
+  go mod edit "${args[@]}" -tool=k8s.io/kubernetes/cmd/kube-apiserver \
+    -tool=k8s.io/kubernetes/cmd/kube-controller-manager -tool=k8s.io/kubernetes/cmd/kubectl
   go mod tidy
+}
+
+# Builds k8s.io/kubernetes@$1's packages $3... into $2, stamped with the version.
+k8s_build() {
+  local ver=$1 out=$2; shift 2
+  local minor=${ver#v1.}; minor=${minor%%.*}
   local ld="" pkg
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld+=" -X $pkg.gitVersion=$ver -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
-  go build -trimpath -ldflags "-s -w $ld" -o "$out/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+  cd "$CACHE_ROOT/src/k8s-$ver"
+  go build -trimpath -ldflags "-s -w $ld" -o "$out" "$@"
 }
+
+build_k8s() {
+  k8s_module "$1" && k8s_build "$1" "$2/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+}
+
+# kubectl of the same version, for the tests that run it as users do (`kubectl nlc status`).
+build_kubectl() {
+  local ver=$1 dir="$CACHE_ROOT/tools"
+  mkdir -p "$dir"
+  if [[ ! -x "$dir/kubectl-$ver" ]]; then
+    local start; start=$(date +%s)
+    if ! grep -q 'k8s.io/kubernetes/cmd/kubectl' "$CACHE_ROOT/src/k8s-$ver/go.mod" 2>/dev/null; then
+      (k8s_module "$ver") >&2
+    fi
+    (k8s_build "$ver" "$dir/kubectl-$ver" k8s.io/kubernetes/cmd/kubectl) >&2
+    log "built kubectl $ver in $(( $(date +%s) - start ))s"
+  fi
+  ln -sfn "kubectl-$ver" "$dir/kubectl"
+}
+
+if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
+  for b in kube-apiserver etcd; do
+    [[ -x "$KUBEBUILDER_ASSETS/$b" ]] || { log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS has no executable $b"; exit 1; }
+  done
+  log "using KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
+  mkdir -p "$CACHE_ROOT"
+  build_tools
+  build_kubectl "${K8S_VERSIONS%% *}"
+  echo "$KUBEBUILDER_ASSETS"
+  exit 0
+fi
 
 for ver in $K8S_VERSIONS; do
   dir="$CACHE_ROOT/k8s-$ver-etcd-$ETCD_VERSION"
@@ -126,6 +154,7 @@ for ver in $K8S_VERSIONS; do
   fi
   ln -sfn "$dir" "$CACHE_ROOT/current"
   build_tools
+  build_kubectl "$ver"
   "$dir/kube-apiserver" --version >&2
   "$dir/etcd" --version | head -1 >&2
   echo "$dir"

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use crate::controller::RunArgs;
 use crate::explain::ExplainArgs;
 use crate::runtime::args::LogArgs;
+use crate::status::StatusArgs;
 use crate::webhook::WebhookCommand;
 
 #[derive(Debug, Parser)]
@@ -36,6 +37,10 @@ pub enum Command {
     /// Explain what Kubernetes decides for one pod on one node: which toleration tolerates each
     /// taint, whether the pod may be scheduled there, and when it would be evicted.
     Explain(ExplainArgs),
+    /// What the controller decides for the cluster now: zones, nodes that are not Ready, holds and
+    /// pause, the evictions due next (read-only; also `kubectl nlc status` when installed as
+    /// `kubectl-nlc`).
+    Status(Box<StatusArgs>),
 }
 
 #[cfg(test)]

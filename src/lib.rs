@@ -23,6 +23,8 @@
 //! - [`lifecycle`], [`eviction`]: the controllers' flags (their decisions live in the core).
 //! - [`webhook`]: the admission webhook server (decisions: [`nlc_core::admission`]).
 //! - [`explain`]: the `explain` command's reading of files and the cluster.
+//! - [`status`]: the `status` command (`kubectl nlc status`): the controller's pure code over the
+//!   cluster as listed.
 //! - [`clock`]: the one clock (wall time that follows the system, monotonic sleeps, step
 //!   detection; a fake one for tests).
 //! - [`config`]: the top-level command; [`metrics`]: the metric families; [`error`]: the error.
@@ -36,6 +38,7 @@ pub mod explain;
 pub mod lifecycle;
 pub mod metrics;
 pub mod runtime;
+pub mod status;
 pub mod webhook;
 
 pub use error::{Error, Result};

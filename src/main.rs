@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use node_lifecycle_controller::config::{Cli, Command};
-use node_lifecycle_controller::{controller, explain, runtime, webhook};
+use node_lifecycle_controller::{controller, explain, runtime, status, webhook};
 
 fn main() -> ExitCode {
     let Cli { log, command } = Cli::parse();
@@ -15,6 +15,7 @@ fn main() -> ExitCode {
     };
     let result = match command {
         Command::Explain(args) => rt.block_on(explain::run(args)),
+        Command::Status(args) => rt.block_on(status::run(*args)),
         Command::Run(args) => runtime::telemetry::init(&log).and_then(|()| rt.block_on(controller::run(*args))),
         Command::Webhook(args) => runtime::telemetry::init(&log).and_then(|()| rt.block_on(webhook::run(args))),
     };

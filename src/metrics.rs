@@ -286,3 +286,63 @@ impl WebhookMetrics {
         self.duration.observe(took.as_secs_f64());
     }
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModeLabels {
+    pub mode: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    pub action: &'static str,
+}
+
+/// The brakes and shadow mode.
+#[derive(Clone, Default)]
+pub struct BrakeMetrics {
+    pub pause: Family<ModeLabels, Gauge>,
+    pub held_nodes: Gauge,
+    pub dry_run: Family<ActionLabels, Counter>,
+}
+
+impl BrakeMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register("nlc_pause", "1 for the pause in force (none, evictions or all)", m.pause.clone());
+        registry.register(
+            "nlc_nodes_held",
+            "Nodes labelled node-lifecycle-controller.io/hold: nothing is evicted from them",
+            m.held_nodes.clone(),
+        );
+        registry.register(
+            "nlc_dry_run_actions",
+            "Shadow mode: actions decided and not carried out, by action",
+            m.dry_run.clone(),
+        );
+        m
+    }
+
+    pub fn set(&self, pause: nlc_core::brakes::Pause, held: usize) {
+        use nlc_core::brakes::Pause;
+        for p in [Pause::None, Pause::Evictions, Pause::All] {
+            self.pause.get_or_create(&ModeLabels { mode: p.as_str() }).set(i64::from(p == pause));
+        }
+        self.held_nodes.set(held as i64);
+    }
+
+    /// Counts a shadow-mode action; returns its name.
+    pub fn dry_run(&self, action: &nlc_core::action::Action) -> &'static str {
+        use nlc_core::action::Action;
+        let name = match action {
+            Action::EvictPod(_) => "evict_pod",
+            Action::PodEvent(_) => "pod_event",
+            Action::SetConditions(_) => "set_conditions",
+            Action::SetTaints(_) => "set_taints",
+            Action::NodeEvent(_) => "node_event",
+            Action::MarkPodNotReady(_) => "mark_pod_not_ready",
+            Action::Cancel(_) => "cancel",
+        };
+        self.dry_run.get_or_create(&ActionLabels { action: name }).inc();
+        name
+    }
+}

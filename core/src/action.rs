@@ -221,6 +221,9 @@ pub enum NodeWriteResult {
     Conflict(Option<Box<SlimNode>>),
     NotFound,
     Failed(String),
+    /// Dry run: nothing was written; the node as it would be had the write been made (same
+    /// resourceVersion, so the cluster's next real update replaces it).
+    Simulated(Box<SlimNode>),
 }
 
 /// What became of an [`EvictPod`].

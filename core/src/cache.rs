@@ -200,6 +200,14 @@ impl Cache {
         self.apply_node(WatchEvent::Apply(n), out);
     }
 
+    /// Dry run: the node as a write would have left it, in place of the cached one (same uid),
+    /// whatever its resourceVersion.
+    pub fn apply_simulated(&mut self, n: SlimNode, out: &mut Vec<Change>) {
+        let Some(cached) = self.index.nodes.get_mut(&n.name).filter(|c| c.uid == n.uid) else { return };
+        let old = std::mem::replace(cached, n);
+        out.push(Change::NodeUpserted { name: old.name.clone(), old: Some(old) });
+    }
+
     pub fn apply_pod(&mut self, ev: WatchEvent<SlimPod>, out: &mut Vec<Change>) {
         apply(
             &mut Pods(&mut self.index),
@@ -235,6 +243,7 @@ mod tests {
             created: None,
             zone: String::new(),
             exclude_disruption: false,
+            held: false,
             unschedulable: false,
             taints: vec![],
             conditions: vec![],

@@ -54,6 +54,7 @@ pub fn node(name: &str) -> NodeBuilder {
         created: Some(ts(-1000.0)),
         zone: String::new(),
         exclude_disruption: false,
+        held: false,
         unschedulable: false,
         taints: vec![],
         conditions: vec![cond("Ready", "True", -1.0)],
@@ -103,6 +104,12 @@ impl NodeBuilder {
     /// Labelled `node.kubernetes.io/exclude-disruption`.
     pub fn excluded(mut self) -> Self {
         self.0.exclude_disruption = true;
+        self
+    }
+
+    /// Labelled `node-lifecycle-controller.io/hold`.
+    pub fn held(mut self) -> Self {
+        self.0.held = true;
         self
     }
 
@@ -257,21 +264,7 @@ impl World {
                     if n.resource_version != w.resource_version {
                         Some((w.node.clone(), NodeWriteResult::Conflict(Some(Box::new(n)))))
                     } else {
-                        for c in &w.conditions {
-                            let new = Condition {
-                                type_: c.type_.clone(),
-                                status: "Unknown".into(),
-                                reason: Some(c.reason.into()),
-                                last_heartbeat: c
-                                    .last_heartbeat
-                                    .or_else(|| n.condition(&c.type_).and_then(|o| o.last_heartbeat)),
-                                last_transition: Some(c.last_transition),
-                            };
-                            match n.conditions.iter_mut().find(|o| o.type_ == c.type_) {
-                                Some(o) => *o = new,
-                                None => n.conditions.push(new),
-                            }
-                        }
+                        crate::health::apply_conditions(&mut n, &w.conditions);
                         self.rv += 1;
                         n.resource_version = self.rv.to_string();
                         Some((w.node.clone(), NodeWriteResult::Done(Some(Box::new(n)))))
@@ -371,4 +364,34 @@ impl World {
             })
             .collect()
     }
+}
+
+/// Upstream's defaults: 50 s grace (60 s at startup), a 5 s monitor period, 0.1 / 0.01 nodes
+/// per second, large clusters above 50 nodes, zones unhealthy from 55%.
+pub fn lifecycle_config() -> LifecycleConfig {
+    use std::time::Duration;
+    LifecycleConfig {
+        grace: crate::health::Grace { monitor: Duration::from_secs(50), startup: Duration::from_secs(60) },
+        monitor_period: Duration::from_secs(5),
+        rates: crate::zone::Rates { normal: 0.1, secondary: 0.01, large_cluster_threshold: 50 },
+        unhealthy_zone_threshold: 0.55,
+        rules: crate::rules::upstream_defaults(),
+        mark_pods_not_ready: true,
+    }
+}
+
+/// The taint eviction controller with its defaults.
+pub fn taint_eviction() -> Option<crate::eviction::TaintEviction> {
+    Some(crate::eviction::TaintEviction::new(crate::eviction::Config::default()))
+}
+
+/// The names of the pods evicted so far, in order.
+pub fn evicted(w: &World) -> Vec<String> {
+    w.log
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Action::EvictPod(ev) => Some(ev.name.clone()),
+            _ => None,
+        })
+        .collect()
 }

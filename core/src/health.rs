@@ -106,6 +106,25 @@ impl Probe {
     }
 }
 
+/// Applies condition writes to a node, as the API server's strategic merge by type does: a
+/// written condition replaces the one of its type (keeping its heartbeat unless the write sets
+/// one) or is added.
+pub fn apply_conditions(node: &mut SlimNode, writes: &[ConditionWrite]) {
+    for c in writes {
+        let new = crate::index::Condition {
+            type_: c.type_.clone(),
+            status: "Unknown".into(),
+            reason: Some(c.reason.into()),
+            last_heartbeat: c.last_heartbeat.or_else(|| node.condition(&c.type_).and_then(|o| o.last_heartbeat)),
+            last_transition: Some(c.last_transition),
+        };
+        match node.conditions.iter_mut().find(|o| o.type_ == c.type_) {
+            Some(o) => *o = new,
+            None => node.conditions.push(new),
+        }
+    }
+}
+
 /// The condition writes for a node whose grace period ran out (upstream's tryUpdateNodeHealth):
 /// each monitored condition that is not already `Unknown` becomes `Unknown` with
 /// `NodeStatusUnknown` (keeping its `lastHeartbeatTime`); a missing one is added with
@@ -167,6 +186,7 @@ mod tests {
             created: Some(ts(-5000)),
             zone: String::new(),
             exclude_disruption: false,
+            held: false,
             unschedulable: false,
             taints: vec![],
             conditions,

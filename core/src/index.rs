@@ -42,6 +42,8 @@ pub struct SlimNode {
     pub zone: String,
     /// Labelled `node.kubernetes.io/exclude-disruption`: not counted towards zone state.
     pub exclude_disruption: bool,
+    /// Labelled `node-lifecycle-controller.io/hold`: nothing is evicted from it.
+    pub held: bool,
     pub unschedulable: bool,
     pub taints: Vec<Taint>,
     pub conditions: Vec<Condition>,
@@ -78,6 +80,7 @@ impl From<&Node> for SlimNode {
             created: n.metadata.creation_timestamp.as_ref().map(|t| t.0),
             zone: zone::zone_key(labels),
             exclude_disruption: labels.is_some_and(|l| l.contains_key(zone::EXCLUDE_DISRUPTION_LABEL)),
+            held: labels.is_some_and(|l| l.contains_key(crate::brakes::HOLD_LABEL)),
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             taints: spec.iter().flat_map(|s| s.taints.iter().flatten()).map(Taint::from).collect(),
             conditions: n

@@ -34,6 +34,7 @@
 
 pub mod action;
 pub mod admission;
+pub mod brakes;
 pub mod cache;
 pub mod default_tolerations;
 pub mod error;
@@ -49,6 +50,7 @@ pub mod lifecycle;
 pub mod rules;
 pub mod selector;
 pub mod state;
+pub mod status;
 pub mod taints;
 pub mod timer_queue;
 pub mod zone;

@@ -56,6 +56,12 @@ pub struct ControllerArgs {
     /// the host name.
     #[arg(long, env = "NLC_INSTANCE")]
     pub instance: Option<String>,
+    /// Shadow mode: decide everything, write nothing (no taints, conditions, deletes or events,
+    /// no leader election Lease); every action is logged and counted in
+    /// `nlc_dry_run_actions_total{action}`. Runs beside kube-controller-manager, which stays in
+    /// charge, to compare decisions.
+    #[arg(long, env = "NLC_DRY_RUN")]
+    pub dry_run: bool,
 }
 
 /// What [`ControllerArgs`] turn into.
@@ -66,17 +72,19 @@ pub struct Config {
     pub kube_api_qps: f64,
     pub kube_api_burst: u32,
     pub instance: String,
+    pub dry_run: bool,
 }
 
 impl ControllerArgs {
     pub fn into_config(self) -> Result<Config> {
-        let Self { node_selector, enable_comparison_operators, kube_api_qps, kube_api_burst, instance } = self;
+        let Self { node_selector, enable_comparison_operators, kube_api_qps, kube_api_burst, instance, dry_run } = self;
         Ok(Config {
             selector: node_selector.parse()?,
             match_options: MatchOptions { comparison_operators: enable_comparison_operators },
             kube_api_qps: check_rate("--kube-api-qps", kube_api_qps)?,
             kube_api_burst,
             instance: instance_name(instance),
+            dry_run,
         })
     }
 }

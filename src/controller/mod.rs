@@ -28,11 +28,14 @@ pub use args::RunArgs;
 
 use crate::clock::{Clock, StepDetector, SystemClock, far_future};
 use crate::error::Result;
-use crate::metrics::{EvictionMetrics, ExecutorMetrics, LifecycleMetrics, ResourceLabels, WatchMetrics, ZoneLabels};
+use crate::metrics::{
+    BrakeMetrics, EvictionMetrics, ExecutorMetrics, LifecycleMetrics, ResourceLabels, WatchMetrics, ZoneLabels,
+};
 use crate::runtime::Runtime;
 use crate::runtime::admin::Heartbeat;
 use crate::runtime::shutdown;
 use executor::{Executor, ExecutorConfig};
+use nlc_core::brakes::Pause;
 
 /// The namespace of node heartbeat Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -46,7 +49,10 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let RunArgs { client, admin, controller, leader, eviction, lifecycle, enable_webhook, webhook } = args;
     // Every flag is checked before anything reaches the cluster.
     let cfg = controller.into_config()?;
+    let namespace = crate::runtime::leader::own_namespace(leader.leader_elect_resource_namespace.clone());
     let leader = leader.into_config(&cfg.instance)?;
+    // Shadow mode writes nothing, not even a Lease: every replica decides.
+    let leader = if cfg.dry_run { None } else { leader };
     let eviction = eviction.into_config(cfg.match_options)?;
     let lifecycle = lifecycle.into_config()?;
     let webhook = enable_webhook.then(|| webhook.into_config()).transpose()?;
@@ -57,8 +63,15 @@ pub async fn run(args: RunArgs) -> Result<()> {
     if let Some(webhook) = webhook {
         crate::webhook::spawn(&mut rt, webhook);
     }
-    spawn(&mut rt, cfg, leader, eviction, lifecycle);
+    spawn(&mut rt, cfg, Placement { leader, namespace }, eviction, lifecycle);
     rt.run().await
+}
+
+/// Where the controller's own objects live: its leader election Lease (`None`: no leader
+/// election) and its namespace (that Lease's, also the pause ConfigMap's).
+struct Placement {
+    leader: Option<crate::runtime::leader::Config>,
+    namespace: String,
 }
 
 /// Adds the controllers to a runtime: metrics, readiness (every cache synced), liveness (the
@@ -66,21 +79,26 @@ pub async fn run(args: RunArgs) -> Result<()> {
 fn spawn(
     rt: &mut Runtime,
     cfg: args::Config,
-    leader: Option<crate::runtime::leader::Config>,
+    placement: Placement,
     eviction: crate::eviction::Config,
     lifecycle: crate::lifecycle::Config,
 ) {
-    let args::Config { selector, match_options: _, kube_api_qps, kube_api_burst, instance } = cfg;
+    let args::Config { selector, match_options: _, kube_api_qps, kube_api_burst, instance, dry_run } = cfg;
+    let Placement { leader, namespace } = placement;
     let metrics = Metrics {
         watch: WatchMetrics::register(rt.registry()),
         eviction: EvictionMetrics::register(rt.registry()),
         executor: ExecutorMetrics::register(rt.registry()),
         lifecycle: LifecycleMetrics::register(rt.registry()),
+        brakes: BrakeMetrics::register(rt.registry()),
     };
     let (tx, rx) = mpsc::channel::<Input>(4096);
     // Only the leader decides and writes; without leader election this process does from the
     // start (one replica).
     let (leading_tx, leading) = signal::channel(leader.is_none());
+    // The executor's gate: this process leads, is not paused altogether, and not in shadow mode.
+    let (writes_tx, writes) = signal::channel(leader.is_none() && !dry_run);
+    let standby = leader.is_some();
     let leader_metrics = crate::runtime::leader::Metrics::register(rt.registry());
     match leader {
         Some(cfg) => {
@@ -105,7 +123,7 @@ fn spawn(
             ),
             instance,
         },
-        leading.clone(),
+        writes,
         executor::Metrics {
             eviction: metrics.eviction.clone(),
             executor: metrics.executor.clone(),
@@ -113,11 +131,17 @@ fn spawn(
         },
     );
     spawn_watches(rt, selector, &tx, &metrics.watch);
+    let pause = watch::pause(rt.client(), namespace, tx.clone(), metrics.watch.clone());
+    spawn_until_shutdown(rt, "watch-pause", pause);
     drop(tx);
-    let state = State::new(eviction.decisions.map(TaintEviction::new), lifecycle.decisions.map(NodeLifecycle::new));
+    let (eviction, lifecycle) =
+        (eviction.decisions.map(TaintEviction::new), lifecycle.decisions.map(NodeLifecycle::new));
+    let state = if standby { State::standby(eviction, lifecycle) } else { State::new(eviction, lifecycle) };
     let task = Task {
         state,
         leading,
+        writes: writes_tx,
+        dry_run,
         rx,
         executor,
         clock,
@@ -171,6 +195,7 @@ fn spawn_until_shutdown(rt: &mut Runtime, name: &'static str, task: impl Future<
 
 #[derive(Clone)]
 struct Metrics {
+    brakes: BrakeMetrics,
     watch: WatchMetrics,
     eviction: EvictionMetrics,
     executor: ExecutorMetrics,
@@ -183,6 +208,10 @@ struct Task {
     state: State,
     /// This process leads: its state decides (a standby only keeps its cache warm).
     leading: signal::Receiver<bool>,
+    /// The executor's gate.
+    writes: signal::Sender<bool>,
+    /// Shadow mode: actions are counted, logged and simulated, never carried out.
+    dry_run: bool,
     rx: mpsc::Receiver<Input>,
     executor: Executor,
     clock: Arc<dyn Clock>,
@@ -235,13 +264,49 @@ impl Task {
                     }
                 }
             }
+            if self.dry_run {
+                self.simulate(&mut actions);
+            }
             for action in actions.drain(..) {
                 self.executor.submit(action);
             }
-            if let Some(ev) = &self.state.eviction {
-                self.metrics.eviction.pending.set(ev.pending() as i64);
-                self.metrics.eviction.held.set(ev.held() as i64);
+            self.after_turn();
+        }
+    }
+
+    /// Gauges and the executor's gate, after each turn of the loop.
+    fn after_turn(&mut self) {
+        if let Some(ev) = &self.state.eviction {
+            self.metrics.eviction.pending.set(ev.pending() as i64);
+            self.metrics.eviction.held.set(ev.held() as i64);
+        }
+        let pause = self.state.pause();
+        let open = *self.leading.borrow() && pause != Pause::All && !self.dry_run;
+        self.writes.send_if_modified(|w| std::mem::replace(w, open) != open);
+        self.metrics.brakes.set(pause, self.state.cache.index.nodes.values().filter(|n| n.held).count());
+    }
+
+    /// Shadow mode: every action is counted and logged, then answered as the API would have
+    /// answered it, so that the decisions go on as if it had been carried out.
+    fn simulate(&mut self, actions: &mut Vec<Action>) {
+        let mut queue = std::mem::take(actions);
+        // Answers lead to further actions (a status write, then the taints it calls for); they
+        // settle within a few rounds.
+        for _ in 0..16 {
+            if queue.is_empty() {
+                return;
             }
+            let now = self.clock.now();
+            let mut answers = Vec::new();
+            for action in queue.drain(..) {
+                let kind = self.metrics.brakes.dry_run(&action);
+                tracing::info!(action = kind, detail = ?action, "dry run: not carried out");
+                answers.extend(self.state.simulate(&action, now));
+            }
+            for input in answers {
+                self.state.handle(input, now, &mut queue);
+            }
+            self.state.after_batch(now, &mut queue);
         }
     }
 

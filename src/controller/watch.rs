@@ -113,6 +113,64 @@ pub async fn run<K, S, I>(
     }
 }
 
+/// Watches the pause ConfigMap (docs/spec.md §9) and tells the controller task its value: a
+/// missing ConfigMap is no pause.
+pub async fn pause(
+    client: kube::Client,
+    namespace: String,
+    tx: mpsc::Sender<nlc_core::state::Input>,
+    metrics: WatchMetrics,
+) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use nlc_core::brakes::{PAUSE_CONFIGMAP, Pause};
+    use nlc_core::state::Input;
+    let labels = ResourceLabels { resource: "pause" };
+    let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={PAUSE_CONFIGMAP}"));
+    let mut stream = watcher(api, config).boxed();
+    let mut backoff = Backoff::default();
+    let mut listed: Option<Pause> = None;
+    while let Some(item) = stream.next().await {
+        let pause = match item {
+            Ok(watcher::Event::Init) => {
+                listed = Some(Pause::None);
+                None
+            }
+            Ok(watcher::Event::InitApply(cm)) => {
+                let (p, warning) = Pause::from_data(cm.data.as_ref());
+                if let Some(w) = warning {
+                    tracing::warn!("{w}");
+                }
+                listed = Some(p);
+                None
+            }
+            Ok(watcher::Event::InitDone) => listed.take(),
+            Ok(watcher::Event::Apply(cm)) => {
+                let (p, warning) = Pause::from_data(cm.data.as_ref());
+                if let Some(w) = warning {
+                    tracing::warn!("{w}");
+                }
+                Some(p)
+            }
+            Ok(watcher::Event::Delete(_)) => Some(Pause::None),
+            Err(e) => {
+                metrics.errors.get_or_create(&labels).inc();
+                let delay = backoff.next(is_gone(&e), jitter());
+                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "watching the pause ConfigMap failed; retrying");
+                tokio::time::sleep(delay).await;
+                continue;
+            }
+        };
+        backoff.reset();
+        if let Some(p) = pause {
+            tracing::info!(namespace = %namespace, pause = %p, "pause");
+            if tx.send(Input::Pause(p)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

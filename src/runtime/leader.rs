@@ -45,8 +45,8 @@ pub struct LeaderArgs {
     /// The Lease's name.
     #[arg(long, default_value = "node-lifecycle-controller", env = "NLC_LEADER_ELECT_RESOURCE_NAME")]
     pub leader_elect_resource_name: String,
-    /// The Lease's namespace (default: the pod's own, `$POD_NAMESPACE` or the service account's;
-    /// out of a cluster `kube-system`).
+    /// The Lease's namespace, which is also where the pause ConfigMap is watched (default: the
+    /// pod's own, `$POD_NAMESPACE` or the service account's; out of a cluster `kube-system`).
     #[arg(long, env = "NLC_LEADER_ELECT_RESOURCE_NAMESPACE")]
     pub leader_elect_resource_namespace: Option<String>,
 }
@@ -86,13 +86,19 @@ impl LeaderArgs {
         if !leader_elect {
             return Ok(None);
         }
-        let namespace = leader_elect_resource_namespace
-            .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|s| !s.is_empty()))
-            .or_else(|| std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE).ok().map(|s| s.trim().to_owned()))
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "kube-system".to_owned());
+        let namespace = own_namespace(leader_elect_resource_namespace);
         Ok(Some(Config { elector, name: leader_elect_resource_name, namespace }))
     }
+}
+
+/// The controller's namespace: the flag's, else the pod's (`$POD_NAMESPACE`, the service
+/// account's), else `kube-system` (out of a cluster).
+pub fn own_namespace(flag: Option<String>) -> String {
+    flag.or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE).ok().map(|s| s.trim().to_owned()))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "kube-system".to_owned())
 }
 
 fn random_suffix() -> String {

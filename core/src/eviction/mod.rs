@@ -130,6 +130,52 @@ impl Due {
     }
 }
 
+/// A pod's eviction in progress, for `status`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pending {
+    pub key: PodKey,
+    /// The deadline, or when an immediate eviction was decided; meaningless while `Held` with no
+    /// confirmed deadline.
+    pub due: Timestamp,
+    pub state: PendingState,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PendingState {
+    /// Waiting for its deadline.
+    Scheduled,
+    /// Due, but held back (a hold, a pause, or a managed taint node lifecycle has not confirmed).
+    Held,
+    /// Being carried out.
+    Evicting,
+    /// Failed; retried after a backoff.
+    Retrying,
+}
+
+/// Which NoExecute taint makes `pod` due soonest on `node`, and the `tolerationSeconds` of the
+/// toleration used for it (`None`: not tolerated at all). For explanations (`status`).
+pub fn soonest_cause(pod: &SlimPod, node: &SlimNode, opts: MatchOptions) -> Option<(TaintId, Option<i64>)> {
+    let mut best: Option<(Timestamp, TaintId, Option<i64>)> = None;
+    for taint in node.no_execute_taints() {
+        let (at, seconds) = match taints::first_tolerating(&pod.tolerations, taint, opts) {
+            None => (Timestamp::MIN, None),
+            Some(j) => match pod.tolerations[j].toleration_seconds {
+                None => continue,
+                Some(s) if s <= 0 => (Timestamp::MIN, Some(s)),
+                Some(s) => {
+                    let anchor = taints::pod_anchor(taint.time_added.unwrap_or(Timestamp::MIN), pod.bound);
+                    (taints::add_seconds(anchor, s), Some(s))
+                }
+            },
+        };
+        if best.as_ref().is_none_or(|(b, _, _)| at < *b) {
+            best = Some((at, TaintId::of(taint), seconds));
+        }
+    }
+    best.map(|(_, id, s)| (id, s))
+}
+
 /// What the controller should do about one pod right now.
 #[derive(Debug, PartialEq)]
 enum Verdict {
@@ -167,6 +213,10 @@ impl TaintEviction {
         Self { cfg, ..Self::default() }
     }
 
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
     /// Scheduled or retrying evictions (the "pending" gauge).
     pub fn pending(&self) -> usize {
         self.timers.len()
@@ -181,6 +231,23 @@ impl TaintEviction {
         self.tracked.values().filter(|t| matches!(t.phase, Phase::InFlight { .. })).count()
     }
 
+    /// Every pod with an eviction in progress: when it is (or became) due, and where it stands.
+    pub fn pending_list(&self) -> Vec<Pending> {
+        self.tracked
+            .iter()
+            .map(|(key, t)| Pending {
+                key: key.clone(),
+                due: t.due,
+                state: match t.phase {
+                    Phase::Scheduled => PendingState::Scheduled,
+                    Phase::Held => PendingState::Held,
+                    Phase::InFlight { .. } => PendingState::Evicting,
+                    Phase::Retrying => PendingState::Retrying,
+                },
+            })
+            .collect()
+    }
+
     pub fn deadline(&self, key: &PodKey) -> Option<Timestamp> {
         self.tracked.get(key).filter(|t| t.phase == Phase::Scheduled).map(|t| t.due)
     }
@@ -193,8 +260,9 @@ impl TaintEviction {
     /// ours) matters here; changes of what node lifecycle confirms are picked up by
     /// [`TaintEviction::recheck_held`].
     pub fn node_changed(&mut self, node: &SlimNode, old: Option<&SlimNode>, cx: Ctx<'_>, out: &mut Vec<Action>) {
-        let unchanged =
-            old.is_some_and(|o| o.selected == node.selected && o.no_execute_taints().eq(node.no_execute_taints()));
+        let unchanged = old.is_some_and(|o| {
+            o.selected == node.selected && o.held == node.held && o.no_execute_taints().eq(node.no_execute_taints())
+        });
         self.observe_taints(node, cx.now);
         if unchanged {
             return;
@@ -249,6 +317,14 @@ impl TaintEviction {
             return;
         }
         let keys: Vec<PodKey> = self.held.iter().cloned().collect();
+        for key in keys {
+            self.reconcile(&key, cx, out);
+        }
+    }
+
+    /// Looks again at every tracked pod (the brakes changed).
+    pub fn recheck_all(&mut self, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        let keys: Vec<PodKey> = self.tracked.keys().cloned().collect();
         for key in keys {
             self.reconcile(&key, cx, out);
         }

@@ -182,6 +182,10 @@ impl NodeLifecycle {
         }
     }
 
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
     pub fn all_zones_disrupted(&self) -> bool {
         self.all_disrupted
     }
@@ -440,7 +444,7 @@ impl NodeLifecycle {
         st.writing = false;
         let flipped_from_ready = std::mem::take(&mut st.flipping);
         match result {
-            NodeWriteResult::Done(_) => {
+            NodeWriteResult::Done(_) | NodeWriteResult::Simulated(_) => {
                 st.failures = 0;
                 st.retry_at = None;
             }
@@ -456,7 +460,7 @@ impl NodeLifecycle {
             }
         }
         if flipped_from_ready
-            && matches!(result, NodeWriteResult::Done(_))
+            && matches!(result, NodeWriteResult::Done(_) | NodeWriteResult::Simulated(_))
             && let Some(node) = index.nodes.get(name)
         {
             out.push(Action::NodeEvent(NodeEvent {

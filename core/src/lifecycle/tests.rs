@@ -1,29 +1,16 @@
 //! The node lifecycle decisions end to end through the controller state, on a fake clock, with
 //! a simulated executor that applies writes the way the API server would.
 
-use std::time::Duration;
-
 use jiff::Timestamp;
 
 use super::*;
 use crate::action::{Action, MarkPodNotReady, MarkResult, NodeWriteResult, Op};
 use crate::cache::WatchEvent;
-use crate::fixtures::{World, cond, node, pod, ts};
+use crate::fixtures::{World, cond, evicted, lifecycle_config as cfg, node, pod, taint_eviction as eviction, ts};
 use crate::index::SlimNode;
 use crate::rules;
 use crate::state::{Input, State};
 use crate::taints::{Effect, Taint, keys};
-
-fn cfg() -> Config {
-    Config {
-        grace: Grace { monitor: Duration::from_secs(50), startup: Duration::from_secs(60) },
-        monitor_period: Duration::from_secs(5),
-        rates: Rates { normal: 0.1, secondary: 0.01, large_cluster_threshold: 50 },
-        unhealthy_zone_threshold: 0.55,
-        rules: rules::upstream_defaults(),
-        mark_pods_not_ready: true,
-    }
-}
 
 fn healthy_zone(prefix: &str, zone: &str, n: usize) -> Vec<SlimNode> {
     (0..n).map(|i| node(&format!("{prefix}{i}")).zone(zone).build()).collect()
@@ -524,20 +511,6 @@ fn a_wall_clock_step_gives_every_node_a_fresh_grace_period() {
     assert_eq!(w.writes_since(0).len(), 0);
     w.advance_to(3695.0);
     assert!(w.log.iter().any(|(t, e)| *t == ts(3695.0) && matches!(e, Action::SetConditions(_))));
-}
-
-fn eviction() -> Option<crate::eviction::TaintEviction> {
-    Some(crate::eviction::TaintEviction::new(crate::eviction::Config::default()))
-}
-
-fn evicted(w: &World) -> Vec<String> {
-    w.log
-        .iter()
-        .filter_map(|(_, e)| match e {
-            Action::EvictPod(ev) => Some(ev.name.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]

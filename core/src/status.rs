@@ -1,0 +1,287 @@
+//! `status`: a read-only view of what the controller decides for a cluster, computed by the same
+//! [`State`] the controller runs, from the objects as listed: the zones and their states, the
+//! nodes that are not Ready (and since when) with their managed taints, the holds and the pause,
+//! and the pending evictions, soonest first ("what will be evicted in the next ten minutes, and
+//! why"). PURE: [`report`] and [`render_text`].
+
+use std::fmt::Write as _;
+
+use jiff::Timestamp;
+use serde::Serialize;
+
+use crate::brakes::Pause;
+use crate::eviction::{PendingState, soonest_cause};
+use crate::state::State;
+use crate::taints::MatchOptions;
+use crate::zone::{self, ZoneState};
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// RFC 3339.
+    pub generated_at: String,
+    pub pause: Pause,
+    pub all_zones_disrupted: bool,
+    pub zones: Vec<ZoneRow>,
+    pub nodes: usize,
+    pub not_ready: Vec<NodeRow>,
+    /// Nodes labelled `node-lifecycle-controller.io/hold`.
+    pub held_nodes: Vec<String>,
+    /// Soonest first.
+    pub evictions: Vec<EvictionRow>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ZoneRow {
+    /// `region/zone`, or `(none)`.
+    pub zone: String,
+    pub state: &'static str,
+    pub nodes: usize,
+    pub not_ready: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRow {
+    pub name: String,
+    pub zone: String,
+    /// `False`, `Unknown`, or `missing`.
+    pub ready: String,
+    /// The Ready condition's `lastTransitionTime`.
+    pub since: Option<String>,
+    pub held: bool,
+    /// NoExecute and NoSchedule taints of the well-known keys, as `key:Effect`.
+    pub taints: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvictionRow {
+    /// `namespace/name`.
+    pub pod: String,
+    pub node: String,
+    pub state: PendingState,
+    /// When it is (or was) due, RFC 3339; `null` while held with no deadline of its own.
+    pub deadline: Option<String>,
+    /// Seconds from now (negative: overdue).
+    pub in_seconds: Option<i64>,
+    /// The taint that makes it due soonest, `key:Effect`.
+    pub taint: String,
+    /// The `tolerationSeconds` used for it (`null`: the taint is not tolerated).
+    pub toleration_seconds: Option<i64>,
+}
+
+fn rfc3339(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn state_name(s: ZoneState) -> &'static str {
+    match s {
+        ZoneState::Initial => "Initial",
+        ZoneState::Normal => "Normal",
+        ZoneState::PartialDisruption => "PartialDisruption",
+        ZoneState::FullDisruption => "FullDisruption",
+    }
+}
+
+/// The report for the state's cache and decisions at `now`; `within` limits the evictions to
+/// those due before `now + within` (held ones are always shown).
+pub fn report(state: &State, opts: MatchOptions, now: Timestamp, within: std::time::Duration) -> Report {
+    let index = &state.cache.index;
+    let zones = state.lifecycle.as_ref().map(|l| l.zone_reports()).unwrap_or_default();
+    let mut not_ready: Vec<NodeRow> = index
+        .nodes
+        .values()
+        .filter_map(|n| {
+            let ready = n.condition("Ready");
+            if ready.is_some_and(|c| c.status == "True") {
+                return None;
+            }
+            let taints = n
+                .taints
+                .iter()
+                .filter(|t| t.key.starts_with("node.kubernetes.io/"))
+                .map(|t| format!("{}:{}", t.key, t.effect))
+                .collect();
+            Some(NodeRow {
+                name: n.name.clone(),
+                zone: zone::display(&n.zone),
+                ready: ready.map_or_else(|| "missing".to_owned(), |c| c.status.clone()),
+                since: ready.and_then(|c| c.last_transition).map(rfc3339),
+                held: n.held,
+                taints,
+            })
+        })
+        .collect();
+    not_ready.sort_by(|a, b| a.since.cmp(&b.since).then_with(|| a.name.cmp(&b.name)));
+    let horizon = now
+        .checked_add(jiff::SignedDuration::try_from(within).unwrap_or(jiff::SignedDuration::MAX))
+        .unwrap_or(Timestamp::MAX);
+    let mut evictions: Vec<(Timestamp, EvictionRow)> = state
+        .eviction
+        .as_ref()
+        .map(|e| e.pending_list())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.state == PendingState::Held || p.due <= horizon)
+        .filter_map(|p| {
+            let pod = index.pods.get(&p.key)?;
+            let node = index.nodes.get(&pod.node_name)?;
+            let (taint, seconds) = soonest_cause(pod, node, opts)?;
+            let deadline = (p.state != PendingState::Held).then_some(p.due);
+            let row = EvictionRow {
+                pod: p.key.to_string(),
+                node: pod.node_name.clone(),
+                state: p.state,
+                deadline: deadline.map(rfc3339),
+                in_seconds: deadline.map(|d| d.duration_since(now).as_secs()),
+                taint: taint.to_string(),
+                toleration_seconds: seconds,
+            };
+            Some((p.due, row))
+        })
+        .collect();
+    evictions.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.pod.cmp(&b.1.pod)));
+    let mut held_nodes: Vec<String> = index.nodes.values().filter(|n| n.held).map(|n| n.name.clone()).collect();
+    held_nodes.sort();
+    Report {
+        generated_at: rfc3339(now),
+        pause: state.pause(),
+        all_zones_disrupted: state.lifecycle.as_ref().is_some_and(|l| l.all_zones_disrupted()),
+        zones: zones
+            .into_iter()
+            .map(|z| ZoneRow {
+                zone: zone::display(&z.zone),
+                state: state_name(z.state),
+                nodes: z.size,
+                not_ready: z.unhealthy,
+            })
+            .collect(),
+        nodes: index.nodes.len(),
+        not_ready,
+        held_nodes,
+        evictions: evictions.into_iter().map(|(_, r)| r).collect(),
+    }
+}
+
+fn countdown(secs: Option<i64>) -> String {
+    match secs {
+        None => "-".to_owned(),
+        Some(s) if s <= 0 => "due".to_owned(),
+        Some(s) if s < 60 => format!("{s}s"),
+        Some(s) if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
+        Some(s) => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// A compact table for people (and for `status -w`, which redraws it in place).
+pub fn render_text(r: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "node-lifecycle-controller status at {}   pause: {}", r.generated_at, r.pause);
+    if r.all_zones_disrupted {
+        let _ =
+            writeln!(out, "EVERY ZONE IS DOWN: no NoExecute taint is added (the control plane is the likely fault)");
+    }
+    let _ = writeln!(out, "\nZONE                      STATE               NODES  NOT READY");
+    for z in &r.zones {
+        let _ = writeln!(out, "{:<25} {:<19} {:>5}  {:>9}", z.zone, z.state, z.nodes, z.not_ready);
+    }
+    let _ = writeln!(out, "\nNOT READY ({} of {} nodes)", r.not_ready.len(), r.nodes);
+    if !r.not_ready.is_empty() {
+        let _ = writeln!(out, "NODE                      READY    SINCE                 HOLD  TAINTS");
+        for n in &r.not_ready {
+            let since = n.since.as_deref().unwrap_or("-");
+            let hold = if n.held { "yes" } else { "" };
+            let _ = writeln!(out, "{:<25} {:<8} {:<21} {:<5} {}", n.name, n.ready, since, hold, n.taints.join(","));
+        }
+    }
+    if !r.held_nodes.is_empty() {
+        let _ = writeln!(out, "\nHELD (nothing is evicted from them): {}", r.held_nodes.join(", "));
+    }
+    let _ = writeln!(out, "\nEVICTIONS ({})", r.evictions.len());
+    if !r.evictions.is_empty() {
+        let _ = writeln!(
+            out,
+            "IN        STATE      POD                                 NODE                      TAINT (TOLERATED FOR)"
+        );
+        for e in &r.evictions {
+            let tolerated = e.toleration_seconds.map_or_else(|| "not tolerated".to_owned(), |s| format!("{s}s"));
+            let state =
+                serde_json::to_value(e.state).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "{:<9} {:<10} {:<35} {:<25} {} ({tolerated})",
+                countdown(e.in_seconds),
+                state,
+                e.pod,
+                e.node,
+                e.taint
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::WatchEvent;
+    use crate::eviction::TaintEviction;
+    use crate::fixtures::{lifecycle_config, no_execute, node, pod, ts};
+    use crate::lifecycle::NodeLifecycle;
+    use crate::state::Input;
+    use crate::taints::keys;
+
+    #[test]
+    fn what_will_be_evicted_soonest_first_and_why() {
+        let mut state =
+            State::new(Some(TaintEviction::new(Default::default())), Some(NodeLifecycle::new(lifecycle_config())));
+        let down = node("down").zone("a").unknown().taint(no_execute(keys::UNREACHABLE, Some(-100.0))).build();
+        let held = node("held").zone("a").unknown().held().taint(no_execute(keys::UNREACHABLE, Some(-100.0))).build();
+        let inputs = vec![
+            Input::Node(WatchEvent::Init),
+            Input::Node(WatchEvent::InitApply(down)),
+            Input::Node(WatchEvent::InitApply(held)),
+            Input::Node(WatchEvent::InitApply(node("up").zone("a").build())),
+            Input::Node(WatchEvent::InitDone),
+            Input::Pod(WatchEvent::Init),
+            Input::Pod(WatchEvent::InitApply(pod("late").on("down").tolerates(keys::UNREACHABLE, Some(600)).build())),
+            Input::Pod(WatchEvent::InitApply(pod("soon").on("down").tolerates(keys::UNREACHABLE, Some(120)).build())),
+            Input::Pod(WatchEvent::InitApply(pod("now").on("down").build())),
+            Input::Pod(WatchEvent::InitApply(pod("kept").on("held").build())),
+            Input::Pod(WatchEvent::InitDone),
+            Input::Lease(WatchEvent::Init),
+            Input::Lease(WatchEvent::InitDone),
+        ];
+        let mut out = vec![];
+        for i in inputs {
+            state.handle(i, ts(0.0), &mut out);
+        }
+        state.after_batch(ts(0.0), &mut out);
+        let r = report(&state, MatchOptions::default(), ts(0.0), std::time::Duration::from_secs(600));
+        let pods: Vec<(&str, PendingState, Option<i64>)> =
+            r.evictions.iter().map(|e| (e.pod.as_str(), e.state, e.in_seconds)).collect();
+        assert_eq!(
+            pods,
+            vec![
+                ("ns/kept", PendingState::Held, None),
+                ("ns/now", PendingState::Evicting, Some(0)),
+                ("ns/soon", PendingState::Scheduled, Some(20)),
+                ("ns/late", PendingState::Scheduled, Some(500)),
+            ]
+        );
+        assert_eq!(r.evictions[3].taint, "node.kubernetes.io/unreachable:NoExecute");
+        assert_eq!(r.evictions[3].toleration_seconds, Some(600));
+        assert_eq!(r.evictions[1].toleration_seconds, None, "not tolerated");
+        assert_eq!(r.held_nodes, vec!["held"]);
+        assert_eq!(r.not_ready.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), vec!["down", "held"]);
+        assert_eq!((r.zones[0].nodes, r.zones[0].not_ready, r.zones[0].state), (3, 2, "Normal"));
+        // Only the next minute: the late one is left out.
+        let r = report(&state, MatchOptions::default(), ts(0.0), std::time::Duration::from_secs(60));
+        assert!(r.evictions.iter().all(|e| e.pod != "ns/late"));
+        let text = render_text(&r);
+        assert!(text.contains("ns/soon") && text.contains("20s") && text.contains("(120s)"), "{text}");
+        assert!(text.contains("HELD (nothing is evicted from them): held"), "{text}");
+    }
+}

@@ -1,0 +1,139 @@
+//! `status` (also `kubectl nlc status`, installed as `kubectl-nlc`): a read-only view of the
+//! cluster through the kubeconfig, computed by the controller's own pure code
+//! ([`nlc_core::status`]): zones, not-Ready nodes, holds and pause, and the evictions due next.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use kube::api::{Api, ListParams};
+use nlc_core::brakes::{PAUSE_CONFIGMAP, Pause};
+use nlc_core::cache::WatchEvent;
+use nlc_core::eviction::TaintEviction;
+use nlc_core::flags::parse_duration;
+use nlc_core::index::{SlimLease, SlimNode, SlimPod};
+use nlc_core::lifecycle::NodeLifecycle;
+use nlc_core::selector::Selector;
+use nlc_core::state::{Input, State};
+use nlc_core::status::{Report, render_text, report};
+use nlc_core::taints::MatchOptions;
+
+use crate::controller::NODE_LEASE_NAMESPACE;
+use crate::error::Result;
+use crate::lifecycle::LifecycleArgs;
+use crate::runtime::args::ClientArgs;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// The controller's namespace (where its pause ConfigMap lives).
+    #[arg(long, default_value = "node-lifecycle-controller", env = "NLC_NAMESPACE")]
+    pub namespace: String,
+    /// Show the evictions due within this long (held ones are always shown).
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub within: Duration,
+    /// Redraw every `--interval` in place, like `top` (Ctrl-C stops); with `-o json`, one JSON
+    /// document per line.
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+    /// How often `-w` redraws.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
+    pub output: OutputFormat,
+    /// Honour the `Lt` / `Gt` toleration operators, as the controller does with the same flag.
+    #[arg(long)]
+    pub enable_comparison_operators: bool,
+    /// The controller's node lifecycle flags (its taint rules, grace periods and rates shape
+    /// what it decides).
+    #[command(flatten)]
+    pub lifecycle: LifecycleArgs,
+}
+
+pub async fn run(args: StatusArgs) -> Result<()> {
+    let StatusArgs { client, namespace, within, watch, interval, output, enable_comparison_operators, lifecycle } =
+        args;
+    let opts = MatchOptions { comparison_operators: enable_comparison_operators };
+    let lifecycle = lifecycle.into_config()?.decisions;
+    let client = crate::runtime::client::client(&client).await?;
+    loop {
+        let r = snapshot(&client, &namespace, lifecycle.clone(), opts, within).await?;
+        let mut out = std::io::stdout().lock();
+        let written = match output {
+            OutputFormat::Json if watch => writeln!(out, "{}", json(&r)),
+            OutputFormat::Json => writeln!(out, "{}", pretty(&r)),
+            // Home and clear, then the table: redrawn in place.
+            OutputFormat::Text if watch => write!(out, "\x1b[H\x1b[2J{}", render_text(&r)),
+            OutputFormat::Text => write!(out, "{}", render_text(&r)),
+        };
+        let flushed = written.and_then(|()| out.flush());
+        if let Err(source) = flushed {
+            return Err(crate::Error::Io { what: "writing to stdout".into(), source });
+        }
+        drop(out);
+        if !watch {
+            return Ok(());
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    }
+}
+
+fn json(r: &Report) -> String {
+    serde_json::to_string(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+fn pretty(r: &Report) -> String {
+    serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// Lists what the controller watches and runs its state over it, as a controller that has just
+/// started would decide.
+async fn snapshot(
+    client: &kube::Client,
+    namespace: &str,
+    lifecycle: Option<nlc_core::lifecycle::Config>,
+    opts: MatchOptions,
+    within: Duration,
+) -> Result<Report> {
+    let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await?;
+    let pods = Api::<Pod>::all(client.clone()).list(&ListParams::default().fields("spec.nodeName!=")).await?;
+    let leases = Api::<Lease>::namespaced(client.clone(), NODE_LEASE_NAMESPACE).list(&ListParams::default()).await?;
+    // A viewer may not be allowed to read the pause: then it is shown as none.
+    let pause = match Api::<ConfigMap>::namespaced(client.clone(), namespace).get_opt(PAUSE_CONFIGMAP).await {
+        Ok(cm) => Pause::from_data(cm.as_ref().and_then(|c| c.data.as_ref())).0,
+        Err(e) => {
+            tracing::debug!(error = %e, "reading the pause ConfigMap");
+            Pause::None
+        }
+    };
+    let eviction = nlc_core::eviction::Config { match_options: opts, ..Default::default() };
+    let mut state = State::new(Some(TaintEviction::new(eviction)), lifecycle.map(NodeLifecycle::new));
+    let all = Selector::default();
+    let mut inputs = vec![Input::Node(WatchEvent::Init)];
+    inputs.extend(nodes.items.iter().map(|n| Input::Node(WatchEvent::InitApply(SlimNode::new(n, &all)))));
+    inputs.extend([Input::Node(WatchEvent::InitDone), Input::Pod(WatchEvent::Init)]);
+    inputs.extend(pods.items.iter().map(|p| Input::Pod(WatchEvent::InitApply(SlimPod::from(p)))));
+    inputs.extend([Input::Pod(WatchEvent::InitDone), Input::Lease(WatchEvent::Init)]);
+    inputs.extend(leases.items.iter().map(|l| Input::Lease(WatchEvent::InitApply(SlimLease::from(l)))));
+    inputs.extend([Input::Lease(WatchEvent::InitDone), Input::Pause(pause)]);
+    let now = jiff::Timestamp::now();
+    let mut actions = Vec::new(); // what the controller would do now; nothing is carried out
+    for input in inputs {
+        state.handle(input, now, &mut actions);
+    }
+    state.after_batch(now, &mut actions);
+    Ok(report(&state, opts, now, within))
+}
