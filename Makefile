@@ -15,6 +15,7 @@ run:
 	scripts/run.sh $(ARGS)
 
 test: controlplane
+	$(CARGO) build --locked -p nlc-testenv --bin controlplane
 	$(CARGO) test --workspace --locked
 
 # The container image from the real Dockerfile (local stand-ins for the base images; see the script).

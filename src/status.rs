@@ -17,7 +17,7 @@ use nlc_core::index::{SlimLease, SlimNode, SlimPod};
 use nlc_core::lifecycle::NodeLifecycle;
 use nlc_core::selector::Selector;
 use nlc_core::state::{Input, State};
-use nlc_core::status::{Report, render_text, report};
+use nlc_core::status::{Report, evicted_rows, render_text, report};
 use nlc_core::taints::MatchOptions;
 
 use crate::controller::NODE_LEASE_NAMESPACE;
@@ -135,5 +135,22 @@ async fn snapshot(
         state.handle(input, now, &mut actions);
     }
     state.after_batch(now, &mut actions);
-    Ok(report(&state, opts, now, within))
+    let mut r = report(&state, opts, now, within);
+    r.evicted = evicted_rows(pods.items.iter().filter_map(evicted_by_taint), now, within);
+    Ok(r)
+}
+
+/// A terminating pod the taint eviction controller deleted: its key, node, and when (the
+/// `DisruptionTarget` condition it set first).
+fn evicted_by_taint(pod: &Pod) -> Option<(String, String, jiff::Timestamp)> {
+    pod.metadata.deletion_timestamp.as_ref()?;
+    let status = pod.status.as_ref()?;
+    let cond = status.conditions.as_ref()?.iter().find(|c| {
+        c.type_ == "DisruptionTarget"
+            && c.status == "True"
+            && c.reason.as_deref() == Some(crate::controller::executor::DELETION_BY_TAINT_MANAGER)
+    })?;
+    let at = cond.last_transition_time.as_ref()?.0;
+    let key = format!("{}/{}", pod.metadata.namespace.as_deref()?, pod.metadata.name.as_deref()?);
+    Some((key, pod.spec.as_ref()?.node_name.clone()?, at))
 }

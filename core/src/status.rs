@@ -29,6 +29,39 @@ pub struct Report {
     pub held_nodes: Vec<String>,
     /// Soonest first.
     pub evictions: Vec<EvictionRow>,
+    /// Pods the taint eviction controller deleted within the window that are still terminating
+    /// (their `DisruptionTarget` condition says when), newest first.
+    pub evicted: Vec<EvictedRow>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvictedRow {
+    /// `namespace/name`.
+    pub pod: String,
+    pub node: String,
+    /// RFC 3339.
+    pub at: String,
+    pub seconds_ago: i64,
+}
+
+/// The `evicted` rows: `(pod, node, when)` of terminating pods, within `within` before `now`.
+pub fn evicted_rows(
+    pods: impl IntoIterator<Item = (String, String, Timestamp)>,
+    now: Timestamp,
+    within: std::time::Duration,
+) -> Vec<EvictedRow> {
+    let window = i64::try_from(within.as_secs()).unwrap_or(i64::MAX);
+    let mut rows: Vec<(Timestamp, EvictedRow)> = pods
+        .into_iter()
+        .map(|(pod, node, at)| {
+            let seconds_ago = now.duration_since(at).as_secs();
+            (at, EvictedRow { pod, node, at: rfc3339(at), seconds_ago })
+        })
+        .filter(|(_, r)| r.seconds_ago <= window)
+        .collect();
+    rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.pod.cmp(&b.1.pod)));
+    rows.into_iter().map(|(_, r)| r).collect()
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -162,6 +195,7 @@ pub fn report(state: &State, opts: MatchOptions, now: Timestamp, within: std::ti
         not_ready,
         held_nodes,
         evictions: evictions.into_iter().map(|(_, r)| r).collect(),
+        evicted: Vec::new(),
     }
 }
 
@@ -218,6 +252,14 @@ pub fn render_text(r: &Report) -> String {
                 e.node,
                 e.taint
             );
+        }
+    }
+    if !r.evicted.is_empty() {
+        let _ = writeln!(out, "\nEVICTED, STILL TERMINATING ({})", r.evicted.len());
+        let _ = writeln!(out, "AGO       POD                                 NODE");
+        for e in &r.evicted {
+            let ago = if e.seconds_ago <= 0 { "now".to_owned() } else { countdown(Some(e.seconds_ago)) };
+            let _ = writeln!(out, "{ago:<9} {:<35} {}", e.pod, e.node);
         }
     }
     out
@@ -283,5 +325,17 @@ mod tests {
         let text = render_text(&r);
         assert!(text.contains("ns/soon") && text.contains("20s") && text.contains("(120s)"), "{text}");
         assert!(text.contains("HELD (nothing is evicted from them): held"), "{text}");
+    }
+
+    #[test]
+    fn evicted_pods_newest_first_within_the_window() {
+        let pods = vec![
+            ("ns/old".to_owned(), "n".to_owned(), ts(-900.0)),
+            ("ns/a".to_owned(), "n".to_owned(), ts(-30.0)),
+            ("ns/b".to_owned(), "n".to_owned(), ts(-5.0)),
+        ];
+        let rows = evicted_rows(pods, ts(0.0), std::time::Duration::from_secs(600));
+        let got: Vec<(&str, i64)> = rows.iter().map(|r| (r.pod.as_str(), r.seconds_ago)).collect();
+        assert_eq!(got, vec![("ns/b", 5), ("ns/a", 30)]);
     }
 }

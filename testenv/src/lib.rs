@@ -9,6 +9,7 @@
 //!
 //! Missing binaries are an error that names the command that builds them: tests never skip.
 
+pub mod demo;
 pub mod pki;
 
 use std::io::Write;

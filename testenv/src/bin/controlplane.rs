@@ -5,6 +5,9 @@
 //!   controlplane stop             stop the background control plane
 //!   controlplane exec -- CMD...   start, run CMD with KUBECONFIG set, stop when CMD ends
 //!   controlplane kubeconfig       print the background control plane's kubeconfig path
+//!   controlplane demo --controller BIN [--stop-after SECS] [-- RUN-FLAGS...]
+//!                                 start, run the controller over simulated nodes, stop one
+//!                                 node, show `status -w`; Ctrl-C stops everything
 
 use std::process::{Command, ExitCode};
 
@@ -14,6 +17,7 @@ use nlc_testenv::{ControlPlane, Options, cache_root, stop_detached};
 fn usage() -> ExitCode {
     eprintln!(
         "usage: controlplane start | stop | kubeconfig | exec -- COMMAND [ARGS...]\n\
+         \x20      controlplane demo --controller BIN [--stop-after SECS] [--stop-kubelet-after SECS] [-- RUN-FLAGS...]\n\
          \n\
          Binaries come from $KUBEBUILDER_ASSETS or from scripts/build-controlplane.sh's cache\n\
          ({}).",
@@ -31,6 +35,13 @@ fn main() -> ExitCode {
             println!("{}", cache_root().join("dev").join("kubeconfig").display());
             Ok(())
         }
+        Some("demo") => match demo_options(&args[1..]) {
+            Ok(opts) => demo(opts),
+            Err(e) => {
+                eprintln!("controlplane: {e:#}");
+                return usage();
+            }
+        },
         Some("exec") => match args.iter().position(|a| a == "--") {
             Some(i) if i + 1 < args.len() => exec(&args[i + 1..]),
             _ => return usage(),
@@ -72,4 +83,37 @@ fn exec(cmd: &[String]) -> Result<()> {
         bail!("{} exited with {status}", cmd[0]);
     }
     Ok(())
+}
+
+fn demo_options(args: &[String]) -> Result<nlc_testenv::demo::Options> {
+    let mut opts = nlc_testenv::demo::Options::default();
+    let secs = |v: Option<&String>, flag: &str| -> Result<std::time::Duration> {
+        let v = v.with_context(|| format!("{flag} needs a value"))?;
+        let n: u64 = v.parse().with_context(|| format!("{flag} {v:?} is not a whole number of seconds"))?;
+        Ok(std::time::Duration::from_secs(n))
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--controller" => opts.controller = it.next().context("--controller needs a path")?.into(),
+            "--stop-after" => opts.stop_after = Some(secs(it.next(), a)?),
+            "--stop-kubelet-after" => opts.stop_kubelet_after = secs(it.next(), a)?,
+            "--" => {
+                opts.controller_args = it.cloned().collect();
+                break;
+            }
+            other => bail!("unknown demo argument {other:?}"),
+        }
+    }
+    Ok(opts)
+}
+
+fn demo(opts: nlc_testenv::demo::Options) -> Result<()> {
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let cp = ControlPlane::start(Options::default())?;
+    eprintln!("demo: kube-apiserver {} at {}; KUBECONFIG={}", cp.version, cp.server, cp.kubeconfig.display());
+    let result = rt.block_on(nlc_testenv::demo::run(&cp, opts));
+    drop(cp);
+    eprintln!("demo: stopped; nothing left running");
+    result
 }
