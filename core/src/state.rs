@@ -36,7 +36,7 @@ pub enum Input {
         node: String,
         result: NodeWriteResult,
     },
-    /// The pause ConfigMap changed (docs/spec.md §9).
+    /// The pause ConfigMap changed (docs/spec.md §11).
     Pause(Pause),
 }
 

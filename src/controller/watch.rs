@@ -113,7 +113,7 @@ pub async fn run<K, S, I>(
     }
 }
 
-/// Watches the pause ConfigMap (docs/spec.md §9) and tells the controller task its value: a
+/// Watches the pause ConfigMap (docs/spec.md §11) and tells the controller task its value: a
 /// missing ConfigMap is no pause.
 pub async fn pause(
     client: kube::Client,

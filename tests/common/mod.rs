@@ -2,6 +2,8 @@
 //! nodes (by label), and small builders for nodes and pods.
 #![allow(dead_code)]
 
+pub mod yaml;
+
 use std::collections::HashMap;
 use std::collections::HashSet;
 use std::process::Stdio;

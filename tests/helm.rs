@@ -1,0 +1,304 @@
+//! The Helm chart as users install it: `helm lint`; broken values refused with a clear error;
+//! every value set rendered by `helm template` and server-side applied to the real API server;
+//! the same objects, RBAC and pod specs as the kustomize overlays (whose RBAC
+//! tests/manifests.rs proves sufficient); and the alerts checked and unit-tested by promtool.
+//! helm and promtool are built from their Go modules by scripts/build-controlplane.sh.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use common::yaml::{apply, documents, file};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+use nlc_testenv::shared;
+use serde_json::{Value, json};
+
+const CHART: &str = "charts/node-lifecycle-controller";
+const KUBE_VERSION: &str = "1.33.0";
+
+fn tool(name: &str) -> PathBuf {
+    nlc_testenv::tool(name).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+fn chart() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(CHART)
+}
+
+/// `helm template <release> -n <namespace> <values...>`: Ok(documents) or Err(stderr).
+fn template(release: &str, namespace: &str, values: &[&str]) -> Result<Vec<Value>, String> {
+    let out = std::process::Command::new(tool("helm"))
+        .args(["template", release])
+        .arg(chart())
+        .args(["--namespace", namespace, "--kube-version", KUBE_VERSION])
+        .args(values)
+        .output()
+        .expect("run helm");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(documents(&String::from_utf8_lossy(&out.stdout), release))
+}
+
+fn kustomize(dir: &str) -> Vec<Value> {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let out = std::process::Command::new(tool("kustomize")).arg("build").arg(&full).output().expect("kustomize");
+    assert!(out.status.success(), "kustomize build {dir}: {}", String::from_utf8_lossy(&out.stderr));
+    documents(&String::from_utf8_lossy(&out.stdout), dir)
+}
+
+const EVERYTHING: &[&str] = &[
+    "--set=webhook.enabled=true",
+    "--set=metrics.serviceMonitor.enabled=true",
+    "--set=prometheusRule.enabled=true",
+    "--set=controller.nodeSelector.kubernetes\\.io/os=linux",
+    "--set=controller.config.taintRules[0].condition=KernelDeadlock",
+    "--set=controller.config.taintRules[0].status=True",
+    "--set=controller.config.taintRules[0].key=example.com/kernel-deadlock",
+    "--set=controller.config.taintRules[0].effect=NoExecute",
+    "--set-json=controller.flags={\"eviction-mode\":\"evict\",\"node-monitor-grace-period\":\"50s\",\"taint-rule\":[\"A=True:example.com/a:NoSchedule\"]}",
+    "--set=webhook.flags.default-not-ready-toleration-seconds=120",
+];
+
+#[test]
+fn helm_lint_passes_and_broken_values_are_refused_clearly() {
+    for values in [&[][..], EVERYTHING] {
+        let out = std::process::Command::new(tool("helm"))
+            .arg("lint")
+            .arg(chart())
+            .args(values)
+            .output()
+            .expect("run helm lint");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "helm lint {values:?}:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let refused = |values: &[&str]| template("nlc", "nlc", values).expect_err("rendered broken values");
+    let e = refused(&["--set=controller.replicas=two"]);
+    assert!(e.contains("/controller/replicas") && e.contains("want integer"), "{e}");
+    let e = refused(&["--set=controller.replica=2"]);
+    assert!(e.contains("additional properties 'replica' not allowed"), "{e}");
+    let e = refused(&["--set=webhook.failurePolicy=Sometimes"]);
+    assert!(e.contains("/webhook/failurePolicy"), "{e}");
+    let e = refused(&["--set=webhook.enabled=true", "--set=webhook.certManager.enabled=false"]);
+    assert!(e.contains("needs webhook.tls.caBundle"), "{e}");
+    let e = refused(&["--set=controller.flags.Bad_Flag=1"]);
+    assert!(e.contains("Bad_Flag"), "{e}");
+}
+
+/// The set of objects, with what matters of each, for comparing the two renderings.
+fn essentials(docs: &[Value]) -> BTreeSet<String> {
+    docs.iter()
+        .filter(|d| d["kind"] != "Namespace")
+        .map(|d| {
+            let kind = d["kind"].as_str().unwrap_or_default();
+            let what = match kind {
+                "ClusterRole" | "Role" => d["rules"].clone(),
+                "ClusterRoleBinding" | "RoleBinding" => json!([d["roleRef"]["name"], d["subjects"]]),
+                "Deployment" => {
+                    let mut pod = d["spec"]["template"]["spec"].clone();
+                    // Selector labels differ (helm's carry the release); their shape is checked below.
+                    pod["affinity"] = Value::Null;
+                    pod["topologySpreadConstraints"] = Value::Null;
+                    pod["containers"][0]["image"] = Value::Null;
+                    json!([d["spec"]["replicas"], d["spec"]["strategy"], pod])
+                }
+                "PodDisruptionBudget" => d["spec"]["minAvailable"].clone(),
+                "Service" => d["spec"]["ports"].clone(),
+                "MutatingWebhookConfiguration" => json!([d["webhooks"], d["metadata"]["annotations"]]),
+                "Certificate" => {
+                    let mut spec = d["spec"].clone();
+                    spec["issuerRef"] = json!(spec["issuerRef"]["kind"]);
+                    spec
+                }
+                _ => d["spec"].clone(),
+            };
+            format!("{kind} {}/{} {what}", d["metadata"]["namespace"].as_str().unwrap_or(""), d["metadata"]["name"])
+        })
+        .collect()
+}
+
+#[test]
+fn the_chart_renders_what_the_kustomize_overlays_do() {
+    let ns = "node-lifecycle-controller";
+    let pairs = [
+        ("manifests/base", vec![]),
+        ("manifests/overlays/webhook", vec!["--set=webhook.enabled=true", "--set=webhook.certManager.enabled=true"]),
+    ];
+    for (overlay, values) in pairs {
+        let mut helm = template(ns, ns, &values).unwrap_or_else(|e| panic!("{e}"));
+        // The chart leaves the namespace to `helm install --create-namespace`; its pod template
+        // carries a config checksum.
+        for d in &mut helm {
+            if let Some(a) = d.pointer_mut("/spec/template/metadata/annotations").and_then(Value::as_object_mut) {
+                a.remove("checksum/config");
+            }
+        }
+        let (h, k) = (essentials(&helm), essentials(&kustomize(overlay)));
+        let only_helm: Vec<&String> = h.difference(&k).collect();
+        let only_kustomize: Vec<&String> = k.difference(&h).collect();
+        assert!(
+            only_helm.is_empty() && only_kustomize.is_empty(),
+            "{overlay}: the chart differs\nonly in helm:\n{only_helm:#?}\nonly in kustomize:\n{only_kustomize:#?}"
+        );
+        for d in helm.iter().filter(|d| d["kind"] == "Deployment") {
+            let pod = &d["spec"]["template"]["spec"];
+            let selector = &d["spec"]["selector"]["matchLabels"];
+            let anti = &pod["affinity"]["podAntiAffinity"];
+            let term = anti["requiredDuringSchedulingIgnoredDuringExecution"][0]
+                .as_object()
+                .or_else(|| anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"].as_object())
+                .unwrap_or_else(|| panic!("no anti-affinity: {pod:#}"));
+            assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
+            assert_eq!(&term["labelSelector"]["matchLabels"], selector, "anti-affinity selects the Deployment's pods");
+            let spread = &pod["topologySpreadConstraints"][0];
+            assert_eq!(spread["topologyKey"], "topology.kubernetes.io/zone");
+            assert_eq!(&spread["labelSelector"]["matchLabels"], selector);
+        }
+    }
+}
+
+async fn create_namespace(client: &kube::Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns");
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("namespace");
+}
+
+#[tokio::test]
+async fn every_value_set_applies_to_the_api_server() {
+    let client = shared().client().await;
+    for crd in file("tests/testdata/cert-manager-crds.yaml")
+        .iter()
+        .chain(&file("tests/testdata/prometheus-operator-crds.yaml"))
+    {
+        apply(&client, crd).await.expect("CRD");
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await; // CRDs become served asynchronously
+    let ca = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==";
+    let no_cert_manager = [
+        "--set=webhook.enabled=true".to_owned(),
+        "--set=webhook.certManager.enabled=false".to_owned(),
+        format!("--set=webhook.tls.caBundle={ca}"),
+    ];
+    let sets: Vec<(&str, Vec<String>)> = vec![
+        ("defaults", vec![]),
+        ("everything", EVERYTHING.iter().map(|s| (*s).to_owned()).collect()),
+        ("own-certificates", no_cert_manager.to_vec()),
+        ("shadow", vec!["--set=controller.dryRun=true".into(), "--set=controller.replicas=1".into()]),
+    ];
+    for (i, (name, values)) in sets.iter().enumerate() {
+        let release = format!("nlc-{name}");
+        let ns = format!("helm-{i}");
+        create_namespace(&client, &ns).await;
+        let values: Vec<&str> = values.iter().map(String::as_str).collect();
+        let docs = template(&release, &ns, &values).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for doc in &docs {
+            let what = format!("{name}: {} {}", doc["kind"], doc["metadata"]["name"]);
+            apply(&client, doc).await.unwrap_or_else(|e| panic!("{what} refused: {e}"));
+        }
+        let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+        match *name {
+            "everything" => {
+                for k in
+                    ["ServiceMonitor", "PrometheusRule", "Certificate", "MutatingWebhookConfiguration", "ConfigMap"]
+                {
+                    assert!(kinds.contains(k), "{name}: no {k}: {kinds:?}");
+                }
+                let args = docs
+                    .iter()
+                    .find(|d| {
+                        d["kind"] == "Deployment"
+                            && d["metadata"]["name"] == format!("{release}-node-lifecycle-controller")
+                    })
+                    .map(|d| d["spec"]["template"]["spec"]["containers"][0]["args"].clone())
+                    .unwrap_or_default();
+                for want in [
+                    "--eviction-mode=evict",
+                    "--taint-rule=A=True:example.com/a:NoSchedule",
+                    "--config=/etc/node-lifecycle-controller/config.yaml",
+                    "--leader-elect-resource-name=nlc-everything-node-lifecycle-controller",
+                ] {
+                    assert!(args.as_array().is_some_and(|a| a.iter().any(|x| x == want)), "{want} not in {args}");
+                }
+            }
+            "shadow" => {
+                let args = docs
+                    .iter()
+                    .find(|d| d["kind"] == "Deployment")
+                    .map(|d| d["spec"]["template"]["spec"]["containers"][0]["args"].clone())
+                    .unwrap_or_default();
+                assert!(
+                    args.as_array().is_some_and(
+                        |a| a.iter().any(|x| x == "--dry-run") && a.iter().any(|x| x == "--leader-elect=false")
+                    ),
+                    "{args}"
+                );
+            }
+            _ => {}
+        }
+        // No webhook configuration may stay behind: its service has no backend here.
+        let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
+            Api::all(client.clone());
+        for d in docs.iter().filter(|d| d["kind"] == "MutatingWebhookConfiguration") {
+            let n = d["metadata"]["name"].as_str().unwrap_or_default();
+            webhooks.delete(n, &Default::default()).await.expect("delete webhook configuration");
+        }
+    }
+}
+
+#[test]
+fn the_alerts_are_valid_and_fire_when_they_should() {
+    let ns = "node-lifecycle-controller";
+    let docs = template(ns, ns, &["--set=prometheusRule.enabled=true"]).unwrap_or_else(|e| panic!("{e}"));
+    let rule = docs.iter().find(|d| d["kind"] == "PrometheusRule").expect("a PrometheusRule");
+    let dir = std::env::temp_dir().join(format!("nlc-alerts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    // The full rules, annotations and all: promtool checks expressions and templates.
+    let full = json!({"groups": rule["spec"]["groups"]});
+    std::fs::write(dir.join("full.yaml"), serde_json::to_string_pretty(&full).expect("json")).expect("write");
+    let promtool = tool("promtool");
+    let out = std::process::Command::new(&promtool)
+        .arg("check")
+        .arg("rules")
+        .arg(dir.join("full.yaml"))
+        .output()
+        .expect("promtool");
+    assert!(
+        out.status.success(),
+        "promtool check rules:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Every alert has a runbook in the README.
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).expect("README");
+    let mut rules = rule["spec"]["groups"][0]["rules"].as_array().cloned().unwrap_or_default();
+    assert!(rules.len() >= 9, "{rules:#?}");
+    for r in &mut rules {
+        let alert = r["alert"].as_str().unwrap_or_default().to_owned();
+        let anchor = format!("#{}", alert.to_lowercase());
+        assert_eq!(r["annotations"]["runbook_url"].as_str().map(|u| u.ends_with(&anchor)), Some(true), "{alert}");
+        assert!(readme.contains(&format!("### {alert}")), "README has no runbook for {alert}");
+        if let Some(o) = r.as_object_mut() {
+            o.remove("annotations");
+        }
+    }
+    let bare = json!({"groups": [{"name": "node-lifecycle-controller", "rules": rules}]});
+    std::fs::write(dir.join("rules.yaml"), serde_json::to_string_pretty(&bare).expect("json")).expect("write");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/alerts.test.yaml"),
+        dir.join("alerts.test.yaml"),
+    )
+    .expect("copy");
+    let out = std::process::Command::new(&promtool)
+        .arg("test")
+        .arg("rules")
+        .arg(dir.join("alerts.test.yaml"))
+        .output()
+        .expect("promtool");
+    assert!(
+        out.status.success(),
+        "promtool test rules:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
