@@ -41,6 +41,9 @@ pub enum Command {
     /// pause, the evictions due next (read-only; also `kubectl nlc status` when installed as
     /// `kubectl-nlc`).
     Status(Box<StatusArgs>),
+    /// Print the CustomResourceDefinitions the webhook's toleration rules use (TolerationRule), as
+    /// YAML for `kubectl apply -f -`.
+    Crds,
 }
 
 #[cfg(test)]

@@ -1,10 +1,16 @@
 //! `explain`: reads a Node and a Pod (files, stdin or the cluster) and prints what
-//! [`nlc_core::explain`] decides for them.
+//! [`nlc_core::explain`] decides for them; with `--admission`, what each admission plugin and
+//! toleration rule would do to the pod ([`nlc_core::admission::explain`]).
 
 use std::io::Read as _;
 
 use clap::{Args, ValueEnum};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use nlc_core::admission::explain::{explain as admission_explain, render_text as admission_render};
+use nlc_core::admission::restriction::RestrictionConfig;
+use nlc_core::admission::toleration_rules::{RuleSet, TolerationRule};
+use nlc_core::admission::{Context, NamespaceInfo, Plugins};
+use nlc_core::default_tolerations::DefaultTolerationSeconds;
 use nlc_core::explain::{explain, parse_manifest, render_text};
 use nlc_core::taints::MatchOptions;
 
@@ -19,9 +25,10 @@ pub enum OutputFormat {
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
-    /// A Node manifest (YAML or JSON; `-` for stdin), or with --from-cluster a node name.
-    #[arg(long)]
-    pub node: String,
+    /// A Node manifest (YAML or JSON; `-` for stdin), or with --from-cluster a node name
+    /// (not with --admission).
+    #[arg(long, required_unless_present = "admission")]
+    pub node: Option<String>,
     /// A Pod manifest (YAML or JSON; `-` for stdin), or with --from-cluster `namespace/name`.
     #[arg(long)]
     pub pod: String,
@@ -35,6 +42,21 @@ pub struct ExplainArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
     pub output: OutputFormat,
+    /// What the admission webhook's plugins (DefaultTolerationSeconds, PodTolerationRestriction,
+    /// ExtendedResourceToleration, toleration rules) would do to the pod on CREATE, and why.
+    /// The namespace and the rules come from --namespace-manifest and --rules, or with
+    /// --from-cluster from the cluster.
+    #[arg(long)]
+    pub admission: bool,
+    /// With --admission: the pod's Namespace manifest (its labels and annotations).
+    #[arg(long, requires = "admission")]
+    pub namespace_manifest: Option<String>,
+    /// With --admission: TolerationRule manifests (YAML, several documents).
+    #[arg(long, requires = "admission")]
+    pub rules: Option<String>,
+    /// With --admission: PodTolerationRestriction's cluster-wide Configuration file.
+    #[arg(long, requires = "admission")]
+    pub pod_toleration_restriction_config: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -44,7 +66,23 @@ fn input(source_name: &str, problem: impl ToString) -> crate::Error {
 }
 
 pub async fn run(args: ExplainArgs) -> Result<()> {
-    let ExplainArgs { node, pod, from_cluster, enable_comparison_operators, output, client } = args;
+    let ExplainArgs {
+        node,
+        pod,
+        from_cluster,
+        enable_comparison_operators,
+        output,
+        admission,
+        namespace_manifest,
+        rules,
+        pod_toleration_restriction_config,
+        client,
+    } = args;
+    if admission {
+        let sources = AdmissionSources { namespace_manifest, rules, restriction: pod_toleration_restriction_config };
+        return run_admission(&pod, from_cluster, sources, output, &client).await;
+    }
+    let Some(node) = node else { return Err(input("--node", "is required")) };
     let (node, pod) = if from_cluster {
         from_cluster_objects(crate::runtime::client::client(&client).await?, &node, &pod).await?
     } else {
@@ -86,4 +124,103 @@ pub async fn from_cluster_objects(client: kube::Client, node: &str, pod: &str) -
     let node = nodes.get(node).await.map_err(|e| input(&format!("node {node}"), e))?;
     let pod = pods.get(name).await.map_err(|e| input(&format!("pod {ns}/{name}"), e))?;
     Ok((node, pod))
+}
+
+/// Where `explain --admission` reads what the webhook would know.
+struct AdmissionSources {
+    namespace_manifest: Option<String>,
+    rules: Option<String>,
+    restriction: Option<String>,
+}
+
+fn read_text(path: &str) -> Result<String> {
+    if path == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).map_err(|e| input("<stdin>", e))?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(path).map_err(|e| input(path, e))
+}
+
+/// TolerationRules from a YAML stream (documents separated by `---`).
+fn read_rules(path: &str) -> Result<Vec<TolerationRule>> {
+    let text = read_text(path)?;
+    let mut rules = Vec::new();
+    for (i, doc) in text.split("\n---").enumerate() {
+        if doc.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#') || l.trim() == "---") {
+            continue;
+        }
+        rules.push(parse_manifest(&format!("{path} (document {})", i + 1), doc, "TolerationRule")?);
+    }
+    Ok(rules)
+}
+
+async fn run_admission(
+    pod: &str,
+    from_cluster: bool,
+    sources: AdmissionSources,
+    output: OutputFormat,
+    client: &ClientArgs,
+) -> Result<()> {
+    let client = if from_cluster { Some(crate::runtime::client::client(client).await?) } else { None };
+    let pod: Pod = match &client {
+        Some(c) if !std::path::Path::new(pod).exists() && pod != "-" => {
+            let (ns, name) = pod.split_once('/').unwrap_or(("default", pod));
+            kube::Api::<Pod>::namespaced(c.clone(), ns)
+                .get(name)
+                .await
+                .map_err(|e| input(&format!("pod {ns}/{name}"), e))?
+        }
+        _ => read_manifest(pod, "Pod")?,
+    };
+    let namespace_obj: Option<Namespace> = match (&sources.namespace_manifest, &client) {
+        (Some(path), _) => Some(read_manifest(path, "Namespace")?),
+        (None, Some(c)) => {
+            let name = pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
+            kube::Api::<Namespace>::all(c.clone())
+                .get_opt(&name)
+                .await
+                .map_err(|e| input(&format!("namespace {name}"), e))?
+        }
+        (None, None) => None,
+    };
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .or_else(|| namespace_obj.as_ref().and_then(|n| n.metadata.name.clone()))
+        .unwrap_or_else(|| "default".to_owned());
+    let rules: Vec<TolerationRule> = match (&sources.rules, &client) {
+        (Some(path), _) => read_rules(path)?,
+        (None, Some(c)) => {
+            kube::Api::<TolerationRule>::all(c.clone()).list(&Default::default()).await.map(|l| l.items).unwrap_or_else(
+                |e| {
+                    tracing::warn!(error = %e, "listing TolerationRules (is the CRD installed?)");
+                    Vec::new()
+                },
+            )
+        }
+        (None, None) => Vec::new(),
+    };
+    let restriction = match &sources.restriction {
+        Some(path) => RestrictionConfig::parse(path, &read_text(path)?)?,
+        None => RestrictionConfig::default(),
+    };
+    let plugins = Plugins {
+        default_toleration_seconds: Some(DefaultTolerationSeconds::default()),
+        pod_toleration_restriction: Some(restriction),
+        extended_resource_toleration: true,
+        toleration_rules: true,
+    };
+    let set = RuleSet::build(rules.iter().map(|r| (r.metadata.name.as_deref().unwrap_or_default(), &r.spec)));
+    let info = namespace_obj.as_ref().map(|n| NamespaceInfo::from_meta(&n.metadata));
+    let e = admission_explain(&pod, &namespace, &plugins, Context { namespace: info.as_ref(), rules: &set });
+    match output {
+        OutputFormat::Text => print!("{}", admission_render(&e)),
+        OutputFormat::Json => {
+            let json = serde_json::to_string_pretty(&e).map_err(|e| input("output", e))?;
+            println!("{json}");
+        }
+    }
+    Ok(())
 }

@@ -16,6 +16,9 @@ fn main() -> ExitCode {
     let result = match command {
         Command::Explain(args) => rt.block_on(explain::run(args)),
         Command::Status(args) => rt.block_on(status::run(*args)),
+        Command::Crds => nlc_core::admission::toleration_rules::crd_yaml()
+            .map(|y| print!("{y}"))
+            .map_err(|problem| nlc_core::Error::Input { source_name: "TolerationRule CRD".into(), problem }.into()),
         Command::Run(args) => runtime::telemetry::init(&log).and_then(|()| rt.block_on(controller::run(*args))),
         Command::Webhook(args) => runtime::telemetry::init(&log).and_then(|()| rt.block_on(webhook::run(args))),
     };

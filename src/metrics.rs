@@ -253,37 +253,81 @@ impl LifecycleMetrics {
 #[derive(Clone)]
 pub struct WebhookMetrics {
     pub requests: Family<CodeLabels, Counter>,
-    pub duration: prometheus_client::metrics::histogram::Histogram,
+    pub duration: Family<
+        EndpointLabels,
+        prometheus_client::metrics::histogram::Histogram,
+        fn() -> prometheus_client::metrics::histogram::Histogram,
+    >,
+    pub rules: Family<RuleStateLabels, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CodeLabels {
+    pub endpoint: &'static str,
     pub code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    pub endpoint: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleStateLabels {
+    pub state: &'static str,
+}
+
+fn webhook_buckets() -> prometheus_client::metrics::histogram::Histogram {
+    // 10 us to ~160 ms.
+    prometheus_client::metrics::histogram::Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.000_01, 2.0, 15,
+    ))
 }
 
 impl Default for WebhookMetrics {
     fn default() -> Self {
-        use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-        // 10 us to ~160 ms.
-        Self { requests: Family::default(), duration: Histogram::new(exponential_buckets(0.000_01, 2.0, 15)) }
+        Self {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(webhook_buckets as fn() -> _),
+            rules: Family::default(),
+        }
     }
 }
 
 impl WebhookMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
-        registry.register("nlc_webhook_requests", "Admission requests, by HTTP status", m.requests.clone());
+        registry.register(
+            "nlc_webhook_requests",
+            "Admission requests, by endpoint (mutate, validate) and HTTP status",
+            m.requests.clone(),
+        );
         registry.register(
             "nlc_webhook_duration_seconds",
-            "Time to decide an admission request (excluding TLS and HTTP)",
+            "Time to decide an admission request (excluding TLS and HTTP), by endpoint",
             m.duration.clone(),
+        );
+        registry.register(
+            "nlc_toleration_rules",
+            "TolerationRules by state: applied (valid), invalid (not applied), conflicting",
+            m.rules.clone(),
         );
         m
     }
 
-    pub fn observe(&self, code: u16, took: std::time::Duration) {
-        self.requests.get_or_create(&CodeLabels { code }).inc();
-        self.duration.observe(took.as_secs_f64());
+    pub fn observe(&self, endpoint: nlc_core::admission::Endpoint, code: u16, took: std::time::Duration) {
+        let endpoint = match endpoint {
+            nlc_core::admission::Endpoint::Mutate => "mutate",
+            nlc_core::admission::Endpoint::Validate => "validate",
+        };
+        self.requests.get_or_create(&CodeLabels { endpoint, code }).inc();
+        self.duration.get_or_create(&EndpointLabels { endpoint }).observe(took.as_secs_f64());
+    }
+
+    pub fn set_rules(&self, valid: usize, invalid: usize, conflicting: usize) {
+        for (state, n) in [("valid", valid), ("invalid", invalid), ("conflicting", conflicting)] {
+            self.rules.get_or_create(&RuleStateLabels { state }).set(n as i64);
+        }
     }
 }
 

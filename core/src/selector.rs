@@ -144,6 +144,57 @@ impl fmt::Display for Selector {
 }
 
 impl Selector {
+    /// A `metav1.LabelSelector` (`matchLabels` and `matchExpressions` with `In`, `NotIn`,
+    /// `Exists`, `DoesNotExist`), checked as the API server checks one. The empty selector
+    /// matches everything.
+    pub fn from_label_selector(sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> Result<Self> {
+        let bad = |problem: String| Error::invalid("label selector", problem);
+        let mut requirements = Vec::new();
+        let mut text = Vec::new();
+        for (k, v) in sel.match_labels.iter().flatten() {
+            if !crate::rules::valid_taint_key(k) {
+                return Err(bad(format!("{k:?} is not a valid label key")));
+            }
+            if !valid_value(v) {
+                return Err(bad(format!("{v:?} is not a valid label value")));
+            }
+            requirements.push(Requirement { key: k.clone(), op: Op::Equals, values: vec![v.clone()] });
+            text.push(format!("{k}={v}"));
+        }
+        for e in sel.match_expressions.iter().flatten() {
+            if !crate::rules::valid_taint_key(&e.key) {
+                return Err(bad(format!("{:?} is not a valid label key", e.key)));
+            }
+            let values = e.values.clone().unwrap_or_default();
+            let op = match e.operator.as_str() {
+                "In" => Op::In,
+                "NotIn" => Op::NotIn,
+                "Exists" => Op::Exists,
+                "DoesNotExist" => Op::DoesNotExist,
+                op => return Err(bad(format!("operator {op:?} is not In, NotIn, Exists or DoesNotExist"))),
+            };
+            match op {
+                Op::In | Op::NotIn if values.is_empty() => {
+                    return Err(bad(format!("{} {} needs at least one value", e.key, e.operator)));
+                }
+                Op::Exists | Op::DoesNotExist if !values.is_empty() => {
+                    return Err(bad(format!("{} {} takes no values", e.key, e.operator)));
+                }
+                _ => {}
+            }
+            if let Some(v) = values.iter().find(|v| !valid_value(v)) {
+                return Err(bad(format!("{v:?} is not a valid label value")));
+            }
+            text.push(match op {
+                Op::Exists => e.key.clone(),
+                Op::DoesNotExist => format!("!{}", e.key),
+                _ => format!("{} {} ({})", e.key, e.operator.to_lowercase(), values.join(",")),
+            });
+            requirements.push(Requirement { key: e.key.clone(), op, values });
+        }
+        Ok(Self { text: text.join(","), requirements })
+    }
+
     /// The empty selector: everything matches.
     pub fn is_everything(&self) -> bool {
         self.requirements.is_empty()

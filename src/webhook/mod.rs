@@ -1,7 +1,9 @@
-//! The admission webhook server: DefaultTolerationSeconds, decided by
-//! [`nlc_core::admission`], served over TLS with certificates reloaded from disk.
+//! The admission webhook server: DefaultTolerationSeconds, PodTolerationRestriction,
+//! ExtendedResourceToleration and toleration rules, decided by [`nlc_core::admission`], served
+//! over TLS with certificates reloaded from disk.
 
 pub mod args;
+pub mod cache;
 pub mod server;
 
 pub use args::{WebhookArgs, WebhookCommand};
@@ -10,13 +12,16 @@ use crate::error::Result;
 use crate::metrics::WebhookMetrics;
 use crate::runtime::Runtime;
 
-/// Adds the webhook to a runtime: its metrics, its readiness (the namespace cache has synced)
-/// and its tasks.
+/// Adds the webhook to a runtime: its metrics, its readiness (the namespace cache and, when they
+/// are on, the toleration rules have synced) and its tasks.
 pub fn spawn(rt: &mut Runtime, cfg: server::Config) {
     let metrics = WebhookMetrics::register(rt.registry());
-    let synced = rt.ready_gate("webhook namespace cache");
+    let mut ready = vec![rt.ready_gate("webhook namespace cache")];
+    if cfg.plugins.toleration_rules {
+        ready.push(rt.ready_gate("toleration rules"));
+    }
     let (client, shutdown) = (rt.client(), rt.shutdown());
-    rt.spawn("webhook", server::start(client, cfg, metrics, shutdown, synced));
+    rt.spawn("webhook", server::start(client, cfg, metrics, shutdown, ready));
 }
 
 /// `node-lifecycle-controller webhook`: the webhook alone, with its admin endpoint.

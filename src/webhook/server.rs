@@ -1,6 +1,6 @@
 //! The webhook's transport: HTTPS with the certificate and key read from files and reloaded when
-//! they change (cert-manager rotates them in place), a namespace cache for the per-namespace
-//! defaults, and `POST /mutate`.
+//! they change (cert-manager rotates them in place), `POST /mutate` and `POST /validate`, decided
+//! by [`nlc_core::admission`] with what [`super::cache`] knows.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -13,14 +13,9 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures::StreamExt;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::Api;
-use kube::core::PartialObjectMeta;
-use kube::runtime::{WatchStreamExt, watcher};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
@@ -28,8 +23,9 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use nlc_core::admission::{NOT_READY_ANNOTATION, NamespaceAnnotations, UNREACHABLE_ANNOTATION, review};
-use nlc_core::default_tolerations::DefaultTolerationSeconds;
+use nlc_core::admission::{Context, Endpoint, Plugins, decide, encode, namespace_of, parse_review};
+
+use super::cache::{self, Knowledge, fetch_namespace};
 
 use crate::error::{Error, Result};
 use crate::metrics::WebhookMetrics;
@@ -39,7 +35,7 @@ pub struct Config {
     pub bind: SocketAddr,
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
-    pub defaults: DefaultTolerationSeconds,
+    pub plugins: Plugins,
     /// How often the certificate files are checked for changes.
     pub reload_every: Duration,
 }
@@ -83,107 +79,63 @@ fn file_stamp(paths: &[&Path]) -> Vec<Option<(std::time::SystemTime, u64, Vec<u8
         .collect()
 }
 
-/// Keeps `cache` up to date with the namespaces that carry one of our annotations. Sets
-/// `synced` once the first list is complete.
-pub async fn namespace_cache(
-    client: kube::Client,
-    cache: Arc<RwLock<NamespaceAnnotations>>,
-    synced: watch::Sender<bool>,
-) {
-    // Metadata only: annotations are all we need.
-    let api: Api<PartialObjectMeta<Namespace>> = Api::all(client);
-    let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
-    let mut building: Option<NamespaceAnnotations> = None;
-    let ours = |meta: &kube::core::ObjectMeta| -> Option<std::collections::HashMap<String, String>> {
-        let a = meta.annotations.as_ref()?;
-        let picked: std::collections::HashMap<String, String> = a
-            .iter()
-            .filter(|(k, _)| *k == NOT_READY_ANNOTATION || *k == UNREACHABLE_ANNOTATION)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        (!picked.is_empty()).then_some(picked)
-    };
-    while let Some(ev) = stream.next().await {
-        let ev = match ev {
-            Ok(ev) => ev,
-            Err(e) => {
-                tracing::warn!(error = %e, "namespace watch failed; retrying");
-                continue;
-            }
-        };
-        match ev {
-            watcher::Event::Init => building = Some(NamespaceAnnotations::new()),
-            watcher::Event::InitApply(ns) => {
-                if let (Some(b), Some(a)) = (building.as_mut(), ours(&ns.metadata)) {
-                    b.insert(ns.metadata.name.clone().unwrap_or_default(), a);
-                }
-            }
-            watcher::Event::InitDone => {
-                if let (Some(b), Ok(mut c)) = (building.take(), cache.write()) {
-                    *c = b;
-                }
-                let _ = synced.send(true);
-            }
-            watcher::Event::Apply(ns) => {
-                if let Ok(mut c) = cache.write() {
-                    let name = ns.metadata.name.clone().unwrap_or_default();
-                    match ours(&ns.metadata) {
-                        Some(a) => c.insert(name, a),
-                        None => c.remove(&name),
-                    };
-                }
-            }
-            watcher::Event::Delete(ns) => {
-                if let Ok(mut c) = cache.write() {
-                    c.remove(ns.metadata.name.as_deref().unwrap_or_default());
-                }
-            }
-        }
-    }
-}
-
 #[derive(Clone)]
 struct AppState {
-    namespaces: Arc<RwLock<NamespaceAnnotations>>,
-    defaults: DefaultTolerationSeconds,
+    knowledge: Arc<Knowledge>,
+    client: kube::Client,
+    plugins: Arc<Plugins>,
     metrics: WebhookMetrics,
-    synced: watch::Receiver<bool>,
+    ready: Vec<watch::Receiver<bool>>,
 }
 
-async fn mutate_handler(State(s): State<AppState>, body: Bytes) -> Response {
+async fn handle(s: AppState, endpoint: Endpoint, body: Bytes) -> Response {
     let start = Instant::now();
-    let (code, out) = match s.namespaces.read() {
-        Ok(ns) => review(&body, &ns, s.defaults),
-        Err(_) => review(&body, &NamespaceAnnotations::new(), s.defaults),
+    let (code, out) = match parse_review(&body) {
+        Err(e) => (400, e.into_bytes()),
+        Ok(req) => {
+            let name = namespace_of(&req).to_owned();
+            let mut namespace = s.knowledge.namespace(&name);
+            if namespace.is_none() && !name.is_empty() {
+                // Created a moment ago: read it rather than decide without its labels.
+                namespace = fetch_namespace(&s.client, &s.knowledge, &name).await;
+            }
+            let rules = s.knowledge.rules();
+            let cx = Context { namespace: namespace.as_ref(), rules: &rules };
+            encode(decide(&req, endpoint, &s.plugins, cx))
+        }
     };
-    s.metrics.observe(code, start.elapsed());
+    s.metrics.observe(endpoint, code, start.elapsed());
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let content_type = if code == 200 { "application/json" } else { "text/plain; charset=utf-8" };
     (status, [(header::CONTENT_TYPE, content_type)], out).into_response()
 }
 
-pub fn router(
-    namespaces: Arc<RwLock<NamespaceAnnotations>>,
-    defaults: DefaultTolerationSeconds,
-    metrics: WebhookMetrics,
-    synced: watch::Receiver<bool>,
-) -> Router {
+async fn mutate_handler(State(s): State<AppState>, body: Bytes) -> Response {
+    handle(s, Endpoint::Mutate, body).await
+}
+
+async fn validate_handler(State(s): State<AppState>, body: Bytes) -> Response {
+    handle(s, Endpoint::Validate, body).await
+}
+
+fn router(state: AppState) -> Router {
     Router::new()
         .route("/mutate", post(mutate_handler))
+        .route("/validate", post(validate_handler))
         .route("/healthz", get(|| async { "ok" }))
         .route(
             "/readyz",
             get(|State(s): State<AppState>| async move {
-                if *s.synced.borrow() {
+                if s.ready.iter().all(|r| *r.borrow()) {
                     (StatusCode::OK, "ok")
                 } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "namespace cache not synced")
+                    (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
                 }
             }),
         )
         // Pods can be large (up to the 1.5 MiB object limit, plus the review around them).
         .layer(DefaultBodyLimit::max(8 * 1024 * 1024))
-        .with_state(AppState { namespaces, defaults, metrics, synced })
+        .with_state(state)
 }
 
 /// Serves HTTPS on `cfg.bind` until `shutdown` resolves. Fails at once (with the flag's name)
@@ -270,21 +222,36 @@ async fn serve_connection(acceptor: tokio_rustls::TlsAcceptor, app: Router, stre
     }
 }
 
-/// Starts the namespace cache and the HTTPS server; resolves when the server stops.
+/// Starts the watches (namespaces; the rules when they are on) and the HTTPS server; resolves
+/// when the server stops. `ready` is set by each watch once it has synced.
 pub async fn start(
     client: kube::Client,
     cfg: Config,
     metrics: WebhookMetrics,
     shutdown: shutdown::Signal,
-    synced_tx: watch::Sender<bool>,
+    ready: Vec<watch::Sender<bool>>,
 ) -> Result<()> {
-    let namespaces: Arc<RwLock<NamespaceAnnotations>> = Arc::default();
-    let synced_rx = synced_tx.subscribe();
-    let cache = tokio::spawn(
-        namespace_cache(client, namespaces.clone(), synced_tx).instrument(tracing::info_span!("namespace-cache")),
-    );
-    let app = router(namespaces, cfg.defaults, metrics, synced_rx);
-    let result = serve(cfg, app, shutdown).await;
-    cache.abort();
+    let knowledge: Arc<Knowledge> = Arc::default();
+    let mut senders = ready.into_iter();
+    let mut receivers: Vec<watch::Receiver<bool>> = Vec::new();
+    let mut tasks = Vec::new();
+    if let Some(tx) = senders.next() {
+        receivers.push(tx.subscribe());
+        let watch = cache::namespaces(client.clone(), knowledge.clone(), tx);
+        tasks.push(tokio::spawn(watch.instrument(tracing::info_span!("namespace-cache"))));
+    }
+    if cfg.plugins.toleration_rules
+        && let Some(tx) = senders.next()
+    {
+        receivers.push(tx.subscribe());
+        let watch = cache::rules(client.clone(), knowledge.clone(), tx, metrics.clone());
+        tasks.push(tokio::spawn(watch.instrument(tracing::info_span!("toleration-rules"))));
+    }
+    tracing::info!(plugins = ?cfg.plugins, "admission plugins");
+    let state = AppState { knowledge, client, plugins: Arc::new(cfg.plugins.clone()), metrics, ready: receivers };
+    let result = serve(cfg, router(state), shutdown).await;
+    for t in tasks {
+        t.abort();
+    }
     result
 }

@@ -19,17 +19,29 @@ fn review_body(op: &str, ns: &str, tolerations: Option<Value>, sub_resource: Opt
         .expect("json")
 }
 
-fn response(body: &[u8], namespaces: &NamespaceAnnotations) -> Value {
-    let (code, out) = review(body, namespaces, DefaultTolerationSeconds::default());
+/// DefaultTolerationSeconds alone, at its defaults.
+fn dts() -> Plugins {
+    Plugins { default_toleration_seconds: Some(DefaultTolerationSeconds::default()), ..Plugins::default() }
+}
+
+fn ns_with(annotations: &[(&str, &str)]) -> NamespaceInfo {
+    NamespaceInfo {
+        annotations: annotations.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        ..NamespaceInfo::default()
+    }
+}
+
+fn response(body: &[u8], namespaces: &Namespaces) -> Value {
+    let (code, out) = review(body, Endpoint::Mutate, &dts(), |n| namespaces.get(n), &RuleSet::default());
     assert_eq!(code, 200, "{}", String::from_utf8_lossy(&out));
     let v: Value = serde_json::from_slice(&out).expect("json");
     v["response"].clone()
 }
 
-/// The patch bytes (kube-rs sends `[]byte` as a JSON array of numbers, which the API server's
-/// Go decoder accepts as well as base64).
+/// The patch (base64, as Go writes `[]byte`).
 fn patch_of(resp: &Value) -> Option<Value> {
-    let bytes: Vec<u8> = resp["patch"].as_array()?.iter().filter_map(|b| b.as_u64()).map(|b| b as u8).collect();
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(resp["patch"].as_str()?).expect("base64");
     Some(serde_json::from_slice(&bytes).expect("patch json"))
 }
 
@@ -43,7 +55,7 @@ fn un(secs: i64) -> Value {
 
 #[test]
 fn adds_both_tolerations_to_a_pod_without_any() {
-    let resp = response(&review_body("CREATE", "ns", None, None), &NamespaceAnnotations::new());
+    let resp = response(&review_body("CREATE", "ns", None, None), &Namespaces::new());
     assert_eq!(resp["allowed"], json!(true));
     assert_eq!(resp["uid"], json!("7f2a"));
     assert_eq!(resp["patchType"], json!("JSONPatch"));
@@ -52,12 +64,9 @@ fn adds_both_tolerations_to_a_pod_without_any() {
 
 #[test]
 fn appends_to_an_existing_list_and_keeps_a_pod_that_already_tolerates() {
-    let resp = response(&review_body("UPDATE", "ns", Some(json!([nr(60)])), None), &NamespaceAnnotations::new());
+    let resp = response(&review_body("UPDATE", "ns", Some(json!([nr(60)])), None), &Namespaces::new());
     assert_eq!(patch_of(&resp), Some(json!([{"op": "add", "path": "/spec/tolerations/-", "value": un(300)}])));
-    let resp = response(
-        &review_body("CREATE", "ns", Some(json!([{"operator": "Exists"}])), None),
-        &NamespaceAnnotations::new(),
-    );
+    let resp = response(&review_body("CREATE", "ns", Some(json!([{"operator": "Exists"}])), None), &Namespaces::new());
     assert_eq!(resp["allowed"], json!(true));
     assert_eq!(patch_of(&resp), None, "an empty-key toleration covers both");
 }
@@ -67,7 +76,7 @@ fn subresources_and_other_operations_are_left_alone() {
     for (op, sub) in
         [("CREATE", Some("status")), ("UPDATE", Some("ephemeralcontainers")), ("DELETE", None), ("CONNECT", None)]
     {
-        let resp = response(&review_body(op, "ns", None, sub), &NamespaceAnnotations::new());
+        let resp = response(&review_body(op, "ns", None, sub), &Namespaces::new());
         assert_eq!(resp["allowed"], json!(true), "{op} {sub:?}");
         assert_eq!(patch_of(&resp), None, "{op} {sub:?}");
     }
@@ -75,21 +84,10 @@ fn subresources_and_other_operations_are_left_alone() {
 
 #[test]
 fn namespace_annotations_override_each_default() {
-    let mut ns = NamespaceAnnotations::new();
-    ns.insert("fast".into(), [(NOT_READY_ANNOTATION.to_owned(), "30".to_owned())].into());
-    ns.insert(
-        "both".into(),
-        [(NOT_READY_ANNOTATION.to_owned(), "0".to_owned()), (UNREACHABLE_ANNOTATION.to_owned(), "7200".to_owned())]
-            .into(),
-    );
-    ns.insert(
-        "bad".into(),
-        [
-            (UNREACHABLE_ANNOTATION.to_owned(), "five minutes".to_owned()),
-            (NOT_READY_ANNOTATION.to_owned(), "-5".to_owned()),
-        ]
-        .into(),
-    );
+    let mut ns = Namespaces::new();
+    ns.insert("fast".into(), ns_with(&[(NOT_READY_ANNOTATION, "30")]));
+    ns.insert("both".into(), ns_with(&[(NOT_READY_ANNOTATION, "0"), (UNREACHABLE_ANNOTATION, "7200")]));
+    ns.insert("bad".into(), ns_with(&[(UNREACHABLE_ANNOTATION, "five minutes"), (NOT_READY_ANNOTATION, "-5")]));
     let resp = response(&review_body("CREATE", "fast", None, None), &ns);
     assert_eq!(patch_of(&resp), Some(json!([{"op": "add", "path": "/spec/tolerations", "value": [nr(30), un(300)]}])));
     let resp = response(&review_body("CREATE", "both", None, None), &ns);
@@ -119,8 +117,7 @@ fn annotation_values() {
 
 #[test]
 fn malformed_bodies_are_a_400_with_a_message() {
-    let g = DefaultTolerationSeconds::default();
-    let ns = NamespaceAnnotations::new();
+    let ns = Namespaces::new();
     for body in [
         &b""[..],
         b"{",
@@ -129,7 +126,7 @@ fn malformed_bodies_are_a_400_with_a_message() {
         b"{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"request\":{\"uid\":5}}",
         &[0xff, 0xfe],
     ] {
-        let (code, msg) = review(body, &ns, g);
+        let (code, msg) = review(body, Endpoint::Mutate, &dts(), |n| ns.get(n), &RuleSet::default());
         assert_eq!(code, 400, "{:?}", String::from_utf8_lossy(body));
         assert!(
             String::from_utf8_lossy(&msg).starts_with("invalid AdmissionReview"),
@@ -137,6 +134,184 @@ fn malformed_bodies_are_a_400_with_a_message() {
             String::from_utf8_lossy(&msg)
         );
     }
+}
+
+fn all_plugins() -> Plugins {
+    Plugins {
+        default_toleration_seconds: Some(DefaultTolerationSeconds::default()),
+        pod_toleration_restriction: Some(RestrictionConfig::default()),
+        extended_resource_toleration: true,
+        toleration_rules: true,
+    }
+}
+
+fn gpu_pod(labels: Value) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "train", "namespace": "ml", "labels": labels},
+        "spec": {"containers": [{"name": "c", "resources": {
+            "requests": {"cpu": "1", "example.com/gpu": "1"}, "limits": {"cpu": "1", "example.com/gpu": "1"}}}]}
+    }))
+    .expect("pod")
+}
+
+fn ml_namespace() -> NamespaceInfo {
+    NamespaceInfo {
+        labels: [("team".to_owned(), "ml".to_owned())].into(),
+        annotations: [(
+            restriction::DEFAULT_TOLERATIONS_ANNOTATION.to_owned(),
+            r#"[{"key": "team", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]"#.to_owned(),
+        )]
+        .into(),
+    }
+}
+
+fn dedicated_rules() -> RuleSet {
+    let spec: toleration_rules::TolerationRuleSpec = serde_json::from_value(json!({
+        "namespaceSelector": {"matchLabels": {"team": "ml"}},
+        "podSelector": {"matchLabels": {"workload": "training"}},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
+        "requiredNodeAffinity": [{"key": "dedicated", "operator": "In", "values": ["ml"]}]
+    }))
+    .expect("rule");
+    RuleSet::build([("ml-dedicated", &spec)])
+}
+
+#[test]
+fn the_plugins_run_in_upstream_order_then_the_rules() {
+    let (ns, rules) = (ml_namespace(), dedicated_rules());
+    let cx = Context { namespace: Some(&ns), rules: &rules };
+    let d = admit(&gpu_pod(json!({"workload": "training"})), "ml", true, &all_plugins(), cx).expect("admitted");
+    let plugins: Vec<&str> = d.steps.iter().map(|s| s.plugin.as_str()).collect();
+    assert_eq!(
+        plugins,
+        vec![
+            "DefaultTolerationSeconds",
+            "PodTolerationRestriction",
+            "ExtendedResourceToleration",
+            "TolerationRule/ml-dedicated"
+        ]
+    );
+    let keys: Vec<String> = d.tolerations.iter().map(describe).collect();
+    assert_eq!(
+        keys,
+        vec![
+            "node.kubernetes.io/not-ready (exists):NoExecute for 300s",
+            "node.kubernetes.io/unreachable (exists):NoExecute for 300s",
+            "team=ml:NoSchedule",
+            "node.kubernetes.io/memory-pressure (exists):NoSchedule",
+            "example.com/gpu (exists):NoSchedule",
+            "dedicated=ml:NoSchedule",
+        ]
+    );
+    assert!(d.affinity.is_some());
+    assert!(
+        d.steps[1].why.contains("defaultTolerations") && d.steps[1].why.contains("not BestEffort"),
+        "{:?}",
+        d.steps[1]
+    );
+    assert_eq!(d.steps[2].why, "requests the extended resource(s) example.com/gpu");
+    // On UPDATE: no namespace defaults, no rules (affinity cannot change); the rest applies.
+    let d = admit(&gpu_pod(json!({"workload": "training"})), "ml", false, &all_plugins(), cx).expect("admitted");
+    let plugins: Vec<&str> = d.steps.iter().map(|s| s.plugin.as_str()).collect();
+    assert_eq!(plugins, vec!["DefaultTolerationSeconds", "PodTolerationRestriction", "ExtendedResourceToleration"]);
+    // Each plugin switches off on its own.
+    let only_ert = Plugins { extended_resource_toleration: true, ..Plugins::default() };
+    let d = admit(&gpu_pod(json!({})), "ml", true, &only_ert, cx).expect("admitted");
+    assert_eq!(d.tolerations.iter().map(describe).collect::<Vec<_>>(), vec!["example.com/gpu (exists):NoSchedule"]);
+    let d = admit(&gpu_pod(json!({})), "ml", true, &Plugins::default(), cx).expect("admitted");
+    assert!(d.steps.is_empty() && d.tolerations.is_empty());
+}
+
+fn review_of(pod: &Pod, op: &str) -> Vec<u8> {
+    let req = json!({
+        "uid": "u1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "name": "train", "namespace": "ml", "operation": op,
+        "userInfo": {"username": "alice"}, "object": pod, "oldObject": null, "dryRun": false
+    });
+    serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}))
+        .expect("json")
+}
+
+#[test]
+fn the_validating_endpoint_names_the_toleration_outside_the_whitelist() {
+    let mut ns = ml_namespace();
+    ns.annotations.insert(
+        restriction::WHITELIST_ANNOTATION.to_owned(),
+        r#"[{"key": "team", "operator": "Exists"}, {"key": "node.kubernetes.io", "operator": "Exists"}]"#.to_owned(),
+    );
+    let mut pod = gpu_pod(json!({}));
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.tolerations =
+            Some(vec![serde_json::from_value(json!({"key": "team", "operator": "Equal", "value": "ml"})).expect("t")]);
+    }
+    let plugins = all_plugins();
+    let rules = RuleSet::default();
+    let (code, out) = review(&review_of(&pod, "CREATE"), Endpoint::Validate, &plugins, |_| Some(&ns), &rules);
+    assert_eq!(code, 200);
+    let v: Value = serde_json::from_slice(&out).expect("json");
+    assert_eq!(v["response"]["allowed"], json!(true), "{v}");
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.tolerations = Some(vec![
+            serde_json::from_value(json!({"key": "example.com/gpu", "operator": "Exists", "effect": "NoSchedule"}))
+                .expect("t"),
+        ]);
+    }
+    let (_, out) = review(&review_of(&pod, "CREATE"), Endpoint::Validate, &plugins, |_| Some(&ns), &rules);
+    let v: Value = serde_json::from_slice(&out).expect("json");
+    assert_eq!(v["response"]["allowed"], json!(false), "{v}");
+    assert_eq!(v["response"]["status"]["code"], json!(403), "{v}");
+    let message = v["response"]["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("conflict with its namespace whitelist: example.com/gpu (exists):NoSchedule is not in it"),
+        "{message}"
+    );
+    // The mutating endpoint does not refuse over the whitelist: the validating one sees the final pod.
+    let (_, out) = review(&review_of(&pod, "CREATE"), Endpoint::Mutate, &plugins, |_| Some(&ns), &rules);
+    let v: Value = serde_json::from_slice(&out).expect("json");
+    assert_eq!(v["response"]["allowed"], json!(true), "{v}");
+}
+
+#[test]
+fn a_namespace_annotation_that_does_not_parse_refuses_the_pod() {
+    let mut ns = ml_namespace();
+    ns.annotations.insert(restriction::DEFAULT_TOLERATIONS_ANNOTATION.to_owned(), "[{".to_owned());
+    let (_, out) = review(
+        &review_of(&gpu_pod(json!({})), "CREATE"),
+        Endpoint::Mutate,
+        &all_plugins(),
+        |_| Some(&ns),
+        &RuleSet::default(),
+    );
+    let v: Value = serde_json::from_slice(&out).expect("json");
+    assert_eq!(v["response"]["allowed"], json!(false), "{v}");
+    assert!(
+        v["response"]["status"]["message"].as_str().unwrap_or_default().contains("is not a JSON list of tolerations"),
+        "{v}"
+    );
+}
+
+#[test]
+fn rules_patch_the_affinity() {
+    let (ns, rules) = (ml_namespace(), dedicated_rules());
+    let only_rules = Plugins { toleration_rules: true, ..Plugins::default() };
+    let (_, out) = review(
+        &review_of(&gpu_pod(json!({"workload": "training"})), "CREATE"),
+        Endpoint::Mutate,
+        &only_rules,
+        |_| Some(&ns),
+        &rules,
+    );
+    let v: Value = serde_json::from_slice(&out).expect("json");
+    let patch = patch_of(&v["response"]).expect("patch");
+    assert_eq!(
+        patch,
+        json!([
+            {"op": "add", "path": "/spec/tolerations", "value": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]},
+            {"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "dedicated", "operator": "In", "values": ["ml"]}]}]}}}}
+        ])
+    );
 }
 
 mod properties {
@@ -147,7 +322,8 @@ mod properties {
         /// Whatever bytes arrive, the webhook answers with a status, never a panic.
         #[test]
         fn never_panics(body in proptest::collection::vec(any::<u8>(), 0..512)) {
-            let (code, _) = review(&body, &NamespaceAnnotations::new(), DefaultTolerationSeconds::default());
+            let ns = Namespaces::new();
+            let (code, _) = review(&body, Endpoint::Mutate, &dts(), |n| ns.get(n), &RuleSet::default());
             prop_assert!(code == 200 || code == 400);
         }
     }
