@@ -31,7 +31,7 @@ fn template(release: &str, namespace: &str, values: &[&str]) -> Result<Vec<Value
     let out = std::process::Command::new(tool("helm"))
         .args(["template", release])
         .arg(chart())
-        .args(["--namespace", namespace, "--kube-version", KUBE_VERSION])
+        .args(["--namespace", namespace, "--kube-version", KUBE_VERSION, "--include-crds"])
         .args(values)
         .output()
         .expect("run helm");
@@ -59,6 +59,8 @@ const EVERYTHING: &[&str] = &[
     "--set=controller.config.taintRules[0].effect=NoExecute",
     "--set-json=controller.flags={\"eviction-mode\":\"evict\",\"node-monitor-grace-period\":\"50s\",\"taint-rule\":[\"A=True:example.com/a:NoSchedule\"]}",
     "--set=webhook.flags.default-not-ready-toleration-seconds=120",
+    "--set=webhook.plugins.podTolerationRestriction.enabled=true",
+    "--set-json=webhook.plugins.podTolerationRestriction.whitelist=[{\"key\":\"dedicated\",\"operator\":\"Exists\"}]",
 ];
 
 #[test]
@@ -105,7 +107,10 @@ fn essentials(docs: &[Value]) -> BTreeSet<String> {
                 }
                 "PodDisruptionBudget" => d["spec"]["minAvailable"].clone(),
                 "Service" => d["spec"]["ports"].clone(),
-                "MutatingWebhookConfiguration" => json!([d["webhooks"], d["metadata"]["annotations"]]),
+                "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration" => {
+                    json!([d["webhooks"], d["metadata"]["annotations"]])
+                }
+                "CustomResourceDefinition" => d["spec"].clone(),
                 "Certificate" => {
                     let mut spec = d["spec"].clone();
                     spec["issuerRef"] = json!(spec["issuerRef"]["kind"]);
@@ -124,9 +129,17 @@ fn the_chart_renders_what_the_kustomize_overlays_do() {
     let pairs = [
         ("manifests/base", vec![]),
         ("manifests/overlays/webhook", vec!["--set=webhook.enabled=true", "--set=webhook.certManager.enabled=true"]),
+        (
+            "manifests/overlays/restricted",
+            vec!["--set=webhook.enabled=true", "--set=webhook.plugins.podTolerationRestriction.enabled=true"],
+        ),
     ];
     for (overlay, values) in pairs {
         let mut helm = template(ns, ns, &values).unwrap_or_else(|e| panic!("{e}"));
+        // The chart always carries its CRDs (crds/); the base has none.
+        if overlay.ends_with("base") {
+            helm.retain(|d| d["kind"] != "CustomResourceDefinition");
+        }
         // The chart leaves the namespace to `helm install --create-namespace`; its pod template
         // carries a config checksum.
         for d in &mut helm {
@@ -238,9 +251,15 @@ async fn every_value_set_applies_to_the_api_server() {
         // No webhook configuration may stay behind: its service has no backend here.
         let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
             Api::all(client.clone());
-        for d in docs.iter().filter(|d| d["kind"] == "MutatingWebhookConfiguration") {
+        let validating: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+            Api::all(client.clone());
+        for d in &docs {
             let n = d["metadata"]["name"].as_str().unwrap_or_default();
-            webhooks.delete(n, &Default::default()).await.expect("delete webhook configuration");
+            if d["kind"] == "MutatingWebhookConfiguration" {
+                webhooks.delete(n, &Default::default()).await.expect("delete webhook configuration");
+            } else if d["kind"] == "ValidatingWebhookConfiguration" {
+                validating.delete(n, &Default::default()).await.expect("delete webhook configuration");
+            }
         }
     }
 }

@@ -17,7 +17,7 @@ use tokio::sync::Mutex;
 
 const NAMESPACE: &str = "node-lifecycle-controller";
 const SERVICE_ACCOUNT_USER: &str = "system:serviceaccount:node-lifecycle-controller:node-lifecycle-controller";
-const OVERLAYS: [&str; 2] = ["manifests/base", "manifests/overlays/webhook"];
+const OVERLAYS: [&str; 3] = ["manifests/base", "manifests/overlays/webhook", "manifests/overlays/restricted"];
 
 /// `kustomize build <dir>`: what a user applies.
 fn render(dir: &str) -> Vec<Value> {
@@ -51,6 +51,9 @@ async fn apply_overlays(client: &kube::Client) {
     let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
         Api::all(client.clone());
     let _ = webhooks.delete("node-lifecycle-controller-default-toleration-seconds", &DeleteParams::default()).await;
+    let validating: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(client.clone());
+    let _ = validating.delete("node-lifecycle-controller-pod-toleration-restriction", &DeleteParams::default()).await;
     *applied = true;
 }
 
@@ -85,8 +88,15 @@ async fn every_overlay_renders_and_applies_as_users_apply_it() {
         assert_eq!(find("PodDisruptionBudget", "node-lifecycle-controller")["spec"]["minAvailable"], 1);
         for doc in &docs {
             let kind = doc["kind"].as_str().unwrap_or_default();
-            let cluster_scoped =
-                matches!(kind, "Namespace" | "ClusterRole" | "ClusterRoleBinding" | "MutatingWebhookConfiguration");
+            let cluster_scoped = matches!(
+                kind,
+                "Namespace"
+                    | "ClusterRole"
+                    | "ClusterRoleBinding"
+                    | "MutatingWebhookConfiguration"
+                    | "ValidatingWebhookConfiguration"
+                    | "CustomResourceDefinition"
+            );
             if !cluster_scoped {
                 let ns = doc["metadata"]["namespace"].as_str();
                 assert!(
@@ -96,7 +106,7 @@ async fn every_overlay_renders_and_applies_as_users_apply_it() {
                 );
             }
         }
-        if overlay.ends_with("webhook") {
+        if overlay.ends_with("webhook") || overlay.ends_with("restricted") {
             let webhook = find("Deployment", "node-lifecycle-controller-webhook");
             assert_eq!(webhook["spec"]["replicas"], 2);
             assert_eq!(webhook["spec"]["template"]["spec"]["containers"][0]["args"][0], "webhook");
