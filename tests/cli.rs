@@ -228,3 +228,46 @@ fn odd_flag_values_are_refused_naming_the_flag() {
         assert!(first.contains(flag), "{args:?}: the error's first line does not name {flag}: {err}");
     }
 }
+
+#[test]
+fn explain_admission_says_what_each_plugin_and_rule_would_add() {
+    let dir = std::env::temp_dir().join(unique("nlc-explain-admission"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p.display().to_string()
+    };
+    let pod = write(
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: train, namespace: ml}\nspec:\n  containers:\n  - name: c\n    image: x\n    \
+         resources: {requests: {example.com/gpu: \"1\"}, limits: {example.com/gpu: \"1\"}}\n",
+    );
+    let ns = write("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {name: ml, labels: {team: ml}}\n");
+    let rules = write(
+        "rules.yaml",
+        "apiVersion: node-lifecycle-controller.io/v1alpha1\nkind: TolerationRule\nmetadata: {name: ml}\nspec:\n  \
+         namespaceSelector: {matchLabels: {team: ml}}\n  tolerations: [{key: dedicated, operator: Equal, value: ml, effect: NoSchedule}]\n\
+         ---\napiVersion: node-lifecycle-controller.io/v1alpha1\nkind: TolerationRule\nmetadata: {name: other}\nspec:\n  \
+         namespaces: [web]\n  tolerations: [{key: web, operator: Exists}]\n",
+    );
+    let (ok, out, err) = explain(&["--admission", "--pod", &pod, "--namespace-manifest", &ns, "--rules", &rules], None);
+    assert!(ok, "{err}");
+    let line =
+        |plugin: &str| out.lines().find(|l| l.trim_start().starts_with(&format!("{plugin} "))).unwrap_or_default();
+    assert!(line("ExtendedResourceToleration").ends_with("adds example.com/gpu (exists):NoSchedule"), "{out}");
+    assert!(line("TolerationRule/ml").ends_with("adds dedicated=ml:NoSchedule"), "{out}");
+    assert!(line("TolerationRule/other").ends_with("nothing"), "{out}");
+    assert!(out.contains("why: does not match the pod's namespace or labels"), "{out}");
+    assert!(out.contains("  - dedicated=ml:NoSchedule"), "{out}");
+    let (ok, out, err) = explain(&["--admission", "--pod", &pod, "-o", "json"], None);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["namespace"], "ml");
+    assert!(v["result"]["Ok"]["tolerations"].as_array().is_some_and(|t| t.len() == 3), "{v:#}");
+    // Broken input is a clear error.
+    let bad = write("bad.yaml", "apiVersion: node-lifecycle-controller.io/v1alpha1\nkind: TolerationRule\nspec: [1]\n");
+    let (ok, _, err) = explain(&["--admission", "--pod", &pod, "--rules", &bad], None);
+    assert!(!ok && err.contains("bad.yaml") && !err.contains("panicked"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -4,11 +4,9 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
-use common::{BIN, START_ATTEMPTS, free_ports, http_get};
+use common::BIN;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Toleration};
 use kube::api::{Api, DeleteParams, PostParams};
@@ -22,61 +20,15 @@ fn env() -> &'static nlc_testenv::ControlPlane {
     })
 }
 
-struct Webhook {
-    child: tokio::process::Child,
-    port: u16,
-}
+struct Webhook;
 
 impl Webhook {
-    async fn start(extra: &[&str]) -> Self {
-        let env = env();
-        Self::start_with(&env.pki.serving_cert, &env.pki.serving_key, extra).await
+    async fn start(extra: &[&str]) -> common::webhook::Webhook {
+        common::webhook::Webhook::start(env(), extra).await
     }
 
-    async fn start_with(cert: &std::path::Path, key: &std::path::Path, extra: &[&str]) -> Self {
-        let env = env();
-        for attempt in 1..=START_ATTEMPTS {
-            let [port, admin] = free_ports::<2>();
-            let log = env.dir.join(format!("webhook-{port}.log"));
-            let child = tokio::process::Command::new(BIN)
-                .arg("webhook")
-                .arg("--kubeconfig")
-                .arg(&env.kubeconfig)
-                .args(["--webhook-bind-address", &format!("127.0.0.1:{port}")])
-                .args(["--metrics-bind-address", &format!("127.0.0.1:{admin}")])
-                // By default the API server's own serving certificate: issued by the test CA for
-                // 127.0.0.1.
-                .arg("--tls-cert-file")
-                .arg(cert)
-                .arg("--tls-private-key-file")
-                .arg(key)
-                .args(extra)
-                .stdout(Stdio::null())
-                .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
-                .kill_on_drop(true)
-                .spawn()
-                .expect("spawn webhook");
-            let mut w = Self { child, port };
-            let logs = || std::fs::read_to_string(&log).unwrap_or_default();
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                if let Some((200, _)) = http_get(admin, "/readyz").await {
-                    return w;
-                }
-                if let Ok(Some(status)) = w.child.try_wait() {
-                    assert!(
-                        attempt < START_ATTEMPTS,
-                        "webhook exited ({status}) before it was ready; log:\n{}",
-                        logs()
-                    );
-                    eprintln!("webhook exited ({status}) before it was ready; again:\n{}", logs());
-                    break;
-                }
-                assert!(Instant::now() < deadline, "webhook not ready; log:\n{}", logs());
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        unreachable!("every attempt returns or panics")
+    async fn start_with(cert: &std::path::Path, key: &std::path::Path, extra: &[&str]) -> common::webhook::Webhook {
+        common::webhook::Webhook::start_with(env(), cert, key, extra).await
     }
 }
 
@@ -86,28 +38,7 @@ async fn register(client: &kube::Client, scope: &str, port: u16) -> String {
 }
 
 async fn register_with_ca(client: &kube::Client, scope: &str, port: u16, ca: &std::path::Path) -> String {
-    let ca = std::fs::read(ca).expect("ca");
-    let name = unique(&format!("{scope}-dts"));
-    let cfg: MutatingWebhookConfiguration = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "webhooks": [{
-            "name": "default-toleration-seconds.node-lifecycle-controller.io",
-            "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate"),
-                             "caBundle": base64::engine::general_purpose::STANDARD.encode(ca)},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}],
-            "namespaceSelector": {"matchLabels": {"nlc-webhook-test": scope}},
-            "failurePolicy": "Ignore",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 2
-        }]
-    }))
-    .expect("config");
-    Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &cfg)
-        .await
-        .expect("register");
-    name
+    common::webhook::register_mutating(client, "nlc-webhook-test", scope, port, ca).await
 }
 
 async fn namespace(client: &kube::Client, scope: &str, annotations: serde_json::Value) -> String {

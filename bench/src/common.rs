@@ -110,11 +110,17 @@ impl Measured {
 
     /// The controller's `/metrics` (empty for kube-controller-manager, which serves none here).
     pub async fn metrics(&self) -> String {
+        self.get("/metrics").await
+    }
+
+    /// The whole HTTP response to `GET path` on the admin port (empty if it cannot be had).
+    pub async fn get(&self, path: &str) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).await else {
             return String::new();
         };
-        if s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.is_err() {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        if s.write_all(req.as_bytes()).await.is_err() {
             return String::new();
         }
         let mut buf = String::new();

@@ -2,6 +2,7 @@
 //! nodes (by label), and small builders for nodes and pods.
 #![allow(dead_code)]
 
+pub mod webhook;
 pub mod yaml;
 
 use std::collections::HashMap;
