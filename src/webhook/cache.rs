@@ -39,7 +39,7 @@ impl Knowledge {
 /// Reads a namespace the cache has not seen yet (created a moment ago) and remembers it.
 pub async fn fetch_namespace(client: &kube::Client, knowledge: &Knowledge, name: &str) -> Option<NamespaceInfo> {
     let api: Api<Namespace> = Api::all(client.clone());
-    let got = tokio::time::timeout(Duration::from_secs(2), api.get_metadata_opt(name)).await;
+    let got = tokio::time::timeout(Duration::from_secs(1), api.get_metadata_opt(name)).await;
     match got {
         Ok(Ok(Some(meta))) => {
             let info = NamespaceInfo::from_meta(&meta.metadata);

@@ -1,4 +1,5 @@
 use super::*;
+use serde_json::{Value, json};
 
 fn review_body(op: &str, ns: &str, tolerations: Option<Value>, sub_resource: Option<&str>) -> Vec<u8> {
     let mut spec = json!({"containers": [{"name": "c", "image": "i"}]});
