@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test e2e image controlplane lint bench-semantics bench-eviction bench-lifecycle release
+.PHONY: run test e2e image controlplane lint bench-semantics bench-admission bench-eviction bench-lifecycle bench-compare release
 
 E2E_IMAGE ?= node-lifecycle-controller:dev
 
@@ -34,6 +34,15 @@ lint:
 
 bench-semantics:
 	$(CARGO) bench -p nlc-core --bench semantics
+
+# The webhook's decision per request (parse, plugins, patch), without TLS and HTTP.
+bench-admission:
+	$(CARGO) bench -p nlc-core --bench admission
+
+# Ours vs kube-controller-manager (defaults and our budget) vs the API floor, RUNS times per
+# size: docs/bench/compare.{md,svg,png}. SIZES="1000 5000" for the whole envelope.
+bench-compare: controlplane release
+	scripts/bench-compare.sh
 
 release:
 	$(CARGO) build --release --locked --bin node-lifecycle-controller -p node-lifecycle-controller

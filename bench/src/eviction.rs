@@ -5,6 +5,7 @@
 //! the timed evictions, and the controller's peak RSS and CPU.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
@@ -16,6 +17,7 @@ use crate::common::{
     KEY, Measured, PlannedPod, PodPlan, Seen, UnderTest, create_nodes, create_pods, ensure_namespace,
     histogram_quantiles, percentile, set_taints, start_controller, watch_deletions,
 };
+use crate::floor::{self, FloorCounts};
 
 /// The tolerationSeconds of the pods that must not be evicted during the benchmark.
 const HOUR: i64 = 3600;
@@ -32,8 +34,27 @@ pub struct EvictionArgs {
     /// nodes' pods tolerate the taint for an hour.
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub target: usize,
+    /// Measure the API floor instead of a controller: a raw client making the controller's two
+    /// writes per pod at its concurrency, straight from the plan (see floor.rs).
+    #[arg(long, conflicts_with = "upstream")]
+    pub floor: bool,
     #[command(flatten)]
     pub under_test: UnderTest,
+}
+
+impl EvictionArgs {
+    /// The binary that must exist before the control plane starts.
+    pub fn binary(&self) -> Option<&std::path::Path> {
+        if self.floor { None } else { self.under_test.binary() }
+    }
+
+    fn describe(&self) -> String {
+        if self.floor {
+            format!("api floor (raw client, concurrency {})", floor::CONCURRENCY)
+        } else {
+            self.under_test.describe("kube-controller-manager taint-eviction-controller")
+        }
+    }
 }
 
 /// When the taint went on: its `timeAdded` (whole seconds), and when the patches began and ended.
@@ -43,12 +64,16 @@ struct Taint {
     done: Timestamp,
 }
 
-/// What the controller used during the eviction storm.
+/// What the controller used during the eviction storm (nothing for the floor).
+#[derive(Default)]
 struct Usage {
-    rss_idle_mb: f64,
-    peak_rss_mb: f64,
-    cpu_s: f64,
+    rss_idle_mb: Option<f64>,
+    peak_rss_mb: Option<f64>,
+    cpu_s: Option<f64>,
+    /// Start to `/readyz` 200 (ours only).
+    ready_s: Option<f64>,
     metrics: String,
+    floor: Option<FloorCounts>,
 }
 
 pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::Value> {
@@ -56,12 +81,25 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
     let (nodes, plan) = populate(&client, args).await?;
 
     let (seen, watch_task) = watch_deletions(&client);
-    let mut ctl = start_listed(cp, &args.under_test).await?;
+    let targets: Vec<&PlannedPod> = plan.iter().filter(|(_, _, s)| *s != Some(HOUR)).collect();
+    if args.floor {
+        let counts = Arc::new(Mutex::new(FloorCounts::default()));
+        let task = tokio::spawn(floor::run(client.clone(), plan.clone(), HOUR, counts.clone()));
+        // The same pause as a controller gets to list everything.
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        let taint = taint_all(&client, &nodes).await?;
+        wait_for_deletions(&seen, &targets, Duration::from_secs(600)).await;
+        task.abort();
+        let seen = seen.lock().map(|m| m.clone()).unwrap_or_default();
+        watch_task.abort();
+        let usage = Usage { floor: counts.lock().ok().map(|c| *c), ..Usage::default() };
+        return Ok(report(args, &plan, &targets, &seen, &taint, &usage));
+    }
+    let (mut ctl, ready_s) = start_listed(cp, &args.under_test).await?;
     let rss_idle_mb = ctl.rss_mb();
     let cpu0 = ctl.cpu_seconds();
 
     let taint = taint_all(&client, &nodes).await?;
-    let targets: Vec<&PlannedPod> = plan.iter().filter(|(_, _, s)| *s != Some(HOUR)).collect();
     wait_for_deletions(&seen, &targets, Duration::from_secs(600)).await;
 
     let cpu_s = ctl.cpu_seconds() - cpu0;
@@ -71,7 +109,14 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
     watch_task.abort();
     let _ = ctl.child.kill().await;
 
-    let usage = Usage { rss_idle_mb, peak_rss_mb, cpu_s, metrics };
+    let usage = Usage {
+        rss_idle_mb: Some(rss_idle_mb),
+        peak_rss_mb: Some(peak_rss_mb),
+        cpu_s: Some(cpu_s),
+        ready_s,
+        metrics,
+        floor: None,
+    };
     Ok(report(args, &plan, &targets, &seen, &taint, &usage))
 }
 
@@ -105,19 +150,28 @@ fn plan_pods(nodes: &[String], pods: usize, target: usize, run: &str) -> PodPlan
 }
 
 /// Starts the controller with the taint eviction part alone and gives it time to list
-/// everything (30,000 pods) before the storm.
-async fn start_listed(cp: &ControlPlane, under_test: &UnderTest) -> Result<Measured> {
+/// everything (30,000 pods) before the storm. Returns it and, for ours, the seconds from start to
+/// `/readyz` answering 200 (caches synced).
+async fn start_listed(cp: &ControlPlane, under_test: &UnderTest) -> Result<(Measured, Option<f64>)> {
     let flags: Vec<String> = if under_test.upstream {
         vec!["--node-monitor-grace-period=10m".into(), "--node-startup-grace-period=10m".into()]
     } else {
         vec!["--enable-node-lifecycle=false".into()]
     };
+    let started = Instant::now();
     let mut ctl = start_controller(cp, under_test, &flags).await?;
-    tokio::time::sleep(Duration::from_secs(15)).await;
+    let mut ready_s = None;
+    while started.elapsed() < Duration::from_secs(15) {
+        if !under_test.upstream && ready_s.is_none() && ctl.get("/readyz").await.starts_with("HTTP/1.1 200") {
+            ready_s = Some(started.elapsed().as_secs_f64());
+        }
+        tokio::time::sleep(Duration::from_millis(if ready_s.is_none() && !under_test.upstream { 20 } else { 500 }))
+            .await;
+    }
     if let Ok(Some(status)) = ctl.child.try_wait() {
         bail!("the controller exited early with {status}; see {}", cp.dir.join("controller.log").display());
     }
-    Ok(ctl)
+    Ok((ctl, ready_s))
 }
 
 /// Taints every node NoExecute with [`KEY`] at once.
@@ -174,15 +228,21 @@ fn report(
     let metrics = &usage.metrics;
     json!({
         "benchmark": "eviction",
-        "controller": args.under_test.describe("kube-controller-manager taint-eviction-controller"),
+        "controller": args.describe(),
+        "floor": args.floor, "upstream": args.under_test.upstream && !args.floor,
+        "controller_flags": args.under_test.extra,
         "nodes": args.nodes, "pods": plan.len(), "evicted_expected": targets.len(), "missing": missing,
         "evicted_wrongly": early,
         "taint_to_last_deletion_s": last.duration_since(taint.start).as_secs_f64(),
         "timed_lateness_s": {"n": lateness.len(), "p50": percentile(&lateness, 50.0), "p99": percentile(&lateness, 99.0),
                              "max": lateness.last().copied().unwrap_or(f64::NAN), "min": lateness.first().copied().unwrap_or(f64::NAN)},
-        "immediate_after_taint_s": {"n": immediate.len(), "p50": percentile(&immediate, 50.0), "p99": percentile(&immediate, 99.0)},
+        "immediate_after_taint_s": {"n": immediate.len(), "p50": percentile(&immediate, 50.0), "p99": percentile(&immediate, 99.0),
+                                    "max": immediate.last().copied().unwrap_or(f64::NAN)},
+        // The untolerated pods are all due at the taint: their rate is the eviction throughput.
+        "immediate_evictions_per_s": immediate.len() as f64 / immediate.last().copied().unwrap_or(f64::NAN),
         "controller_peak_rss_mb": usage.peak_rss_mb, "controller_rss_idle_mb": usage.rss_idle_mb,
-        "controller_cpu_s_during_storm": usage.cpu_s,
+        "controller_cpu_s_during_storm": usage.cpu_s, "controller_ready_s": usage.ready_s,
+        "floor_deleted": usage.floor.map(|c| c.deleted), "floor_failed": usage.floor.map(|c| c.failed),
         "controller_lateness_timed_s": histogram_quantiles(metrics, "nlc_eviction_lateness_seconds", "kind=\"timed\""),
         "controller_lateness_immediate_s": histogram_quantiles(metrics, "nlc_eviction_lateness_seconds", "kind=\"immediate\""),
         "controller_fire_lateness_s": histogram_quantiles(metrics, "nlc_eviction_fire_lateness_seconds", ""),

@@ -28,7 +28,9 @@
 //! ```
 
 mod common;
+mod compare;
 mod eviction;
+mod floor;
 mod lifecycle;
 mod webhook;
 
@@ -62,15 +64,19 @@ enum Scenario {
     /// Admission requests per second against the webhook pinned to one core, from CONNECTIONS
     /// keep-alive HTTPS connections for STEADY seconds.
     Webhook(WebhookArgs),
+    /// Turns `make bench-compare`'s eviction reports into a markdown table and an SVG chart
+    /// (no control plane).
+    Compare(compare::CompareArgs),
 }
 
 impl Scenario {
     /// The controller binary the scenario runs, which must exist; `None` with `--upstream`.
     fn controller_binary(&self) -> Option<&Path> {
         match self {
-            Self::Eviction(a) => a.under_test.binary(),
+            Self::Eviction(a) => a.binary(),
             Self::Lifecycle(a) => a.under_test.binary(),
             Self::Webhook(a) => Some(a.controller.as_path()),
+            Self::Compare(_) => None,
         }
     }
 
@@ -79,6 +85,7 @@ impl Scenario {
             Self::Eviction(a) => eviction::run(cp, a).await,
             Self::Lifecycle(a) => lifecycle::run(cp, a).await,
             Self::Webhook(a) => webhook::run(cp, a).await,
+            Self::Compare(a) => compare::run(a),
         }
     }
 }
@@ -90,6 +97,10 @@ async fn main() -> Result<()> {
         && !bin.is_file()
     {
         bail!("{} not found: run `cargo build --release` first (the Makefile's bench targets do)", bin.display());
+    }
+    if let Scenario::Compare(a) = &cli.scenario {
+        println!("{}", serde_json::to_string_pretty(&compare::run(a)?)?);
+        return Ok(());
     }
     let cp = ControlPlane::start(Options {
         apiserver_args: vec!["--watch-cache-sizes=pods#50000,nodes#10000,leases.coordination.k8s.io#10000".into()],

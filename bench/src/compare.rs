@@ -1,0 +1,385 @@
+//! `bench compare`: turns the eviction reports of `make bench-compare` (one JSON per run) into a
+//! markdown table and an SVG chart: ours, kube-controller-manager at its defaults and at our
+//! budget, and the API floor, per size; medians with their spread (min-max) over the runs.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct CompareArgs {
+    /// Directory holding the runs' JSON reports (`bench eviction` output).
+    #[arg(long, value_name = "DIR")]
+    pub runs: PathBuf,
+    /// Where to write `compare.md` and `compare.svg`.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// The command line that produced the runs, written under the table.
+    #[arg(long, value_name = "TEXT", default_value = "make bench-compare")]
+    pub command: String,
+}
+
+/// The four configurations, in column order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Config {
+    Ours,
+    KcmBudget,
+    KcmDefault,
+    Floor,
+}
+
+impl Config {
+    const ALL: [Self; 4] = [Self::Ours, Self::KcmBudget, Self::KcmDefault, Self::Floor];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Ours => "ours",
+            Self::KcmBudget => "kcm, our budget",
+            Self::KcmDefault => "kcm, defaults",
+            Self::Floor => "API floor",
+        }
+    }
+
+    fn color(self) -> &'static str {
+        match self {
+            Self::Ours => "#1f77b4",
+            Self::KcmBudget => "#ff7f0e",
+            Self::KcmDefault => "#f5c08a",
+            Self::Floor => "#7f7f7f",
+        }
+    }
+
+    /// Which configuration a report is, from what it says about itself.
+    fn of(report: &Value) -> Self {
+        if report["floor"].as_bool() == Some(true) {
+            return Self::Floor;
+        }
+        let upstream = report["upstream"]
+            .as_bool()
+            .unwrap_or_else(|| report["controller"].as_str().is_some_and(|c| c.starts_with("kube-controller-manager")));
+        let budget = report["controller_flags"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|a| a.as_str().is_some_and(|a| a.starts_with("--kube-api-qps"))));
+        match (upstream, budget) {
+            (true, true) => Self::KcmBudget,
+            (true, false) => Self::KcmDefault,
+            (false, _) => Self::Ours,
+        }
+    }
+}
+
+/// One figure of the table: its label, where it is in a report, and its unit.
+struct Figure {
+    label: &'static str,
+    path: &'static [&'static str],
+    unit: &'static str,
+    /// Reported as "floor + x" too.
+    vs_floor: bool,
+}
+
+const FIGURES: &[Figure] = &[
+    Figure { label: "ready (start → /readyz)", path: &["controller_ready_s"], unit: "s", vs_floor: false },
+    Figure {
+        label: "untolerated: taint → deletion p50",
+        path: &["immediate_after_taint_s", "p50"],
+        unit: "s",
+        vs_floor: true,
+    },
+    Figure {
+        label: "untolerated: taint → deletion p99",
+        path: &["immediate_after_taint_s", "p99"],
+        unit: "s",
+        vs_floor: true,
+    },
+    Figure {
+        label: "untolerated evictions per second",
+        path: &["immediate_evictions_per_s"],
+        unit: "/s",
+        vs_floor: false,
+    },
+    Figure { label: "timed lateness p50", path: &["timed_lateness_s", "p50"], unit: "s", vs_floor: true },
+    Figure { label: "timed lateness p99", path: &["timed_lateness_s", "p99"], unit: "s", vs_floor: true },
+    Figure { label: "timed lateness max", path: &["timed_lateness_s", "max"], unit: "s", vs_floor: true },
+    Figure { label: "RSS before the storm", path: &["controller_rss_idle_mb"], unit: "MB", vs_floor: false },
+    Figure { label: "peak RSS", path: &["controller_peak_rss_mb"], unit: "MB", vs_floor: false },
+    Figure { label: "CPU in the storm", path: &["controller_cpu_s_during_storm"], unit: "s", vs_floor: false },
+    Figure { label: "wrong evictions (all runs)", path: &["evicted_wrongly"], unit: "", vs_floor: false },
+    Figure { label: "missing evictions (all runs)", path: &["missing"], unit: "", vs_floor: false },
+];
+
+fn get(report: &Value, path: &[&str]) -> Option<f64> {
+    let v = path.iter().try_fold(report, |v, k| v.get(k))?;
+    v.as_f64().filter(|x| x.is_finite())
+}
+
+/// Median and spread of some runs' values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stat {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub n: usize,
+    pub sum: f64,
+}
+
+pub fn stat(values: &[f64]) -> Option<Stat> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+    Some(Stat { median, min: v[0], max: v[n - 1], n, sum: v.iter().sum() })
+}
+
+fn fmt_num(x: f64) -> String {
+    let a = x.abs();
+    if a >= 100.0 {
+        format!("{x:.0}")
+    } else if a >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// Runs grouped by size (`nodes × pods-per-node`) and configuration.
+type Groups = BTreeMap<(u64, u64), BTreeMap<Config, Vec<Value>>>;
+
+fn load(dir: &Path) -> Result<Groups> {
+    let mut groups = Groups::new();
+    let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    for path in paths.iter().filter(|p| p.extension().is_some_and(|e| e == "json")) {
+        let text = std::fs::read_to_string(path)?;
+        let report: Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+        if report["benchmark"] != "eviction" {
+            continue;
+        }
+        let nodes = report["nodes"].as_u64().unwrap_or(0);
+        let pods = report["pods"].as_u64().unwrap_or(0);
+        let per_node = pods.checked_div(nodes).unwrap_or(0);
+        groups.entry((nodes, per_node)).or_default().entry(Config::of(&report)).or_default().push(report);
+    }
+    if groups.is_empty() {
+        bail!("no eviction reports in {}", dir.display());
+    }
+    Ok(groups)
+}
+
+/// The markdown table, one section per size.
+pub fn markdown(groups: &Groups, command: &str) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "<!-- Written by `bench compare`; rerun `{command}` to refresh. -->\n");
+    for ((nodes, per_node), runs) in groups {
+        let _ = writeln!(md, "### {nodes} nodes × {per_node} pods\n");
+        let configs: Vec<Config> = Config::ALL.into_iter().filter(|c| runs.contains_key(c)).collect();
+        let _ = write!(md, "| figure |");
+        for c in &configs {
+            let _ = write!(md, " {} ({} runs) |", c.label(), runs[c].len());
+        }
+        let _ = write!(md, "\n|---|");
+        for _ in &configs {
+            let _ = write!(md, "---|");
+        }
+        md.push('\n');
+        for f in FIGURES {
+            let floor = runs
+                .get(&Config::Floor)
+                .and_then(|r| stat(&r.iter().filter_map(|v| get(v, f.path)).collect::<Vec<_>>()));
+            let mut cells = Vec::new();
+            let mut any = false;
+            for c in &configs {
+                let values: Vec<f64> = runs[c].iter().filter_map(|v| get(v, f.path)).collect();
+                let cell = match stat(&values) {
+                    None => "–".to_owned(),
+                    Some(s) if f.unit.is_empty() => {
+                        any = true;
+                        format!("{:.0}", s.sum)
+                    }
+                    Some(s) => {
+                        any = true;
+                        let mut cell = format!("{} {}", fmt_num(s.median), f.unit);
+                        if s.n > 1 {
+                            let _ = write!(cell, " ({}–{})", fmt_num(s.min), fmt_num(s.max));
+                        }
+                        if let (true, Some(fl), false) = (f.vs_floor, floor, *c == Config::Floor) {
+                            let _ = write!(cell, "<br>floor {:+.0} ms", (s.median - fl.median) * 1000.0);
+                        }
+                        cell
+                    }
+                };
+                cells.push(cell);
+            }
+            if any {
+                let _ = writeln!(md, "| {} | {} |", f.label, cells.join(" | "));
+            }
+        }
+        md.push('\n');
+    }
+    let _ = writeln!(
+        md,
+        "Medians over the runs, (min–max) their spread; \"floor +x ms\" is the median minus the API floor's. \
+         Produced by `{command}`."
+    );
+    md
+}
+
+/// A grouped bar chart: per size, the p99 of untolerated deletions and of timed lateness, and
+/// peak RSS, one bar per configuration (median, with a min-max whisker).
+pub fn svg(groups: &Groups) -> String {
+    let panels: [(&str, &[&str], &str); 3] = [
+        ("untolerated: taint → deletion p99 (s)", &["immediate_after_taint_s", "p99"], "s"),
+        ("timed lateness p99 (s)", &["timed_lateness_s", "p99"], "s"),
+        ("peak RSS (MB)", &["controller_peak_rss_mb"], "MB"),
+    ];
+    let sizes: Vec<&(u64, u64)> = groups.keys().collect();
+    let (pw, ph, top, left) = (300.0_f64, 220.0_f64, 75.0_f64, 50.0_f64);
+    let width = left + pw * panels.len() as f64 + 20.0;
+    let height = top + ph + 70.0;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{left}" y="20" font-size="14" font-weight="bold">Taint eviction storm: ours vs kube-controller-manager vs the API floor (median, min–max)</text>"#
+    );
+    // Legend.
+    for (i, c) in Config::ALL.iter().enumerate() {
+        let x = left + i as f64 * 150.0;
+        let _ = writeln!(s, r#"<rect x="{x}" y="32" width="12" height="12" fill="{}"/>"#, c.color());
+        let _ = writeln!(s, r#"<text x="{}" y="42">{}</text>"#, x + 16.0, c.label());
+    }
+    for (pi, (title, path, _unit)) in panels.iter().enumerate() {
+        let x0 = left + pi as f64 * pw;
+        let (cw, base) = (pw - 40.0, top + ph);
+        let mut max = 0.0_f64;
+        for size in &sizes {
+            for runs in groups[*size].values() {
+                for v in runs.iter().filter_map(|r| get(r, path)) {
+                    max = max.max(v);
+                }
+            }
+        }
+        let max = if max <= 0.0 { 1.0 } else { max * 1.1 };
+        let _ = writeln!(s, r#"<text x="{}" y="{}" font-weight="bold">{title}</text>"#, x0, top - 4.0);
+        let _ = writeln!(s, r#"<line x1="{x0}" y1="{base}" x2="{}" y2="{base}" stroke="black"/>"#, x0 + cw);
+        let _ = writeln!(s, r#"<line x1="{x0}" y1="{top}" x2="{x0}" y2="{base}" stroke="black"/>"#);
+        for k in 0..=4 {
+            let v = max * f64::from(k) / 4.0;
+            let y = base - ph * f64::from(k) / 4.0;
+            let _ = writeln!(
+                s,
+                r#"<text x="{}" y="{}" text-anchor="end" font-size="9">{}</text>"#,
+                x0 - 3.0,
+                y + 3.0,
+                fmt_num(v)
+            );
+            let _ = writeln!(s, r##"<line x1="{x0}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/>"##, x0 + cw);
+        }
+        let group_w = cw / sizes.len().max(1) as f64;
+        for (si, size) in sizes.iter().enumerate() {
+            let gx = x0 + si as f64 * group_w;
+            let bar_w = (group_w - 20.0) / Config::ALL.len() as f64;
+            for (ci, c) in Config::ALL.iter().enumerate() {
+                let Some(runs) = groups[*size].get(c) else { continue };
+                let Some(st) = stat(&runs.iter().filter_map(|r| get(r, path)).collect::<Vec<_>>()) else { continue };
+                let bx = gx + 10.0 + ci as f64 * bar_w;
+                let h = ph * st.median / max;
+                let _ = writeln!(
+                    s,
+                    r#"<rect x="{bx:.1}" y="{:.1}" width="{:.1}" height="{h:.1}" fill="{}"><title>{}: {}</title></rect>"#,
+                    base - h,
+                    bar_w - 2.0,
+                    c.color(),
+                    c.label(),
+                    fmt_num(st.median)
+                );
+                let (ylo, yhi) = (base - ph * st.min / max, base - ph * st.max / max);
+                let cx = bx + (bar_w - 2.0) / 2.0;
+                let _ = writeln!(s, r#"<line x1="{cx:.1}" y1="{ylo:.1}" x2="{cx:.1}" y2="{yhi:.1}" stroke="black"/>"#);
+                let _ = writeln!(
+                    s,
+                    r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle" font-size="8">{}</text>"#,
+                    yhi - 3.0,
+                    fmt_num(st.median)
+                );
+            }
+            let _ = writeln!(
+                s,
+                r#"<text x="{:.1}" y="{}" text-anchor="middle">{} × {}</text>"#,
+                gx + group_w / 2.0,
+                base + 16.0,
+                size.0,
+                size.1
+            );
+        }
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+pub fn run(args: &CompareArgs) -> Result<Value> {
+    let groups = load(&args.runs)?;
+    std::fs::create_dir_all(&args.out)?;
+    let md = markdown(&groups, &args.command);
+    std::fs::write(args.out.join("compare.md"), &md)?;
+    std::fs::write(args.out.join("compare.svg"), svg(&groups))?;
+    let sizes: Vec<String> = groups.keys().map(|(n, p)| format!("{n}x{p}")).collect();
+    Ok(serde_json::json!({"benchmark": "compare", "sizes": sizes, "written": [
+        args.out.join("compare.md"), args.out.join("compare.svg")]}))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn median_and_spread() {
+        let s = stat(&[3.0, 1.0, 2.0]).expect("values");
+        assert_eq!((s.median, s.min, s.max, s.n), (2.0, 1.0, 3.0, 3));
+        assert_eq!(stat(&[1.0, 3.0]).map(|s| s.median), Some(2.0));
+        assert!(stat(&[f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn configurations_from_reports() {
+        assert_eq!(Config::of(&json!({"floor": true})), Config::Floor);
+        assert_eq!(Config::of(&json!({"upstream": true, "controller_flags": []})), Config::KcmDefault);
+        assert_eq!(
+            Config::of(&json!({"upstream": true, "controller_flags": ["--kube-api-qps=2000"]})),
+            Config::KcmBudget
+        );
+        assert_eq!(Config::of(&json!({"upstream": false, "controller_flags": []})), Config::Ours);
+    }
+
+    #[test]
+    fn table_has_medians_and_the_floor_difference() {
+        let run = |floor: bool, p99: f64| {
+            json!({"benchmark": "eviction", "nodes": 10, "pods": 300, "floor": floor, "upstream": false,
+                   "immediate_after_taint_s": {"p50": p99 / 2.0, "p99": p99}, "missing": 0, "evicted_wrongly": 0})
+        };
+        let mut groups = Groups::new();
+        let g = groups.entry((10, 30)).or_default();
+        g.insert(Config::Ours, vec![run(false, 1.0), run(false, 1.2), run(false, 3.0)]);
+        g.insert(Config::Floor, vec![run(true, 0.9)]);
+        let md = markdown(&groups, "make bench-compare");
+        assert!(md.contains("### 10 nodes × 30 pods"), "{md}");
+        assert!(
+            md.contains("| untolerated: taint → deletion p99 | 1.20 s (1.00–3.00)<br>floor +300 ms | 0.90 s |"),
+            "{md}"
+        );
+        assert!(md.contains("| wrong evictions (all runs) | 0 | 0 |"), "{md}");
+        assert!(svg(&groups).starts_with("<svg"));
+    }
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# make bench-compare: the taint eviction storm (`bench eviction`: NODES x 30 pods, TARGET nodes'
+# pods evicted: a third at once, two thirds after 10-30 s; every node tainted NoExecute at once),
+# RUNS times for each configuration and size, each run on a fresh control plane; then the table
+# (docs/bench/compare.md) and the chart (docs/bench/compare.svg and .png).
+#
+# Configurations, interleaved within each round so that drift of the machine hits all alike:
+#   floor        the API floor: a raw client making the controller's two writes per pod
+#   ours         node-lifecycle-controller at its defaults (no client rate limit)
+#   kcm-budget   kube-controller-manager v1.37.2 with --kube-api-qps=2000 --kube-api-burst=2000
+#   kcm-default  kube-controller-manager at its defaults (20 qps, burst 30)
+#
+# Environment: SIZES (nodes, default "1000"), RUNS (3), TARGET (100), CONFIGS (all four),
+# OUT (docs/bench), RAW (where the JSON reports go; default under the cache directory).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SIZES=${SIZES:-1000}
+RUNS=${RUNS:-3}
+TARGET=${TARGET:-100}
+CONFIGS=${CONFIGS:-floor ours kcm-budget kcm-default}
+OUT=${OUT:-docs/bench}
+RAW=${RAW:-${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-controller/bench-compare/$(date -u +%Y%m%dT%H%M%SZ)}
+T=${CARGO_TARGET_DIR:-target}/release
+mkdir -p "$RAW" "$OUT"
+log() { printf 'bench-compare: %s\n' "$*" >&2; }
+
+for size in $SIZES; do
+  for run in $(seq 1 "$RUNS"); do
+    for config in $CONFIGS; do
+      case $config in
+        floor) args=(--floor) ;;
+        ours) args=(--controller "$T/node-lifecycle-controller") ;;
+        kcm-budget) args=(--upstream -- --kube-api-qps=2000 --kube-api-burst=2000) ;;
+        kcm-default) args=(--upstream) ;;
+        *) log "unknown configuration $config"; exit 1 ;;
+      esac
+      name="$RAW/$size-$config-$run"
+      if [[ -s $name.json ]]; then log "$name.json exists, kept"; continue; fi
+      log "$size nodes, $config, run $run"
+      "$T/bench" eviction --nodes "$size" --pods 30 --target "$TARGET" "${args[@]}" >"$name.json.tmp" 2>"$name.log" \
+        || { log "failed: see $name.log"; tail -5 "$name.log" >&2; exit 1; }
+      mv "$name.json.tmp" "$name.json"
+    done
+  done
+done
+
+"$T/bench" compare --runs "$RAW" --out "$OUT" \
+  --command "make bench-compare SIZES=\"$SIZES\" RUNS=$RUNS TARGET=$TARGET (reports: $RAW)"
+if ! command -v rsvg-convert >/dev/null && [[ $(id -u) -eq 0 ]]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends librsvg2-bin >&2 || true
+fi
+if command -v rsvg-convert >/dev/null; then
+  rsvg-convert -o "$OUT/compare.png" "$OUT/compare.svg"
+else
+  log "rsvg-convert missing (apt-get install librsvg2-bin): $OUT/compare.png not written"
+fi
+log "wrote $OUT/compare.md and $OUT/compare.svg (and .png); reports in $RAW"
