@@ -17,7 +17,9 @@ use futures::future::{BoxFuture, Shared};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, Preconditions};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event as KubeEvent, EventType};
+
+use super::events::Recorder;
 use serde_json::json;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
@@ -188,14 +190,8 @@ impl Executor {
         let Metrics { eviction: metrics, executor: exec_metrics, lifecycle: lifecycle_metrics } = metrics;
         // Upstream's event sources: taint-eviction-controller for evictions, node-controller for
         // nodes and MarkPodsNotReady.
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter { controller: "taint-eviction-controller".into(), instance: Some(cfg.instance.clone()) },
-        );
-        let node_recorder = Recorder::new(
-            client.clone(),
-            Reporter { controller: "node-controller".into(), instance: Some(cfg.instance.clone()) },
-        );
+        let recorder = Arc::new(Recorder::new(client.clone(), "taint-eviction-controller", &cfg.instance));
+        let node_recorder = Arc::new(Recorder::new(client.clone(), "node-controller", &cfg.instance));
         let permits = Semaphore::new(cfg.concurrency.max(1));
         let node_permits = Semaphore::new(cfg.concurrency.max(1));
         let (events, events_rx) = mpsc::channel(EVENT_QUEUE);
@@ -691,8 +687,8 @@ impl Inner {
 
 async fn event_worker(
     mut rx: mpsc::Receiver<QueuedEvent>,
-    pods: Recorder,
-    nodes: Recorder,
+    pods: Arc<Recorder>,
+    nodes: Arc<Recorder>,
     writes: watch::Receiver<bool>,
     dropped: prometheus_client::metrics::counter::Counter,
 ) {

@@ -4,6 +4,7 @@
 //! to the executor, which reports back.
 
 pub mod args;
+mod events;
 pub mod executor;
 pub mod watch;
 
