@@ -181,3 +181,37 @@ async fn the_pause_stops_evictions_then_everything_and_lifting_it_catches_up() {
         wait_node(&s, &nodes[2], Duration::from_secs(10), |n| taint_of(n, UNREACHABLE, "NoExecute").is_some()).await;
     assert!(judged.is_some(), "the silent node was not judged after the pause:\n{}", c.logs());
 }
+
+/// A pause set before the start holds from the first decision (the other caches may sync before
+/// the pause is read), and pausing everything without leader election does not end the
+/// controller's loop: lifting it evicts.
+#[tokio::test]
+async fn a_pause_set_before_the_start_holds_without_leader_election_too() {
+    let env = shared();
+    let s = Scope::new(env, "brake-early").await;
+    let node = s.node("n", json!([no_execute(KEY, now_s())])).await;
+    s.pod("victim", &node, json!([]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    set_pause(&s, "all").await;
+    let own: Vec<&str> = FAST
+        .iter()
+        .copied()
+        .chain([
+            "--leader-elect=false",
+            "--leader-elect-resource-namespace",
+            s.ns.as_str(),
+            "--enable-node-lifecycle=false",
+        ])
+        .collect();
+    let mut c = Controller::start(env, &s.scope, &own).await;
+    wait_pause(&c, "all").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(evictions.at("victim"), None, "evicted while paused:\n{}", c.logs());
+    assert!(c.wait_exit(Duration::from_millis(10)).await.is_none(), "the controller stopped:\n{}", c.logs());
+    set_pause(&s, "none").await;
+    assert!(
+        evictions.wait("victim", Duration::from_secs(10)).await.is_some(),
+        "not evicted once lifted:\n{}",
+        c.logs()
+    );
+}

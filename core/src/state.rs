@@ -83,6 +83,11 @@ impl State {
         self.leading && self.pause != Pause::All
     }
 
+    /// This process leads (whatever the pause).
+    pub fn is_leading(&self) -> bool {
+        self.leading
+    }
+
     pub fn pause(&self) -> Pause {
         self.pause
     }

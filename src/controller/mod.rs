@@ -137,7 +137,11 @@ fn spawn(
     drop(tx);
     let (eviction, lifecycle) =
         (eviction.decisions.map(TaintEviction::new), lifecycle.decisions.map(NodeLifecycle::new));
-    let state = if standby { State::standby(eviction, lifecycle) } else { State::new(eviction, lifecycle) };
+    let mut state = if standby { State::standby(eviction, lifecycle) } else { State::new(eviction, lifecycle) };
+    // Until the pause watch has said what the operator wants, everything is paused: the other
+    // caches may sync first (a streaming list takes milliseconds), and a pause set before the
+    // start must hold from the first decision. Nothing is cached yet, so nothing is dropped.
+    state.set_pause(nlc_core::brakes::Pause::All, clock.now(), &mut Vec::new());
     let task = Task {
         state,
         leading,
@@ -254,7 +258,9 @@ impl Task {
                     let Some(input) = input else { return Ok(()) };
                     self.handle_batch(input, &mut actions);
                 }
-                changed = self.leading.changed(), if !self.state.is_active() => {
+                // Only while not leading: a pause of everything is not a lost election (and
+                // without leader election the sender is gone, so this would end the loop).
+                changed = self.leading.changed(), if !self.state.is_leading() => {
                     // The election ended without our leading: the process is shutting down.
                     if changed.is_err() {
                         return Ok(());
