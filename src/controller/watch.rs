@@ -73,6 +73,18 @@ fn is_gone(e: &watcher::Error) -> bool {
     }
 }
 
+/// Whether the API server refused a streaming list (`sendInitialEvents`) as such: 422 Invalid or
+/// 400 Bad Request when the WatchList feature is off.
+fn refuses_streaming(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::WatchError(s) => matches!(s.code, 400 | 422),
+        watcher::Error::WatchStartFailed(kube::Error::Api(s)) | watcher::Error::WatchFailed(kube::Error::Api(s)) => {
+            matches!(s.code, 400 | 422)
+        }
+        _ => false,
+    }
+}
+
 /// A cheap jitter source: the sub-second nanoseconds of the clock.
 fn jitter() -> f64 {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
@@ -92,8 +104,9 @@ pub async fn run<K, S, I>(
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let labels = ResourceLabels { resource };
-    let mut stream = watcher(api, config).boxed();
+    let mut stream = watcher(api.clone(), config.clone()).boxed();
     let mut backoff = Backoff::default();
+    let mut streaming = config.initial_list_strategy == watcher::InitialListStrategy::StreamingList;
     while let Some(item) = stream.next().await {
         match item {
             Ok(ev) => {
@@ -102,6 +115,17 @@ pub async fn run<K, S, I>(
                 if tx.send(wrap(map_event(ev, &slim))).await.is_err() {
                     return;
                 }
+            }
+            Err(e) if streaming && refuses_streaming(&e) => {
+                // Kubernetes 1.33 ships the WatchList gate off and refuses sendInitialEvents
+                // with a 422 (1.34 and later serve it): list in pages there, as before.
+                tracing::info!(resource, error = %e, "the API server does not stream initial lists; listing in pages");
+                streaming = false;
+                let paged = watcher::Config {
+                    initial_list_strategy: watcher::InitialListStrategy::ListWatch,
+                    ..config.clone()
+                };
+                stream = watcher(api.clone(), paged).boxed();
             }
             Err(e) => {
                 metrics.errors.get_or_create(&labels).inc();
