@@ -209,7 +209,12 @@ pub fn markdown(groups: &Groups, command: &str) -> String {
                             let _ = write!(cell, " ({}–{})", fmt_num(s.min), fmt_num(s.max));
                         }
                         if let (true, Some(fl), false) = (f.vs_floor, floor, *c == Config::Floor) {
-                            let _ = write!(cell, "<br>floor {:+.0} ms", (s.median - fl.median) * 1000.0);
+                            let d = s.median - fl.median;
+                            let _ = if d.abs() < 10.0 {
+                                write!(cell, "<br>floor {:+.0} ms", d * 1000.0)
+                            } else {
+                                write!(cell, "<br>floor {d:+.0} s")
+                            };
                         }
                         cell
                     }

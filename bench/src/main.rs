@@ -2,11 +2,13 @@
 //! `make bench-lifecycle` and `target/release/bench webhook`; each prints its report as JSON on
 //! stdout (progress goes to stderr).
 //!
-//! eviction:  NODES nodes x PODS pods; every node is tainted NoExecute at once. Pods on TARGET
-//!            nodes are evicted (a third at once, two thirds with tolerationSeconds spread over
-//!            10-30 s); the others tolerate for an hour, so that ~NODES x PODS timers are pending.
-//!            Reports the time from the taint to the last eviction, the lateness (deletion seen
-//!            minus deadline) of the timed evictions, and the controller's peak RSS and CPU.
+//! eviction:  NODES nodes x PODS pods, every node tainted NoExecute: first those whose pods
+//!            tolerate for an hour (so that ~NODES x PODS timers are pending), then the TARGET
+//!            nodes at once, whose pods are evicted (a third at once, two thirds with
+//!            tolerationSeconds spread over 10-30 s). Reports taint -> deletion of the untolerated
+//!            pods, the lateness (deletion seen minus deadline) of the timed evictions, and the
+//!            controller's ready time, RSS and CPU. `--floor`: a raw client instead (floor.rs).
+//! compare:   the table and chart of `make bench-compare` from its reports.
 //! lifecycle: NODES nodes whose Leases this tool renews every LEASE_PERIOD; after a warm-up it
 //!            measures the controller's CPU and RSS over STEADY seconds, then stops STOP nodes'
 //!            heartbeats and reports the detection delay (Ready=Unknown seen minus last renewal
@@ -24,7 +26,9 @@
 //! bench eviction [--nodes N] [--pods N] [--target N] [--controller BIN | --upstream] [-- CONTROLLER FLAGS]
 //! bench lifecycle [--nodes N] [--stop N] [--steady SECS] [--lease-period SECS] [--grace DUR]
 //!                 [--controller BIN | --upstream] [-- CONTROLLER FLAGS]
-//! bench webhook [--connections N] [--steady SECS] [--controller BIN]
+//! bench webhook [--connections N] [--steady SECS] [--all-plugins | --rules N] [--controller BIN]
+//! bench eviction --floor [--nodes N] [--pods N] [--target N]
+//! bench compare --runs DIR --out DIR
 //! ```
 
 mod common;
