@@ -250,6 +250,9 @@ async fn a_refused_node_write_backs_off() {
     let refused = metric_sum(&metrics, "nlc_api_requests_total", &["resource=\"nodes/status\"", "code=\"403\""]);
     // Backoff 0.5, 1, 2, 4, 8 s: about 5 tries in 10 s (a loop would make hundreds).
     assert!((2.0..=7.0).contains(&refused), "{refused} refused writes of {silent}:\n{metrics}");
+    // This identity may not read ConfigMaps either: the brakes are unavailable, said loudly,
+    // and the controller acts (it is paused only until the pause has been read or refused).
+    assert!(c.logs().contains("may not read the pause ConfigMap"), "{}", c.logs());
 }
 
 /// What kube-apiserver answers to a pod write aimed at a pod that was deleted and recreated

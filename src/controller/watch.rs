@@ -85,6 +85,16 @@ fn refuses_streaming(e: &watcher::Error) -> bool {
     }
 }
 
+fn is_forbidden(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 403,
+        watcher::Error::WatchError(s) => s.code == 403,
+        _ => false,
+    }
+}
+
 /// A cheap jitter source: the sub-second nanoseconds of the clock.
 fn jitter() -> f64 {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
@@ -154,6 +164,10 @@ pub async fn pause(
     let mut stream = watcher(api, config).boxed();
     let mut backoff = Backoff::default();
     let mut listed: Option<Pause> = None;
+    // The controller is paused until this watch has said what the operator wants; an identity
+    // that may not read ConfigMaps here would keep it paused for ever. A 403 is an answer: no
+    // brake can be read, so none is in force (said loudly, counted); the watch keeps retrying.
+    let mut reported = false;
     while let Some(item) = stream.next().await {
         let pause = match item {
             Ok(watcher::Event::Init) => {
@@ -180,12 +194,26 @@ pub async fn pause(
             Err(e) => {
                 metrics.errors.get_or_create(&labels).inc();
                 let delay = backoff.next(is_gone(&e), jitter());
-                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "watching the pause ConfigMap failed; retrying");
+                if !reported && is_forbidden(&e) {
+                    reported = true;
+                    tracing::error!(
+                        namespace = %namespace, error = %e,
+                        "may not read the pause ConfigMap: the brakes are unavailable (grant get, list and watch on configmaps in this namespace)"
+                    );
+                    if tx.send(Input::Pause(Pause::None)).await.is_err() {
+                        return;
+                    }
+                } else {
+                    tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "watching the pause ConfigMap failed; retrying");
+                }
                 tokio::time::sleep(delay).await;
                 continue;
             }
         };
         backoff.reset();
+        if pause.is_some() {
+            reported = true;
+        }
         if let Some(p) = pause {
             tracing::info!(namespace = %namespace, pause = %p, "pause");
             if tx.send(Input::Pause(p)).await.is_err() {
