@@ -238,10 +238,12 @@ pub fn markdown(groups: &Groups, command: &str) -> String {
 /// A grouped bar chart: per size, the p99 of untolerated deletions and of timed lateness, and
 /// peak RSS, one bar per configuration (median, with a min-max whisker).
 pub fn svg(groups: &Groups) -> String {
-    let panels: [(&str, &[&str], &str); 3] = [
-        ("untolerated: taint → deletion p99 (s)", &["immediate_after_taint_s", "p99"], "s"),
-        ("timed lateness p99 (s)", &["timed_lateness_s", "p99"], "s"),
-        ("peak RSS (MB)", &["controller_peak_rss_mb"], "MB"),
+    // (title, figure, log scale): the latencies span 0.1 s to minutes (kube-controller-manager at
+    // 20 qps), so their axes are logarithmic.
+    let panels: [(&str, &[&str], bool); 3] = [
+        ("untolerated: taint → deletion p99 (s, log)", &["immediate_after_taint_s", "p99"], true),
+        ("timed lateness p99 (s, log)", &["timed_lateness_s", "p99"], true),
+        ("peak RSS (MB)", &["controller_peak_rss_mb"], false),
     ];
     let sizes: Vec<&(u64, u64)> = groups.keys().collect();
     let (pw, ph, top, left) = (300.0_f64, 220.0_f64, 75.0_f64, 50.0_f64);
@@ -263,7 +265,7 @@ pub fn svg(groups: &Groups) -> String {
         let _ = writeln!(s, r#"<rect x="{x}" y="32" width="12" height="12" fill="{}"/>"#, c.color());
         let _ = writeln!(s, r#"<text x="{}" y="42">{}</text>"#, x + 16.0, c.label());
     }
-    for (pi, (title, path, _unit)) in panels.iter().enumerate() {
+    for (pi, (title, path, log)) in panels.iter().enumerate() {
         let x0 = left + pi as f64 * pw;
         let (cw, base) = (pw - 40.0, top + ph);
         let mut max = 0.0_f64;
@@ -275,12 +277,21 @@ pub fn svg(groups: &Groups) -> String {
             }
         }
         let max = if max <= 0.0 { 1.0 } else { max * 1.1 };
+        // Height of a value, 0..=ph: linear from 0, or logarithmic from 0.1.
+        let (lo, hi) = (0.1_f64.log10(), (max * 3.0).max(1.0).log10());
+        let height = |v: f64| {
+            if *log { ph * ((v.max(0.1).log10() - lo) / (hi - lo)).clamp(0.0, 1.0) } else { ph * v / max }
+        };
         let _ = writeln!(s, r#"<text x="{}" y="{}" font-weight="bold">{title}</text>"#, x0, top - 4.0);
         let _ = writeln!(s, r#"<line x1="{x0}" y1="{base}" x2="{}" y2="{base}" stroke="black"/>"#, x0 + cw);
         let _ = writeln!(s, r#"<line x1="{x0}" y1="{top}" x2="{x0}" y2="{base}" stroke="black"/>"#);
-        for k in 0..=4 {
-            let v = max * f64::from(k) / 4.0;
-            let y = base - ph * f64::from(k) / 4.0;
+        let ticks: Vec<f64> = if *log {
+            [0.1, 1.0, 10.0, 100.0, 1000.0].into_iter().filter(|t| *t <= max.max(1.0)).collect()
+        } else {
+            (0..=4).map(|k| max * f64::from(k) / 4.0).collect()
+        };
+        for v in ticks {
+            let y = base - height(v);
             let _ = writeln!(
                 s,
                 r#"<text x="{}" y="{}" text-anchor="end" font-size="9">{}</text>"#,
@@ -298,7 +309,7 @@ pub fn svg(groups: &Groups) -> String {
                 let Some(runs) = groups[*size].get(c) else { continue };
                 let Some(st) = stat(&runs.iter().filter_map(|r| get(r, path)).collect::<Vec<_>>()) else { continue };
                 let bx = gx + 10.0 + ci as f64 * bar_w;
-                let h = ph * st.median / max;
+                let h = height(st.median);
                 let _ = writeln!(
                     s,
                     r#"<rect x="{bx:.1}" y="{:.1}" width="{:.1}" height="{h:.1}" fill="{}"><title>{}: {}</title></rect>"#,
@@ -308,7 +319,7 @@ pub fn svg(groups: &Groups) -> String {
                     c.label(),
                     fmt_num(st.median)
                 );
-                let (ylo, yhi) = (base - ph * st.min / max, base - ph * st.max / max);
+                let (ylo, yhi) = (base - height(st.min), base - height(st.max));
                 let cx = bx + (bar_w - 2.0) / 2.0;
                 let _ = writeln!(s, r#"<line x1="{cx:.1}" y1="{ylo:.1}" x2="{cx:.1}" y2="{yhi:.1}" stroke="black"/>"#);
                 let _ = writeln!(
