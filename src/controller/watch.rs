@@ -63,36 +63,29 @@ impl Backoff {
     }
 }
 
-fn is_gone(e: &watcher::Error) -> bool {
+/// The HTTP status of the API error behind a watch failure, if there is one.
+fn api_code(e: &watcher::Error) -> Option<u16> {
     match e {
-        watcher::Error::WatchError(s) => s.code == 410,
+        watcher::Error::WatchError(s) => Some(s.code),
         watcher::Error::InitialListFailed(kube::Error::Api(s))
         | watcher::Error::WatchStartFailed(kube::Error::Api(s))
-        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 410,
-        _ => false,
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => Some(s.code),
+        _ => None,
     }
+}
+
+fn is_gone(e: &watcher::Error) -> bool {
+    api_code(e) == Some(410)
 }
 
 /// Whether the API server refused a streaming list (`sendInitialEvents`) as such: 422 Invalid or
-/// 400 Bad Request when the WatchList feature is off.
+/// 400 Bad Request when the WatchList feature is off (a watch's answer, not a list's).
 fn refuses_streaming(e: &watcher::Error) -> bool {
-    match e {
-        watcher::Error::WatchError(s) => matches!(s.code, 400 | 422),
-        watcher::Error::WatchStartFailed(kube::Error::Api(s)) | watcher::Error::WatchFailed(kube::Error::Api(s)) => {
-            matches!(s.code, 400 | 422)
-        }
-        _ => false,
-    }
+    !matches!(e, watcher::Error::InitialListFailed(_)) && matches!(api_code(e), Some(400 | 422))
 }
 
 fn is_forbidden(e: &watcher::Error) -> bool {
-    match e {
-        watcher::Error::InitialListFailed(kube::Error::Api(s))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
-        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 403,
-        watcher::Error::WatchError(s) => s.code == 403,
-        _ => false,
-    }
+    api_code(e) == Some(403)
 }
 
 /// A cheap jitter source: the sub-second nanoseconds of the clock.
