@@ -40,7 +40,8 @@ bench-admission:
 	$(CARGO) bench -p nlc-core --bench admission
 
 # Ours vs kube-controller-manager (defaults and our budget) vs the API floor, RUNS times per
-# size: docs/bench/compare.{md,svg,png}. SIZES="1000 5000" for the whole envelope.
+# size, then the lifecycle workload side by side (LC_SIZES, LC_RUNS): docs/bench/compare.{md,svg,png}.
+# SIZES="1000 5000" for the whole envelope; each run on a fresh control plane (see the script).
 bench-compare: controlplane release
 	scripts/bench-compare.sh
 
@@ -54,6 +55,7 @@ release:
 bench-eviction: controlplane release
 	$${CARGO_TARGET_DIR:-target}/release/bench eviction --controller $${CARGO_TARGET_DIR:-target}/release/node-lifecycle-controller $(BENCH_ARGS)
 
-# 1,000 nodes heartbeating; 10 minutes of steady state, then 50 nodes stop.
+# 1,000 nodes heartbeating; 10 minutes of steady state, then 100 (10%) stop: detection delay
+# and the zone limiter's taint rate.
 bench-lifecycle: controlplane release
 	$${CARGO_TARGET_DIR:-target}/release/bench lifecycle --controller $${CARGO_TARGET_DIR:-target}/release/node-lifecycle-controller $(BENCH_ARGS)

@@ -10,7 +10,14 @@
 #   kcm-budget   kube-controller-manager v1.37.2 with --kube-api-qps=2000 --kube-api-burst=2000
 #   kcm-default  kube-controller-manager at its defaults (20 qps, burst 30)
 #
+# Then the node lifecycle workload (`bench lifecycle`), for ours and kube-controller-manager at
+# both budgets: LC_SIZES nodes heartbeating through their Leases for 10 minutes (every 10 s up to
+# 1,000 nodes, every 40 s above, so that heartbeats alone do not saturate the API server), then
+# 10% of them silent: detection delay after the grace period, and the unreachable taints' rate
+# through the zone limiter (the nodes are spread over three zones).
+#
 # Environment: SIZES (nodes, default "1000"), RUNS (3), TARGET (100), CONFIGS (all four),
+# LC_SIZES ("1000"; "" for none), LC_RUNS (3), LC_CONFIGS (ours kcm-budget kcm-default),
 # OUT (docs/bench), RAW (where the JSON reports go; default under the cache directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +25,9 @@ SIZES=${SIZES:-1000}
 RUNS=${RUNS:-3}
 TARGET=${TARGET:-100}
 CONFIGS=${CONFIGS:-floor ours kcm-budget kcm-default}
+LC_SIZES=${LC_SIZES-1000}
+LC_RUNS=${LC_RUNS:-3}
+LC_CONFIGS=${LC_CONFIGS:-ours kcm-budget kcm-default}
 OUT=${OUT:-docs/bench}
 RAW=${RAW:-${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-controller/bench-compare/$(date -u +%Y%m%dT%H%M%SZ)}
 T=${CARGO_TARGET_DIR:-target}/release
@@ -44,8 +54,28 @@ for size in $SIZES; do
   done
 done
 
+for size in $LC_SIZES; do
+  period=$((size <= 1000 ? 10 : 40))
+  for run in $(seq 1 "$LC_RUNS"); do
+    for config in $LC_CONFIGS; do
+      case $config in
+        ours) args=(--controller "$T/node-lifecycle-controller") ;;
+        kcm-budget) args=(--upstream -- --kube-api-qps=2000 --kube-api-burst=2000) ;;
+        kcm-default) args=(--upstream) ;;
+        *) log "unknown lifecycle configuration $config"; exit 1 ;;
+      esac
+      name="$RAW/lifecycle-$size-$config-$run"
+      if [[ -s $name.json ]]; then log "$name.json exists, kept"; continue; fi
+      log "lifecycle: $size nodes, $config, run $run"
+      "$T/bench" lifecycle --nodes "$size" --stop $((size / 10)) --lease-period "$period" "${args[@]}" \
+        >"$name.json.tmp" 2>"$name.log" || { log "failed: see $name.log"; tail -5 "$name.log" >&2; exit 1; }
+      mv "$name.json.tmp" "$name.json"
+    done
+  done
+done
+
 "$T/bench" compare --runs "$RAW" --out "$OUT" \
-  --command "make bench-compare SIZES=\"$SIZES\" RUNS=$RUNS TARGET=$TARGET (reports: $RAW)"
+  --command "make bench-compare SIZES=\"$SIZES\" RUNS=$RUNS TARGET=$TARGET LC_SIZES=\"$LC_SIZES\" LC_RUNS=$LC_RUNS (reports: $RAW)"
 if ! command -v rsvg-convert >/dev/null && [[ $(id -u) -eq 0 ]]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends librsvg2-bin >&2 || true
 fi

@@ -110,6 +110,46 @@ const FIGURES: &[Figure] = &[
     Figure { label: "missing evictions (all runs)", path: &["missing"], unit: "", vs_floor: false },
 ];
 
+/// The lifecycle table's figures (`bench lifecycle`: steady heartbeats, then 10% of the nodes
+/// silent).
+const LIFECYCLE_FIGURES: &[Figure] = &[
+    Figure {
+        label: "Lease renewals per second (workload)",
+        path: &["lease_renewals_per_s"],
+        unit: "/s",
+        vs_floor: false,
+    },
+    Figure { label: "CPU in 10 min of steady state", path: &["steady_cpu_s"], unit: "s", vs_floor: false },
+    Figure { label: "RSS in steady state (max sample)", path: &["rss_mb_max_sample"], unit: "MB", vs_floor: false },
+    Figure { label: "peak RSS", path: &["peak_rss_mb"], unit: "MB", vs_floor: false },
+    Figure { label: "silent nodes", path: &["stopped"], unit: "", vs_floor: false },
+    Figure { label: "silent nodes marked Unknown", path: &["detected"], unit: "", vs_floor: false },
+    Figure {
+        label: "detection delay after grace p50",
+        path: &["detection_delay_after_grace_s", "p50"],
+        unit: "s",
+        vs_floor: false,
+    },
+    Figure {
+        label: "detection delay after grace p99",
+        path: &["detection_delay_after_grace_s", "p99"],
+        unit: "s",
+        vs_floor: false,
+    },
+    Figure {
+        label: "detection delay after grace max",
+        path: &["detection_delay_after_grace_s", "max"],
+        unit: "s",
+        vs_floor: false,
+    },
+    Figure {
+        label: "unreachable NoExecute taints per second",
+        path: &["noexecute_taints_per_s"],
+        unit: "/s",
+        vs_floor: false,
+    },
+];
+
 fn get(report: &Value, path: &[&str]) -> Option<f64> {
     let v = path.iter().try_fold(report, |v, k| v.get(k))?;
     v.as_f64().filter(|x| x.is_finite())
@@ -147,90 +187,111 @@ fn fmt_num(x: f64) -> String {
     }
 }
 
-/// Runs grouped by size (`nodes × pods-per-node`) and configuration.
+/// Runs grouped by size (`nodes × pods-per-node`, or `nodes × lease period` for lifecycle runs)
+/// and configuration.
 type Groups = BTreeMap<(u64, u64), BTreeMap<Config, Vec<Value>>>;
 
-fn load(dir: &Path) -> Result<Groups> {
-    let mut groups = Groups::new();
+/// The eviction runs and the lifecycle runs of a directory.
+#[derive(Default)]
+pub struct Reports {
+    pub eviction: Groups,
+    pub lifecycle: Groups,
+}
+
+fn load(dir: &Path) -> Result<Reports> {
+    let mut reports = Reports::default();
     let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
     let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     paths.sort();
     for path in paths.iter().filter(|p| p.extension().is_some_and(|e| e == "json")) {
         let text = std::fs::read_to_string(path)?;
         let report: Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
-        if report["benchmark"] != "eviction" {
-            continue;
-        }
         let nodes = report["nodes"].as_u64().unwrap_or(0);
-        let pods = report["pods"].as_u64().unwrap_or(0);
-        let per_node = pods.checked_div(nodes).unwrap_or(0);
-        groups.entry((nodes, per_node)).or_default().entry(Config::of(&report)).or_default().push(report);
+        let (groups, key) = match report["benchmark"].as_str() {
+            Some("eviction") => {
+                let pods = report["pods"].as_u64().unwrap_or(0);
+                (&mut reports.eviction, (nodes, pods.checked_div(nodes).unwrap_or(0)))
+            }
+            Some("lifecycle") => (&mut reports.lifecycle, (nodes, report["lease_period_s"].as_u64().unwrap_or(0))),
+            _ => continue,
+        };
+        groups.entry(key).or_default().entry(Config::of(&report)).or_default().push(report);
     }
-    if groups.is_empty() {
-        bail!("no eviction reports in {}", dir.display());
+    if reports.eviction.is_empty() && reports.lifecycle.is_empty() {
+        bail!("no eviction or lifecycle reports in {}", dir.display());
     }
-    Ok(groups)
+    Ok(reports)
 }
 
-/// The markdown table, one section per size.
-pub fn markdown(groups: &Groups, command: &str) -> String {
+/// One table: a row per figure, a column per configuration present.
+fn table(md: &mut String, runs: &BTreeMap<Config, Vec<Value>>, figures: &[Figure]) {
+    let configs: Vec<Config> = Config::ALL.into_iter().filter(|c| runs.contains_key(c)).collect();
+    let _ = write!(md, "| figure |");
+    for c in &configs {
+        let n = runs[c].len();
+        let _ = write!(md, " {} ({n} run{}) |", c.label(), if n == 1 { "" } else { "s" });
+    }
+    let _ = write!(md, "\n|---|");
+    for _ in &configs {
+        let _ = write!(md, "---|");
+    }
+    md.push('\n');
+    for f in figures {
+        let floor =
+            runs.get(&Config::Floor).and_then(|r| stat(&r.iter().filter_map(|v| get(v, f.path)).collect::<Vec<_>>()));
+        let mut cells = Vec::new();
+        let mut any = false;
+        for c in &configs {
+            let values: Vec<f64> = runs[c].iter().filter_map(|v| get(v, f.path)).collect();
+            let cell = match stat(&values) {
+                None => "–".to_owned(),
+                Some(s) if f.unit.is_empty() => {
+                    any = true;
+                    format!("{:.0}", s.sum)
+                }
+                Some(s) => {
+                    any = true;
+                    let mut cell = format!("{} {}", fmt_num(s.median), f.unit);
+                    if s.n > 1 {
+                        let _ = write!(cell, " ({}–{})", fmt_num(s.min), fmt_num(s.max));
+                    }
+                    if let (true, Some(fl), false) = (f.vs_floor, floor, *c == Config::Floor) {
+                        let d = s.median - fl.median;
+                        let _ = if d.abs() < 10.0 {
+                            write!(cell, "<br>floor {:+.0} ms", d * 1000.0)
+                        } else {
+                            write!(cell, "<br>floor {d:+.0} s")
+                        };
+                    }
+                    cell
+                }
+            };
+            cells.push(cell);
+        }
+        if any {
+            let _ = writeln!(md, "| {} | {} |", f.label, cells.join(" | "));
+        }
+    }
+    md.push('\n');
+}
+
+/// The markdown tables: one per size of the eviction storm, then one per lifecycle size.
+pub fn markdown(reports: &Reports, command: &str) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "<!-- Written by `bench compare`; rerun `{command}` to refresh. -->\n");
-    for ((nodes, per_node), runs) in groups {
-        let _ = writeln!(md, "### {nodes} nodes × {per_node} pods\n");
-        let configs: Vec<Config> = Config::ALL.into_iter().filter(|c| runs.contains_key(c)).collect();
-        let _ = write!(md, "| figure |");
-        for c in &configs {
-            let _ = write!(md, " {} ({} runs) |", c.label(), runs[c].len());
-        }
-        let _ = write!(md, "\n|---|");
-        for _ in &configs {
-            let _ = write!(md, "---|");
-        }
-        md.push('\n');
-        for f in FIGURES {
-            let floor = runs
-                .get(&Config::Floor)
-                .and_then(|r| stat(&r.iter().filter_map(|v| get(v, f.path)).collect::<Vec<_>>()));
-            let mut cells = Vec::new();
-            let mut any = false;
-            for c in &configs {
-                let values: Vec<f64> = runs[c].iter().filter_map(|v| get(v, f.path)).collect();
-                let cell = match stat(&values) {
-                    None => "–".to_owned(),
-                    Some(s) if f.unit.is_empty() => {
-                        any = true;
-                        format!("{:.0}", s.sum)
-                    }
-                    Some(s) => {
-                        any = true;
-                        let mut cell = format!("{} {}", fmt_num(s.median), f.unit);
-                        if s.n > 1 {
-                            let _ = write!(cell, " ({}–{})", fmt_num(s.min), fmt_num(s.max));
-                        }
-                        if let (true, Some(fl), false) = (f.vs_floor, floor, *c == Config::Floor) {
-                            let d = s.median - fl.median;
-                            let _ = if d.abs() < 10.0 {
-                                write!(cell, "<br>floor {:+.0} ms", d * 1000.0)
-                            } else {
-                                write!(cell, "<br>floor {d:+.0} s")
-                            };
-                        }
-                        cell
-                    }
-                };
-                cells.push(cell);
-            }
-            if any {
-                let _ = writeln!(md, "| {} | {} |", f.label, cells.join(" | "));
-            }
-        }
-        md.push('\n');
+    for ((nodes, per_node), runs) in &reports.eviction {
+        let _ = writeln!(md, "### Taint eviction storm: {nodes} nodes × {per_node} pods\n");
+        table(&mut md, runs, FIGURES);
+    }
+    for ((nodes, period), runs) in &reports.lifecycle {
+        let _ =
+            writeln!(md, "### Node lifecycle: {nodes} nodes heartbeating (Lease every {period} s), then 10% silent\n");
+        table(&mut md, runs, LIFECYCLE_FIGURES);
     }
     let _ = writeln!(
         md,
-        "Medians over the runs, (min–max) their spread; \"floor +x ms\" is the median minus the API floor's. \
-         Produced by `{command}`."
+        "Medians over the runs, (min–max) their spread; \"floor +x ms\" is the median minus the API floor's; \
+         counts are sums over the runs. Produced by `{command}`."
     );
     md
 }
@@ -344,12 +405,12 @@ pub fn svg(groups: &Groups) -> String {
 }
 
 pub fn run(args: &CompareArgs) -> Result<Value> {
-    let groups = load(&args.runs)?;
+    let reports = load(&args.runs)?;
     std::fs::create_dir_all(&args.out)?;
-    let md = markdown(&groups, &args.command);
+    let md = markdown(&reports, &args.command);
     std::fs::write(args.out.join("compare.md"), &md)?;
-    std::fs::write(args.out.join("compare.svg"), svg(&groups))?;
-    let sizes: Vec<String> = groups.keys().map(|(n, p)| format!("{n}x{p}")).collect();
+    std::fs::write(args.out.join("compare.svg"), svg(&reports.eviction))?;
+    let sizes: Vec<String> = reports.eviction.keys().map(|(n, p)| format!("{n}x{p}")).collect();
     Ok(serde_json::json!({"benchmark": "compare", "sizes": sizes, "written": [
         args.out.join("compare.md"), args.out.join("compare.svg")]}))
 }
@@ -385,17 +446,27 @@ mod tests {
             json!({"benchmark": "eviction", "nodes": 10, "pods": 300, "floor": floor, "upstream": false,
                    "immediate_after_taint_s": {"p50": p99 / 2.0, "p99": p99}, "missing": 0, "evicted_wrongly": 0})
         };
-        let mut groups = Groups::new();
-        let g = groups.entry((10, 30)).or_default();
+        let mut reports = Reports::default();
+        let g = reports.eviction.entry((10, 30)).or_default();
         g.insert(Config::Ours, vec![run(false, 1.0), run(false, 1.2), run(false, 3.0)]);
         g.insert(Config::Floor, vec![run(true, 0.9)]);
-        let md = markdown(&groups, "make bench-compare");
-        assert!(md.contains("### 10 nodes × 30 pods"), "{md}");
+        let lc = |upstream: bool, p99: f64| {
+            json!({"benchmark": "lifecycle", "nodes": 10, "lease_period_s": 10, "upstream": upstream, "controller_flags": [],
+                   "stopped": 1, "detected": 1, "detection_delay_after_grace_s": {"p50": p99, "p99": p99}})
+        };
+        let l = reports.lifecycle.entry((10, 10)).or_default();
+        l.insert(Config::Ours, vec![lc(false, 0.5)]);
+        l.insert(Config::KcmDefault, vec![lc(true, 4.0)]);
+        let md = markdown(&reports, "make bench-compare");
+        assert!(md.contains("### Taint eviction storm: 10 nodes × 30 pods"), "{md}");
+        assert!(md.contains("| ours (1 run) | kcm, defaults (1 run) |"), "{md}");
+        assert!(md.contains("| detection delay after grace p99 | 0.50 s | 4.00 s |"), "{md}");
+        assert!(md.contains("| silent nodes marked Unknown | 1 | 1 |"), "{md}");
         assert!(
             md.contains("| untolerated: taint → deletion p99 | 1.20 s (1.00–3.00)<br>floor +300 ms | 0.90 s |"),
             "{md}"
         );
         assert!(md.contains("| wrong evictions (all runs) | 0 | 0 |"), "{md}");
-        assert!(svg(&groups).starts_with("<svg"));
+        assert!(svg(&reports.eviction).starts_with("<svg"));
     }
 }

@@ -27,7 +27,7 @@ pub struct LifecycleArgs {
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub nodes: usize,
     /// Nodes whose heartbeats stop after the steady state, to measure the detection delay.
-    #[arg(long, value_name = "N", default_value_t = 50)]
+    #[arg(long, value_name = "N", default_value_t = 100)]
     pub stop: usize,
     /// Seconds of steady state (after a 30 s warm-up) over which the controller's CPU and RSS
     /// are measured.
@@ -39,6 +39,11 @@ pub struct LifecycleArgs {
     /// The controller's --node-monitor-grace-period (a Go duration: 50s, 1m30s).
     #[arg(long, value_name = "DUR", default_value = "50s", value_parser = GoDuration::parse)]
     pub grace: GoDuration,
+    /// Seconds, from the first silent node marked Unknown, over which the `unreachable`
+    /// NoExecute taints are watched: their rate is the zone limiter's (upstream's default
+    /// 0.1 nodes/s per healthy zone).
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    pub taint_window: u64,
     #[command(flatten)]
     pub under_test: UnderTest,
 }
@@ -85,16 +90,25 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
     tokio::time::sleep(Duration::from_millis(200)).await; // let in-flight renewals land
     let grace = args.grace.value;
     let wanted: HashMap<String, usize> = stopped.iter().map(|i| (nodes[*i].clone(), *i)).collect();
-    let unknown_at = watch_unknown(&client, &wanted, grace + Duration::from_secs(60)).await;
+    let (unknown_at, tainted_at) =
+        watch_silent(&client, &wanted, grace + Duration::from_secs(60), Duration::from_secs(args.taint_window)).await;
     heartbeats.task.abort();
     let last = heartbeats.last_renew.lock().map(|l| l.clone()).unwrap_or_default();
     let mut delays: Vec<f64> =
         unknown_at.iter().map(|(n, at)| at.duration_since(last[wanted[n]] + grace).as_secs_f64()).collect();
     delays.sort_by(f64::total_cmp);
+    let mut tainted: Vec<Timestamp> = tainted_at.values().copied().collect();
+    tainted.sort();
+    // Nodes per second between the first and the last taint seen in the window.
+    let taint_rate = match (tainted.first(), tainted.last()) {
+        (Some(a), Some(b)) if tainted.len() > 1 => (tainted.len() - 1) as f64 / b.duration_since(*a).as_secs_f64(),
+        _ => f64::NAN,
+    };
     let _ = ctl.child.kill().await;
     Ok(json!({
         "benchmark": "lifecycle",
         "controller": args.under_test.describe("kube-controller-manager node-lifecycle-controller"),
+        "upstream": args.under_test.upstream, "controller_flags": args.under_test.extra,
         "nodes": args.nodes, "lease_period_s": args.lease_period, "grace": args.grace.text,
         "steady_seconds": steady.seconds, "lease_renewals_per_s": steady.renewals_per_s,
         "steady_cpu_s": steady.cpu_s, "steady_cpu_cores": steady.cpu_s / steady.seconds,
@@ -102,6 +116,7 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
         "stopped": wanted.len(), "detected": unknown_at.len(),
         "detection_delay_after_grace_s": {"p50": percentile(&delays, 50.0), "p99": percentile(&delays, 99.0),
                                           "max": delays.last().copied().unwrap_or(f64::NAN), "min": delays.first().copied().unwrap_or(f64::NAN)},
+        "taint_window_s": args.taint_window, "tainted_in_window": tainted.len(), "noexecute_taints_per_s": taint_rate,
     }))
 }
 
@@ -191,31 +206,54 @@ async fn measure_steady(ctl: &Measured, heartbeats: &Heartbeats, length: Duratio
     }
 }
 
-/// Watches nodes until every `wanted` one shows Ready=Unknown or `limit` has passed; returns
-/// when each was first seen so.
-async fn watch_unknown(
+/// Watches nodes until every `wanted` one shows Ready=Unknown (or `limit` has passed), and
+/// until `taint_window` after the first did; returns when each was first seen Unknown and when
+/// each was first seen with the `unreachable` NoExecute taint.
+async fn watch_silent(
     client: &kube::Client,
     wanted: &HashMap<String, usize>,
     limit: Duration,
-) -> HashMap<String, Timestamp> {
+    taint_window: Duration,
+) -> (HashMap<String, Timestamp>, HashMap<String, Timestamp>) {
     let node_api: Api<Node> = Api::all(client.clone());
     let mut unknown_at: HashMap<String, Timestamp> = HashMap::new();
+    let mut tainted_at: HashMap<String, Timestamp> = HashMap::new();
     let mut stream = watcher(node_api, watcher::Config::default()).boxed();
-    let give_up = Instant::now() + limit;
-    while unknown_at.len() < wanted.len() && Instant::now() < give_up {
+    let start = Instant::now();
+    let mut first_unknown: Option<Instant> = None;
+    loop {
+        let detecting = unknown_at.len() < wanted.len() && start.elapsed() < limit;
+        let tainting = tainted_at.len() < wanted.len()
+            && first_unknown.map_or(start.elapsed() < limit, |f| f.elapsed() < taint_window);
+        if !detecting && !tainting {
+            break;
+        }
         let next = tokio::time::timeout(Duration::from_secs(1), stream.next()).await;
         if let Ok(Some(Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)))) = next {
             let name = n.metadata.name.clone().unwrap_or_default();
+            if !wanted.contains_key(&name) {
+                continue;
+            }
             let unknown = n
                 .status
                 .and_then(|s| s.conditions)
                 .unwrap_or_default()
                 .iter()
                 .any(|c| c.type_ == "Ready" && c.status == "Unknown");
-            if unknown && wanted.contains_key(&name) {
-                unknown_at.entry(name).or_insert_with(Timestamp::now);
+            let tainted = n
+                .spec
+                .and_then(|s| s.taints)
+                .unwrap_or_default()
+                .iter()
+                .any(|t| t.key == "node.kubernetes.io/unreachable" && t.effect == "NoExecute");
+            if unknown {
+                unknown_at.entry(name.clone()).or_insert_with(Timestamp::now);
+                first_unknown.get_or_insert_with(Instant::now);
+            }
+            if tainted {
+                tainted_at.entry(name).or_insert_with(Timestamp::now);
             }
         }
     }
-    unknown_at
+    (unknown_at, tainted_at)
 }

@@ -142,7 +142,7 @@ mod tests {
         assert!(!e.under_test.upstream && e.under_test.extra.is_empty());
 
         let Scenario::Lifecycle(l) = parse(&["lifecycle"]).expect("parses") else { panic!("not lifecycle") };
-        assert_eq!((l.nodes, l.stop, l.steady, l.lease_period), (1000, 50, 600, 10));
+        assert_eq!((l.nodes, l.stop, l.steady, l.lease_period), (1000, 100, 600, 10));
         assert_eq!((l.grace.text.as_str(), l.grace.value), ("50s", Duration::from_secs(50)));
 
         let Scenario::Webhook(w) = parse(&["webhook"]).expect("parses") else { panic!("not webhook") };

@@ -7,6 +7,7 @@ pub mod args;
 mod events;
 pub mod executor;
 pub mod watch;
+mod wire;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -14,7 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube::runtime::watcher;
 use nlc_core::action::Action;
@@ -37,6 +37,7 @@ use crate::runtime::admin::Heartbeat;
 use crate::runtime::shutdown;
 use executor::{Executor, ExecutorConfig};
 use nlc_core::brakes::Pause;
+use wire::{WireNode, WirePod};
 
 /// The namespace of node heartbeat Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -171,17 +172,25 @@ fn spawn_watches(rt: &mut Runtime, selector: Selector, tx: &mpsc::Sender<Input>,
     let all = || watcher::Config::default().streaming_lists();
     let (t, m) = (tx.clone(), metrics.clone());
     let nodes = watch::run(
-        Api::<Node>::all(client.clone()),
+        Api::<WireNode>::all(client.clone()),
         all(),
         "nodes",
-        move |n: &Node| SlimNode::new(n, &selector),
+        move |n: &WireNode| SlimNode::new(&n.0, &selector),
         Input::Node,
         t,
         m,
     );
     spawn_until_shutdown(rt, "watch-nodes", nodes);
     let (t, m) = (tx.clone(), metrics.clone());
-    let pods = watch::run(Api::<Pod>::all(client.clone()), pods, "pods", |p: &Pod| SlimPod::from(p), Input::Pod, t, m);
+    let pods = watch::run(
+        Api::<WirePod>::all(client.clone()),
+        pods,
+        "pods",
+        |p: &WirePod| SlimPod::from(&p.0),
+        Input::Pod,
+        t,
+        m,
+    );
     spawn_until_shutdown(rt, "watch-pods", pods);
     let (t, m) = (tx.clone(), metrics.clone());
     let api = Api::<Lease>::namespaced(client, NODE_LEASE_NAMESPACE);
