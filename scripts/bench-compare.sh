@@ -16,12 +16,12 @@
 # 10% of them silent: detection delay after the grace period, and the unreachable taints' rate
 # through the zone limiter (the nodes are spread over three zones).
 #
-# Environment: SIZES (nodes, default "1000"), RUNS (3), TARGET (100), CONFIGS (all four),
+# Environment: SIZES (nodes, default "1000"; "" for none), RUNS (3), TARGET (100), CONFIGS (all four),
 # LC_SIZES ("1000"; "" for none), LC_RUNS (3), LC_CONFIGS (ours kcm-budget kcm-default),
 # OUT (docs/bench), RAW (where the JSON reports go; default under the cache directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SIZES=${SIZES:-1000}
+SIZES=${SIZES-1000}
 RUNS=${RUNS:-3}
 TARGET=${TARGET:-100}
 CONFIGS=${CONFIGS:-floor ours kcm-budget kcm-default}

@@ -7,7 +7,6 @@ pub mod args;
 mod events;
 pub mod executor;
 pub mod watch;
-mod wire;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -37,7 +36,7 @@ use crate::runtime::admin::Heartbeat;
 use crate::runtime::shutdown;
 use executor::{Executor, ExecutorConfig};
 use nlc_core::brakes::Pause;
-use wire::{WireNode, WirePod};
+use nlc_core::wire::{WireNode, WirePod};
 
 /// The namespace of node heartbeat Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";

@@ -8,10 +8,11 @@
 //! malloc in the profile of the storm path.
 //!
 //! Each type wraps the k8s-openapi object it stands for, holding only the decoded fields, so
-//! that the conversions to the slim forms stay the ones [`nlc_core::index`] tests.
+//! that the conversions to the slim forms stay the ones [`crate::index`] tests. No API client:
+//! `run`'s watches use these types (`Api<WirePod>`), and `benches/decode.rs` measures them.
 //!
-//! [`SlimPod`]: nlc_core::index::SlimPod
-//! [`SlimNode`]: nlc_core::index::SlimNode
+//! [`SlimPod`]: crate::index::SlimPod
+//! [`SlimNode`]: crate::index::SlimNode
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -67,7 +68,7 @@ struct WireCondition {
     last_transition_time: Option<Time>,
 }
 
-/// A Pod holding only what [`nlc_core::index::SlimPod`] reads.
+/// A Pod holding only what [`crate::index::SlimPod`] reads.
 #[derive(Clone, Debug, Default)]
 pub struct WirePod(pub Pod);
 
@@ -119,7 +120,7 @@ impl<'de> Deserialize<'de> for WirePod {
     }
 }
 
-/// A Node holding only what [`nlc_core::index::SlimNode`] reads (a real node's status carries
+/// A Node holding only what [`crate::index::SlimNode`] reads (a real node's status carries
 /// its image list, often tens of kilobytes).
 #[derive(Clone, Debug, Default)]
 pub struct WireNode(pub Node);
@@ -173,7 +174,7 @@ impl<'de> Deserialize<'de> for WireNode {
 /// The API identity of `$wire` is that of `$kind`: same URL, same kind.
 macro_rules! same_resource {
     ($wire:ty, $kind:ty) => {
-        impl kube::Resource for $wire {
+        impl kube_core::Resource for $wire {
             type DynamicType = ();
             type Scope = <$kind as k8s_openapi::Resource>::Scope;
 
@@ -207,14 +208,14 @@ same_resource!(WireNode, Node);
 
 // Pods are namespaced, nodes are not: the scopes above follow k8s-openapi's.
 const _: fn() = || {
-    fn namespaced<K: kube::Resource<Scope = NamespaceResourceScope>>() {}
+    fn namespaced<K: kube_core::Resource<Scope = NamespaceResourceScope>>() {}
     namespaced::<WirePod>();
 };
 
 #[cfg(test)]
 mod tests {
-    use nlc_core::index::{SlimNode, SlimPod};
-    use nlc_core::selector::Selector;
+    use crate::index::{SlimNode, SlimPod};
+    use crate::selector::Selector;
     use serde_json::json;
 
     use super::*;
