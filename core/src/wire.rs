@@ -68,25 +68,25 @@ struct WireCondition {
     last_transition_time: Option<Time>,
 }
 
+/// An object's three parts, its spec and status decoded into the kind's own slim shapes.
+#[derive(Deserialize)]
+struct Object<Spec, Status> {
+    #[serde(default)]
+    metadata: Meta,
+    #[serde(default)]
+    spec: Option<Spec>,
+    #[serde(default)]
+    status: Option<Status>,
+}
+
 /// A Pod holding only what [`crate::index::SlimPod`] reads.
 #[derive(Clone, Debug, Default)]
 pub struct WirePod(pub Pod);
 
 impl<'de> Deserialize<'de> for WirePod {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Wire {
-            #[serde(default)]
-            metadata: Meta,
-            #[serde(default)]
-            spec: Option<Spec>,
-            #[serde(default)]
-            status: Option<Status>,
-        }
-        #[derive(Deserialize)]
+        #[derive(Deserialize, Default)]
         #[serde(rename_all = "camelCase", default)]
-        #[derive(Default)]
         struct Spec {
             node_name: Option<String>,
             tolerations: Option<Vec<Toleration>>,
@@ -97,7 +97,7 @@ impl<'de> Deserialize<'de> for WirePod {
             phase: Option<String>,
             conditions: Option<Vec<WireCondition>>,
         }
-        let Wire { metadata, spec, status } = Wire::deserialize(d)?;
+        let Object::<Spec, Status> { metadata, spec, status } = Object::deserialize(d)?;
         Ok(Self(Pod {
             metadata: metadata.into(),
             spec: spec.map(|Spec { node_name, tolerations }| PodSpec { node_name, tolerations, ..PodSpec::default() }),
@@ -127,16 +127,6 @@ pub struct WireNode(pub Node);
 
 impl<'de> Deserialize<'de> for WireNode {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Wire {
-            #[serde(default)]
-            metadata: Meta,
-            #[serde(default)]
-            spec: Option<Spec>,
-            #[serde(default)]
-            status: Option<Status>,
-        }
         #[derive(Deserialize, Default)]
         #[serde(rename_all = "camelCase", default)]
         struct Spec {
@@ -148,7 +138,7 @@ impl<'de> Deserialize<'de> for WireNode {
         struct Status {
             conditions: Option<Vec<WireCondition>>,
         }
-        let Wire { metadata, spec, status } = Wire::deserialize(d)?;
+        let Object::<Spec, Status> { metadata, spec, status } = Object::deserialize(d)?;
         Ok(Self(Node {
             metadata: metadata.into(),
             spec: spec.map(|Spec { unschedulable, taints }| NodeSpec { unschedulable, taints, ..NodeSpec::default() }),
