@@ -13,7 +13,7 @@ COPY core/Cargo.toml core/
 COPY testenv/Cargo.toml testenv/
 COPY bench/Cargo.toml bench/
 RUN mkdir -p src core/src core/benches testenv/src/bin bench/src \
- && for f in src/main.rs testenv/src/bin/controlplane.rs bench/src/main.rs core/benches/semantics.rs core/benches/admission.rs core/benches/decode.rs; do echo 'fn main() {}' > "$f"; done \
+ && for f in src/main.rs testenv/src/bin/controlplane.rs bench/src/main.rs core/benches/semantics.rs core/benches/admission.rs core/benches/decode.rs core/benches/memory.rs; do echo 'fn main() {}' > "$f"; done \
  && touch src/lib.rs core/src/lib.rs testenv/src/lib.rs \
  && cargo build --profile dist --locked -p node-lifecycle-controller --bin node-lifecycle-controller \
  && rm -rf src core/src

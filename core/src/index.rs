@@ -237,6 +237,11 @@ impl Index {
         self.by_node.get(node).into_iter().flatten().filter_map(|k| self.pods.get(k))
     }
 
+    /// The keys of the pods bound to `node`: the index's own, so that a clone shares them.
+    pub fn pod_keys_on<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a PodKey> + 'a {
+        self.by_node.get(node).into_iter().flatten()
+    }
+
     pub fn pod_count_on(&self, node: &str) -> usize {
         self.by_node.get(node).map_or(0, HashSet::len)
     }

@@ -94,6 +94,11 @@ impl<K: Clone + Eq + Hash + Ord> TimerQueue<K> {
         self.live.contains_key(key)
     }
 
+    /// Every key with its deadline, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, Timestamp)> {
+        self.live.iter().map(|(k, (at, _))| (k, *at))
+    }
+
     fn is_live(&self, at: Timestamp, seq: u64, key: &K) -> bool {
         self.live.get(key).is_some_and(|&(a, s)| a == at && s == seq)
     }

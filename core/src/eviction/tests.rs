@@ -518,3 +518,45 @@ fn huge_and_negative_seconds_never_misbehave() {
     w.tick(1_000_000_000);
     assert!(w.evictions().is_empty());
 }
+
+#[test]
+fn a_pod_waiting_for_its_deadline_is_only_a_timer() {
+    let mut w = World::new(Config::default());
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
+    assert!(w.ctl.tracked.is_empty(), "nothing to remember but the deadline");
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(30)));
+    assert_eq!(w.ctl.pending_list(), vec![Pending { key: key("p"), due: ts(30), state: PendingState::Scheduled }]);
+    // A failed try is remembered, also once a later deadline is set again.
+    w.tick(30);
+    let ev = w.evictions();
+    assert_eq!(ev.len(), 1);
+    w.report(&ev[0], EvictionResult::Failed("boom".into()), 30);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(100))]).build(), 31);
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(100)));
+    assert_eq!(w.ctl.tracked.get(&key("p")).map(|t| t.attempts), Some(1));
+}
+
+#[test]
+fn a_timer_that_fires_for_a_pod_no_longer_due_cancels_with_an_event() {
+    let mut w = World::new(Config::default());
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
+    // The taint went while its change is still in the batch (the cache has it, we did not yet).
+    w.index.nodes.insert("n1".into(), node("n1").build());
+    w.tick(30);
+    assert_eq!(w.take(), vec![cancelling("p")]);
+    assert_eq!(w.ctl.pending(), 0);
+}
+
+#[test]
+fn a_pod_recreated_under_the_same_name_starts_afresh() {
+    let mut w = World::new(Config::default());
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
+    let mut again = pod("p").on("n1").tolerations(vec![toleration("k", None)]).build();
+    again.uid = "uid-p-2".into();
+    w.set_pod(again, 5);
+    assert!(w.take().is_empty(), "no cancelling event for a pod that never had a deadline");
+    assert_eq!(w.ctl.pending(), 0);
+}
