@@ -93,7 +93,7 @@ impl Store for Nodes<'_> {
 impl Store for Pods<'_> {
     type Object = SlimPod;
     fn key(o: &SlimPod) -> String {
-        format!("{}/{}", o.namespace, o.name)
+        o.key.to_string()
     }
     fn upsert(&mut self, o: SlimPod) -> Option<SlimPod> {
         self.0.upsert_pod(o)

@@ -133,10 +133,9 @@ impl From<NodeBuilder> for SlimNode {
 /// A Ready pod in namespace `ns`, not bound to a node yet, without tolerations.
 pub fn pod(name: &str) -> PodBuilder {
     PodBuilder(SlimPod {
-        namespace: "ns".into(),
-        name: name.into(),
+        key: crate::index::pod_key("ns", name),
         uid: format!("uid-{name}"),
-        node_name: String::new(),
+        node_name: "".into(),
         tolerations: Arc::from([]),
         terminal: false,
         terminating: false,

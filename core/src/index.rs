@@ -100,12 +100,16 @@ impl From<&Node> for SlimNode {
     }
 }
 
+/// A pod as the controllers see it: about 100 bytes and its UID, with everything that pods
+/// have in common shared (the key with the index, the node's name with the node's other pods,
+/// the toleration list with the pods of its template): `cargo bench -p nlc-core --bench memory`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlimPod {
-    pub namespace: String,
-    pub name: String,
+    /// `namespace/name` ([`SlimPod::namespace`], [`SlimPod::name`]).
+    pub key: PodKey,
     pub uid: String,
-    pub node_name: String,
+    /// Empty when the pod is not bound; the index shares one copy between the pods of a node.
+    pub node_name: Arc<str>,
     /// Shared between pods with the same tolerations (pods of one template have the same list):
     /// the cache interns them.
     pub tolerations: Arc<[Toleration]>,
@@ -122,7 +126,15 @@ pub struct SlimPod {
 
 impl SlimPod {
     pub fn key(&self) -> PodKey {
-        pod_key(&self.namespace, &self.name)
+        self.key.clone()
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.key.split_once('/').map_or("", |(ns, _)| ns)
+    }
+
+    pub fn name(&self) -> &str {
+        self.key.split_once('/').map_or(&self.key, |(_, name)| name)
     }
 }
 
@@ -135,10 +147,12 @@ impl From<&Pod> for SlimPod {
             .and_then(|c| c.last_transition_time.as_ref())
             .map(|t| t.0);
         Self {
-            namespace: p.metadata.namespace.clone().unwrap_or_default(),
-            name: p.metadata.name.clone().unwrap_or_default(),
+            key: pod_key(
+                p.metadata.namespace.as_deref().unwrap_or_default(),
+                p.metadata.name.as_deref().unwrap_or_default(),
+            ),
             uid: p.metadata.uid.clone().unwrap_or_default(),
-            node_name: p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default(),
+            node_name: p.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or_default().into(),
             tolerations: p
                 .spec
                 .iter()
@@ -174,9 +188,11 @@ impl From<&Lease> for SlimLease {
 #[derive(Debug, Default)]
 pub struct Index {
     pub nodes: HashMap<String, SlimNode>,
-    pub pods: HashMap<PodKey, SlimPod>,
+    /// Boxed: a map keeps room for up to twice its entries, and a pointer is what that room costs.
+    pub pods: HashMap<PodKey, Box<SlimPod>>,
     pub leases: HashMap<String, SlimLease>,
-    by_node: HashMap<String, HashSet<PodKey>>,
+    /// The node's name is the one its pods share.
+    by_node: HashMap<Arc<str>, HashSet<PodKey>>,
     /// Interned toleration lists.
     tolerations: HashSet<Arc<[Toleration]>>,
     removed_since_prune: usize,
@@ -192,9 +208,17 @@ impl Index {
                 pod.tolerations
             }
         };
-        let key = pod.key();
+        // The index's own key and node name, where it has them, so that the new version's
+        // copies are dropped.
+        if let Some((key, _)) = self.pods.get_key_value(&pod.key) {
+            pod.key = key.clone();
+        }
+        if let Some((node, _)) = self.by_node.get_key_value(&pod.node_name) {
+            pod.node_name = node.clone();
+        }
+        let key = pod.key.clone();
         let node = pod.node_name.clone();
-        let old = self.pods.insert(key.clone(), pod);
+        let old = self.pods.insert(key.clone(), Box::new(pod)).map(|o| *o);
         if let Some(o) = &old
             && o.node_name != node
         {
@@ -207,7 +231,7 @@ impl Index {
     }
 
     pub fn remove_pod(&mut self, key: &str) -> Option<SlimPod> {
-        let old = self.pods.remove(key)?;
+        let old = *self.pods.remove(key)?;
         self.unlink(&old.node_name, key);
         self.removed_since_prune += 1;
         if self.removed_since_prune > 1024 && self.removed_since_prune > self.tolerations.len() {
@@ -234,7 +258,7 @@ impl Index {
 
     /// The pods bound to `node`.
     pub fn pods_on<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a SlimPod> + 'a {
-        self.by_node.get(node).into_iter().flatten().filter_map(|k| self.pods.get(k))
+        self.by_node.get(node).into_iter().flatten().filter_map(|k| self.pods.get(k).map(|p| &**p))
     }
 
     /// The keys of the pods bound to `node`: the index's own, so that a clone shares them.
@@ -253,8 +277,7 @@ mod tests {
 
     fn pod(ns: &str, name: &str, node: &str) -> SlimPod {
         SlimPod {
-            namespace: ns.into(),
-            name: name.into(),
+            key: pod_key(ns, name),
             uid: format!("uid-{name}"),
             node_name: node.into(),
             tolerations: Arc::from([]),
@@ -277,12 +300,27 @@ mod tests {
         assert_eq!(idx.pod_count_on("n1"), 1);
         assert_eq!(idx.pod_count_on("n2"), 2);
         let removed = idx.remove_pod("a/p1").expect("present");
-        assert_eq!(removed.node_name, "n1");
+        assert_eq!(&*removed.node_name, "n1");
         assert_eq!(idx.pod_count_on("n1"), 0);
         assert!(idx.remove_pod("a/p1").is_none());
         let mut names: Vec<_> = idx.pods_on("n2").map(|p| p.key()).collect();
         names.sort();
         assert_eq!(names, vec![pod_key("a", "p2"), pod_key("b", "p1")]);
+    }
+
+    #[test]
+    fn pods_share_their_key_and_their_node_name() {
+        let mut idx = Index::default();
+        idx.upsert_pod(pod("a", "p1", "n1"));
+        idx.upsert_pod(pod("a", "p2", "n1"));
+        let key = pod_key("a", "p1");
+        let first = idx.pods[&key].key.clone();
+        idx.upsert_pod(pod("a", "p1", "n1")); // a new version, decoded afresh
+        let (p1, p2) = (&idx.pods[&key], &idx.pods[&pod_key("a", "p2")]);
+        assert!(Arc::ptr_eq(&first, &p1.key), "the index keeps its key");
+        assert!(Arc::ptr_eq(&p1.node_name, &p2.node_name), "one node name for the node's pods");
+        assert!(idx.pod_keys_on("n1").any(|k| Arc::ptr_eq(k, &first)));
+        assert_eq!((p1.namespace(), p1.name()), ("a", "p1"));
     }
 
     #[test]

@@ -160,12 +160,12 @@ pub fn report(state: &State, opts: MatchOptions, now: Timestamp, within: std::ti
         .filter(|p| p.state == PendingState::Held || p.due <= horizon)
         .filter_map(|p| {
             let pod = index.pods.get(&p.key)?;
-            let node = index.nodes.get(&pod.node_name)?;
+            let node = index.nodes.get(&*pod.node_name)?;
             let (taint, seconds) = soonest_cause(pod, node, opts)?;
             let deadline = (p.state != PendingState::Held).then_some(p.due);
             let row = EvictionRow {
                 pod: p.key.to_string(),
-                node: pod.node_name.clone(),
+                node: pod.node_name.to_string(),
                 state: p.state,
                 deadline: deadline.map(rfc3339),
                 in_seconds: deadline.map(|d| d.duration_since(now).as_secs()),

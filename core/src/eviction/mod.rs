@@ -422,7 +422,7 @@ impl TaintEviction {
         if self.evicted.get(key).is_some_and(|uid| *uid == pod.uid) {
             return Verdict::Moot; // evicted already; the watch has not caught up
         }
-        let Some(node) = cx.index.nodes.get(&pod.node_name).filter(|n| n.selected) else {
+        let Some(node) = cx.index.nodes.get(&*pod.node_name).filter(|n| n.selected) else {
             return Verdict::Moot;
         };
         // A binding time in the future (clock skew) counts from when we first saw the pod.
@@ -524,8 +524,8 @@ impl TaintEviction {
             Fire::Never => {
                 if matches!(phase, Some(Phase::Scheduled | Phase::Retrying)) {
                     out.push(Action::PodEvent(PodEvent {
-                        namespace: pod.namespace.clone(),
-                        name: pod.name.clone(),
+                        namespace: pod.namespace().to_owned(),
+                        name: pod.name().to_owned(),
                         uid: pod.uid.clone(),
                         kind: PodEventKind::CancellingDeletion,
                     }));
@@ -584,10 +584,10 @@ impl TaintEviction {
         out.push(Action::EvictPod(EvictPod {
             op,
             key: key.clone(),
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
+            namespace: pod.namespace().to_owned(),
+            name: pod.name().to_owned(),
             uid: pod.uid.clone(),
-            node: pod.node_name.clone(),
+            node: pod.node_name.to_string(),
             due: t.due,
             method,
             attempt: t.attempts,

@@ -359,7 +359,7 @@ impl NodeLifecycle {
             return;
         }
         let Some(pod) = index.pods.get(key) else { return };
-        let Some(node) = index.nodes.get(&pod.node_name).filter(|n| n.selected) else { return };
+        let Some(node) = index.nodes.get(&*pod.node_name).filter(|n| n.selected) else { return };
         if node.condition("Ready").is_none() && !self.overdue(&node.name, now) {
             return;
         }
@@ -380,14 +380,14 @@ impl NodeLifecycle {
         self.mark_retries.cancel(key);
         self.marks.insert(
             key.clone(),
-            Mark { uid: pod.uid.clone(), node: pod.node_name.clone(), op, in_flight: true, attempts },
+            Mark { uid: pod.uid.clone(), node: pod.node_name.to_string(), op, in_flight: true, attempts },
         );
-        self.marked_nodes.insert(pod.node_name.clone());
+        self.marked_nodes.insert(pod.node_name.to_string());
         out.push(Action::MarkPodNotReady(MarkPodNotReady {
             op,
             key: key.clone(),
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
+            namespace: pod.namespace().to_owned(),
+            name: pod.name().to_owned(),
             uid: pod.uid.clone(),
         }));
     }
@@ -521,7 +521,7 @@ impl NodeLifecycle {
             let still_wanted = index.pods.get(&key).is_some_and(|p| {
                 p.ready == Some(true)
                     && self.marks.get(&key).is_some_and(|m| m.uid == p.uid)
-                    && index.nodes.get(&p.node_name).is_some_and(|n| !self.effectively_ready(n, now))
+                    && index.nodes.get(&*p.node_name).is_some_and(|n| !self.effectively_ready(n, now))
             });
             if still_wanted {
                 self.mark(&key, index, out);
