@@ -72,7 +72,8 @@ struct Usage {
     rss_idle_mb: Option<f64>,
     peak_rss_mb: Option<f64>,
     cpu_s: Option<f64>,
-    /// Start to `/readyz` 200 (ours only).
+    /// Start to `/readyz` 200 (ours only); for the floor, its raw streaming list of the pods and
+    /// nodes ([`floor::initial_list`]).
     ready_s: Option<f64>,
     metrics: String,
     floor: Option<FloorCounts>,
@@ -85,6 +86,8 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
     let (seen, watch_task) = watch_deletions(&client);
     let targets: Vec<&PlannedPod> = plan.iter().filter(|(_, _, s)| *s != Some(HOUR)).collect();
     if args.floor {
+        let (list_s, listed) = floor::initial_list(&client).await?;
+        eprintln!("bench: a raw streaming list of {listed} pods and nodes took {list_s:.2}s");
         let counts = Arc::new(Mutex::new(FloorCounts::default()));
         let task = tokio::spawn(floor::run(client.clone(), plan.clone(), HOUR, counts.clone()));
         // The same pause as a controller gets to list everything.
@@ -94,7 +97,7 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
         task.abort();
         let seen = seen.lock().map(|m| m.clone()).unwrap_or_default();
         watch_task.abort();
-        let usage = Usage { floor: counts.lock().ok().map(|c| *c), ..Usage::default() };
+        let usage = Usage { floor: counts.lock().ok().map(|c| *c), ready_s: Some(list_s), ..Usage::default() };
         return Ok(report(args, &plan, &targets, &seen, &taint, &usage));
     }
     let (mut ctl, ready_s) = start_listed(cp, &args.under_test).await?;

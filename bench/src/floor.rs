@@ -9,10 +9,10 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use anyhow::Result;
-use futures::StreamExt;
+use anyhow::{Result, bail};
+use futures::{AsyncBufReadExt, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
@@ -30,6 +30,35 @@ pub const CONCURRENCY: usize = 32;
 pub struct FloorCounts {
     pub deleted: usize,
     pub failed: usize,
+}
+
+/// The floor under a controller's ready time: how long a raw client takes to receive what the
+/// controller's caches start from (the pods bound to a node, and the nodes) through the same
+/// streaming lists (watches with `sendInitialEvents`, concurrently), up to each one's
+/// initial-events-end bookmark. Nothing is decoded. Returns the seconds and the objects received.
+pub async fn initial_list(client: &kube::Client) -> Result<(f64, usize)> {
+    let start = Instant::now();
+    let (pods, nodes) = tokio::try_join!(
+        stream_initial(client, "/api/v1/pods", "spec.nodeName%21%3D"),
+        stream_initial(client, "/api/v1/nodes", "")
+    )?;
+    Ok((start.elapsed().as_secs_f64(), pods + nodes))
+}
+
+async fn stream_initial(client: &kube::Client, path: &str, field_selector: &str) -> Result<usize> {
+    let uri = format!(
+        "{path}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true\
+         &timeoutSeconds=290&fieldSelector={field_selector}"
+    );
+    let mut lines = client.request_stream(http::Request::get(uri).body(Vec::new())?).await?.lines();
+    let mut objects = 0;
+    while let Some(line) = lines.next().await {
+        if line?.contains(r#""k8s.io/initial-events-end":"true""#) {
+            return Ok(objects);
+        }
+        objects += 1;
+    }
+    bail!("the watch of {path} ended before its initial-events-end bookmark")
 }
 
 /// Runs the floor until aborted: evicts every planned pod whose `tolerationSeconds` is not
