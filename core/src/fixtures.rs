@@ -134,7 +134,7 @@ impl From<NodeBuilder> for SlimNode {
 pub fn pod(name: &str) -> PodBuilder {
     PodBuilder(SlimPod {
         key: crate::index::pod_key("ns", name),
-        uid: format!("uid-{name}"),
+        uid: format!("uid-{name}").into(),
         node_name: "".into(),
         tolerations: Arc::from([]),
         terminal: false,

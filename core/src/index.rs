@@ -13,6 +13,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::taints::{Taint, Toleration};
+use crate::uid::Uid;
 use crate::zone;
 
 /// `namespace/name`, shared between the index and the eviction queue.
@@ -107,7 +108,7 @@ impl From<&Node> for SlimNode {
 pub struct SlimPod {
     /// `namespace/name` ([`SlimPod::namespace`], [`SlimPod::name`]).
     pub key: PodKey,
-    pub uid: String,
+    pub uid: Uid,
     /// Empty when the pod is not bound; the index shares one copy between the pods of a node.
     pub node_name: Arc<str>,
     /// Shared between pods with the same tolerations (pods of one template have the same list):
@@ -151,7 +152,7 @@ impl From<&Pod> for SlimPod {
                 p.metadata.namespace.as_deref().unwrap_or_default(),
                 p.metadata.name.as_deref().unwrap_or_default(),
             ),
-            uid: p.metadata.uid.clone().unwrap_or_default(),
+            uid: Uid::new(p.metadata.uid.as_deref().unwrap_or_default()),
             node_name: p.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or_default().into(),
             tolerations: p
                 .spec
@@ -278,7 +279,7 @@ mod tests {
     fn pod(ns: &str, name: &str, node: &str) -> SlimPod {
         SlimPod {
             key: pod_key(ns, name),
-            uid: format!("uid-{name}"),
+            uid: format!("uid-{name}").into(),
             node_name: node.into(),
             tolerations: Arc::from([]),
             terminal: false,

@@ -53,6 +53,7 @@ pub mod state;
 pub mod status;
 pub mod taints;
 pub mod timer_queue;
+pub mod uid;
 pub mod wire;
 pub mod zone;
 

@@ -33,6 +33,7 @@ use crate::action::{Action, Cause, EvictPod, EvictionMode, EvictionResult, Op, P
 use crate::index::{Index, PodKey, SlimNode, SlimPod};
 use crate::taints::{self, MatchOptions, Taint, TaintId};
 use crate::timer_queue::TimerQueue;
+use crate::uid::Uid;
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -103,7 +104,7 @@ enum Phase {
 /// cost a timer each and no more (`cargo bench -p nlc-core --bench memory`).
 #[derive(Clone, Debug)]
 struct Tracked {
-    uid: String,
+    uid: Uid,
     phase: Phase,
     /// When the eviction is (or became) due.
     due: Timestamp,
@@ -419,7 +420,7 @@ impl TaintEviction {
         if pod.terminating || (pod.terminal && self.cfg.skip_terminal_pods) {
             return Verdict::Moot;
         }
-        if self.evicted.get(key).is_some_and(|uid| *uid == pod.uid) {
+        if self.evicted.get(key).is_some_and(|uid| pod.uid == *uid) {
             return Verdict::Moot; // evicted already; the watch has not caught up
         }
         let Some(node) = cx.index.nodes.get(&*pod.node_name).filter(|n| n.selected) else {
@@ -526,7 +527,7 @@ impl TaintEviction {
                     out.push(Action::PodEvent(PodEvent {
                         namespace: pod.namespace().to_owned(),
                         name: pod.name().to_owned(),
-                        uid: pod.uid.clone(),
+                        uid: pod.uid.to_string(),
                         kind: PodEventKind::CancellingDeletion,
                     }));
                 }
@@ -586,7 +587,7 @@ impl TaintEviction {
             key: key.clone(),
             namespace: pod.namespace().to_owned(),
             name: pod.name().to_owned(),
-            uid: pod.uid.clone(),
+            uid: pod.uid.to_string(),
             node: pod.node_name.to_string(),
             due: t.due,
             method,

@@ -108,7 +108,7 @@ struct Zone {
 /// A MarkPodsNotReady write that is out or waiting to be retried.
 #[derive(Debug)]
 struct Mark {
-    uid: String,
+    uid: crate::uid::Uid,
     node: String,
     op: u64,
     in_flight: bool,
@@ -388,7 +388,7 @@ impl NodeLifecycle {
             key: key.clone(),
             namespace: pod.namespace().to_owned(),
             name: pod.name().to_owned(),
-            uid: pod.uid.clone(),
+            uid: pod.uid.to_string(),
         }));
     }
 
@@ -401,7 +401,7 @@ impl NodeLifecycle {
             MarkResult::Done => out.push(Action::PodEvent(PodEvent {
                 namespace: key.split_once('/').map_or("", |(ns, _)| ns).to_owned(),
                 name: key.split_once('/').map_or("", |(_, n)| n).to_owned(),
-                uid: m.uid.clone(),
+                uid: m.uid.to_string(),
                 kind: PodEventKind::NodeNotReady,
             })),
             MarkResult::Failed(_) => {
