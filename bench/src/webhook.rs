@@ -214,27 +214,8 @@ async fn send_until(connector: TlsConnector, port: u16, body: Bytes, stop_at: In
     Ok(lat)
 }
 
-/// A pod as a Deployment would create it, without tolerations: the webhook adds two.
+/// A pod as a Deployment would create it, without tolerations: the webhook adds two. The
+/// same request as `cargo bench -p nlc-core --bench admission` decides.
 fn admission_review() -> Vec<u8> {
-    let pod = json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"generateName": "web-7d4b9c-", "namespace": "shop", "labels": {"app": "web", "pod-template-hash": "7d4b9c"},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d4b9c", "uid": "6a1c2f0e-1111-2222-3333-444455556666", "controller": true, "blockOwnerDeletion": true}]},
-        "spec": {
-            "containers": [{"name": "web", "image": "registry.example/web:1.2.3", "ports": [{"containerPort": 8080, "protocol": "TCP"}],
-                "env": [{"name": "MODE", "value": "production"}, {"name": "LOG_LEVEL", "value": "info"}],
-                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
-                "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 5},
-                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent"}],
-            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
-            "serviceAccountName": "default", "securityContext": {}, "schedulerName": "default-scheduler"
-        }
-    });
-    serde_json::to_vec(&json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": "0c9a8d74-9cb7-44dd-b98e-09fd62def2f4", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "shop", "operation": "CREATE",
-            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"}, "object": pod, "dryRun": false}
-    }))
-    .unwrap_or_default()
+    include_bytes!("../../core/benches/admission-review.json").to_vec()
 }
