@@ -348,9 +348,11 @@ impl TaintEviction {
         }
     }
 
-    /// Looks again at every tracked pod (the brakes changed).
+    /// Looks again at every pod with an eviction in progress, tracked or only scheduled (the
+    /// brakes changed).
     pub fn recheck_all(&mut self, cx: Ctx<'_>, out: &mut Vec<Action>) {
-        let keys: Vec<PodKey> = self.tracked.keys().cloned().collect();
+        let mut keys: Vec<PodKey> = self.tracked.keys().cloned().collect();
+        keys.extend(self.timers.iter().map(|(k, _)| k).filter(|k| !self.tracked.contains_key(*k)).cloned());
         for key in keys {
             self.reconcile(&key, cx, out);
         }

@@ -560,3 +560,22 @@ fn a_pod_recreated_under_the_same_name_starts_afresh() {
     assert!(w.take().is_empty(), "no cancelling event for a pod that never had a deadline");
     assert_eq!(w.ctl.pending(), 0);
 }
+
+#[test]
+fn a_brake_holds_pods_that_only_wait_for_their_deadline() {
+    let mut w = World::new(Config::default());
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
+    // The brakes stop standing behind the taint (a pause), and everything is looked at again.
+    w.unconfirmed = vec!["k".into()];
+    let cx = Ctx { index: &w.index, now: ts(5), gate: &w.unconfirmed };
+    w.ctl.recheck_all(cx, &mut w.out);
+    assert_eq!(w.ctl.pending_list().iter().map(|p| p.state).collect::<Vec<_>>(), vec![PendingState::Held]);
+    assert_eq!(w.ctl.pending(), 0, "no timer while held");
+    w.unconfirmed.clear();
+    let cx = Ctx { index: &w.index, now: ts(6), gate: &w.unconfirmed };
+    w.ctl.recheck_all(cx, &mut w.out);
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(30)));
+    assert!(w.ctl.tracked.is_empty());
+    assert!(w.take().is_empty());
+}
