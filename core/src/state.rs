@@ -220,6 +220,8 @@ impl State {
                     }
                 }
                 Change::PodUpserted { key, old } => {
+                    // The index's own key, so that what the controllers keep shares it.
+                    let key = index.pods.get_key_value(&key).map_or(key, |(k, _)| k.clone());
                     if let Some(ev) = eviction.as_mut() {
                         ev.pod_changed(&key, old.as_ref(), Ctx { index, now, gate: &gate_of(lifecycle, *pause) }, out);
                     }

@@ -520,8 +520,9 @@ impl TaintEviction {
         }
         match fire {
             Fire::Never if held => {
-                self.timers.cancel(key);
-                let t = self.tracked.entry(key.clone()).or_insert_with(|| Tracked::new(pod, cx.now, cx.now));
+                // A pod that only had its timer keeps that deadline as when it became due.
+                let deadline = self.timers.cancel(key).unwrap_or(cx.now);
+                let t = self.tracked.entry(key.clone()).or_insert_with(|| Tracked::new(pod, deadline, cx.now));
                 t.phase = Phase::Held;
             }
             Fire::Never => {

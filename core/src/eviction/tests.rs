@@ -579,3 +579,19 @@ fn a_brake_holds_pods_that_only_wait_for_their_deadline() {
     assert!(w.ctl.tracked.is_empty());
     assert!(w.take().is_empty());
 }
+
+#[test]
+fn a_pod_held_past_its_deadline_is_evicted_as_due_at_its_deadline() {
+    let mut w = World::new(Config::default());
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
+    w.unconfirmed = vec!["k".into()];
+    let cx = Ctx { index: &w.index, now: ts(5), gate: &w.unconfirmed };
+    w.ctl.recheck_all(cx, &mut w.out);
+    w.unconfirmed.clear();
+    let cx = Ctx { index: &w.index, now: ts(40), gate: &w.unconfirmed };
+    w.ctl.recheck_all(cx, &mut w.out);
+    let ev = w.evictions();
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].due, ts(30), "lateness counts from the deadline, not from when the pod was held");
+}
