@@ -31,7 +31,9 @@ pub enum Change {
 /// Per-resource re-list bookkeeping.
 #[derive(Debug, Default)]
 struct Relist {
-    /// Keys seen since the last `Init`; `Some` while a (re-)list is in progress.
+    /// Keys seen since the last `Init`; `Some` while a re-list is in progress. A list into an
+    /// empty store has nothing to remove when it is done, and keeps no set (150,000 keys cost
+    /// 8 MB that the allocator then keeps).
     seen: Option<HashSet<String>>,
     synced: bool,
 }
@@ -68,6 +70,7 @@ trait Store {
     fn upsert(&mut self, o: Self::Object) -> Option<Self::Object>;
     fn remove(&mut self, key: &str) -> Option<Self::Object>;
     fn keys(&self) -> Vec<String>;
+    fn is_empty(&self) -> bool;
 }
 
 struct Nodes<'a>(&'a mut Index);
@@ -88,6 +91,9 @@ impl Store for Nodes<'_> {
     fn keys(&self) -> Vec<String> {
         self.0.nodes.keys().cloned().collect()
     }
+    fn is_empty(&self) -> bool {
+        self.0.nodes.is_empty()
+    }
 }
 
 impl Store for Pods<'_> {
@@ -103,6 +109,9 @@ impl Store for Pods<'_> {
     }
     fn keys(&self) -> Vec<String> {
         self.0.pods.keys().map(|k| k.to_string()).collect()
+    }
+    fn is_empty(&self) -> bool {
+        self.0.pods.is_empty()
     }
 }
 
@@ -120,6 +129,9 @@ impl Store for Leases<'_> {
     fn keys(&self) -> Vec<String> {
         self.0.leases.keys().cloned().collect()
     }
+    fn is_empty(&self) -> bool {
+        self.0.leases.is_empty()
+    }
 }
 
 /// The re-list protocol for one resource; `upserted(key, old)` and `removed(old)` describe the
@@ -133,7 +145,7 @@ fn apply<S: Store>(
     removed: fn(S::Object) -> Change,
 ) {
     match ev {
-        WatchEvent::Init => relist.seen = Some(HashSet::new()),
+        WatchEvent::Init => relist.seen = (!store.is_empty()).then(HashSet::new),
         WatchEvent::InitApply(o) | WatchEvent::Apply(o) => {
             let key = S::key(&o);
             if let Some(seen) = &mut relist.seen {
