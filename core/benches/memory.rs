@@ -9,10 +9,14 @@
 use std::hint::black_box;
 
 use jiff::Timestamp;
+use std::time::Instant;
+
 use nlc_core::action::Action;
-use nlc_core::eviction::{self, Ctx, TaintEviction, Ungated};
-use nlc_core::index::{Index, SlimNode, SlimPod};
+use nlc_core::cache::WatchEvent;
+use nlc_core::eviction::{self, TaintEviction};
+use nlc_core::index::{SlimNode, SlimPod};
 use nlc_core::selector::Selector;
+use nlc_core::state::{Input, State};
 use nlc_core::wire::{WireNode, WirePod};
 use serde_json::json;
 
@@ -39,7 +43,7 @@ fn node_json(i: usize, tainted: bool) -> String {
         json!([])
     };
     json!({
-        "metadata": {"name": format!("ev-{i:05}"), "uid": uid(1_000_000 + i), "resourceVersion": "1234567",
+        "metadata": {"name": format!("ev-{i:05}"), "uid": uid(1_000_000 + i), "resourceVersion": if tainted { "1234568" } else { "1234567" },
             "creationTimestamp": "2026-12-01T09:00:00Z",
             "labels": {"topology.kubernetes.io/zone": format!("zone-{}", i % 3), "topology.kubernetes.io/region": "bench",
                 "kubernetes.io/hostname": format!("ev-{i:05}")}},
@@ -83,54 +87,77 @@ fn slim_node(i: usize, tainted: bool) -> SlimNode {
 fn main() {
     let nodes: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(5_000);
     let pods = nodes * PODS_PER_NODE;
-    let mut index = Index::default();
-    let start = rss();
-    for i in 0..nodes {
-        let n = slim_node(i, false);
-        index.nodes.insert(n.name.clone(), n);
-    }
-    let with_nodes = rss();
-    for i in 0..nodes {
-        for j in 0..PODS_PER_NODE {
-            let wire: WirePod = serde_json::from_str(&pod_json(i, j)).unwrap_or_default();
-            index.upsert_pod(SlimPod::from(&wire.0));
-        }
-    }
-    let with_pods = rss();
-
-    let mut ev = TaintEviction::new(eviction::Config::default());
+    // The controller's own path: the initial lists as watch events into the state machine
+    // (cache, index, taint eviction), node lifecycle off as in `bench eviction`.
     let now: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap_or(Timestamp::UNIX_EPOCH);
+    let mut state = State::new(Some(TaintEviction::new(eviction::Config::default())), None);
     let mut out: Vec<Action> = Vec::new();
-    for i in TARGET.min(nodes)..nodes {
-        let tainted = slim_node(i, true);
-        let old = index.nodes.insert(tainted.name.clone(), tainted.clone());
-        ev.node_changed(&tainted, old.as_ref(), Ctx { index: &index, now, gate: &Ungated }, &mut out);
+    let start = rss();
+    state.handle(Input::Node(WatchEvent::Init), now, &mut out);
+    for i in 0..nodes {
+        state.handle(Input::Node(WatchEvent::InitApply(slim_node(i, false))), now, &mut out);
     }
-    let with_timers = rss();
-    let pending = ev.pending();
+    state.handle(Input::Node(WatchEvent::InitDone), now, &mut out);
+    let node_bytes = rss() - start;
+    let decode = |k: usize| {
+        let json = pod_json(k / PODS_PER_NODE, k % PODS_PER_NODE);
+        SlimPod::from(&serde_json::from_str::<WirePod>(&json).unwrap_or_default().0)
+    };
+    let before_pods = rss();
+    state.handle(Input::Pod(WatchEvent::Init), now, &mut out);
+    for k in 0..pods {
+        state.handle(Input::Pod(WatchEvent::InitApply(decode(k))), now, &mut out);
+    }
+    state.handle(Input::Pod(WatchEvent::InitDone), now, &mut out);
+    state.after_batch(now, &mut out);
+    let with_pods = rss();
+    let pod_bytes = with_pods - before_pods;
+
+    for i in TARGET.min(nodes)..nodes {
+        state.handle(Input::Node(WatchEvent::Apply(slim_node(i, true))), now, &mut out);
+    }
+    let timer_bytes = rss() - with_pods;
+    let pending = state.eviction.as_ref().map_or(0, TaintEviction::pending);
     assert!(out.is_empty(), "one-hour tolerations must only schedule");
     assert_eq!(pending, (nodes - TARGET.min(nodes)) * PODS_PER_NODE);
 
     let kb = |bytes: u64, n: usize| bytes as f64 / n.max(1) as f64 / 1024.0;
+    let mb = |bytes: u64| bytes as f64 / 1e6;
     println!(
         "memory: {nodes} nodes, {pods} pods, {pending} pending evictions (resident set, allocator overhead included)"
     );
-    println!(
-        "  nodes:             {:>7.1} MB  {:.2} KB per node",
-        (with_nodes - start) as f64 / 1e6,
-        kb(with_nodes - start, nodes)
-    );
-    println!(
-        "  pods:              {:>7.1} MB  {:.3} KB per cached pod",
-        (with_pods - with_nodes) as f64 / 1e6,
-        kb(with_pods - with_nodes, pods)
-    );
+    println!("  nodes:             {:>7.1} MB  {:.2} KB per node", mb(node_bytes), kb(node_bytes, nodes));
+    println!("  pods:              {:>7.1} MB  {:.3} KB per cached pod", mb(pod_bytes), kb(pod_bytes, pods));
     println!(
         "  pending evictions: {:>7.1} MB  {:.3} KB per pending eviction",
-        (with_timers - with_pods) as f64 / 1e6,
-        kb(with_timers - with_pods, pending)
+        mb(timer_bytes),
+        kb(timer_bytes, pending)
     );
-    println!("  total:             {:>7.1} MB", (with_timers - start) as f64 / 1e6);
+    println!("  total:             {:>7.1} MB", mb(node_bytes + pod_bytes + timer_bytes));
+    // Time, on a fresh state once the memory is measured: decoding the pods' JSON, then the
+    // initial list through the cache and the decisions.
+    let json: Vec<String> = (0..pods).map(|k| pod_json(k / PODS_PER_NODE, k % PODS_PER_NODE)).collect();
+    let t = Instant::now();
+    let slim: Vec<SlimPod> =
+        json.iter().map(|j| SlimPod::from(&serde_json::from_str::<WirePod>(j).unwrap_or_default().0)).collect();
+    let decode_s = t.elapsed().as_secs_f64();
+    let mut fresh = State::new(Some(TaintEviction::new(eviction::Config::default())), None);
+    for ev in [WatchEvent::Init, WatchEvent::InitDone] {
+        fresh.handle(Input::Node(ev), now, &mut out);
+    }
+    let t = Instant::now();
+    fresh.handle(Input::Pod(WatchEvent::Init), now, &mut out);
+    for p in slim {
+        fresh.handle(Input::Pod(WatchEvent::InitApply(p)), now, &mut out);
+    }
+    fresh.handle(Input::Pod(WatchEvent::InitDone), now, &mut out);
+    fresh.after_batch(now, &mut out);
+    let ingest_s = t.elapsed().as_secs_f64();
+    println!(
+        "time on one core: decoding the {pods} pods {decode_s:.2} s ({:.1} us each), the initial list through the cache and the decisions {ingest_s:.2} s ({:.1} us each)",
+        decode_s * 1e6 / pods as f64,
+        ingest_s * 1e6 / pods as f64
+    );
     println!("  size_of: SlimPod {} B, SlimNode {} B", std::mem::size_of::<SlimPod>(), std::mem::size_of::<SlimNode>());
-    black_box((&index, &ev));
+    black_box((&state, &fresh));
 }
