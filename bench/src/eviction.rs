@@ -166,7 +166,11 @@ async fn start_listed(cp: &ControlPlane, under_test: &UnderTest) -> Result<(Meas
     let started = Instant::now();
     let mut ctl = start_controller(cp, under_test, &flags).await?;
     let mut ready_s = None;
-    while started.elapsed() < Duration::from_secs(15) {
+    // At least 15 s (kube-controller-manager says nothing of its informers); ours until it is
+    // ready, which at 150,000 pods is about when the API server has streamed them (14 s).
+    while started.elapsed() < Duration::from_secs(15)
+        || (!under_test.upstream && ready_s.is_none() && started.elapsed() < Duration::from_secs(120))
+    {
         if !under_test.upstream && ready_s.is_none() && ctl.get("/readyz").await.starts_with("HTTP/1.1 200") {
             ready_s = Some(started.elapsed().as_secs_f64());
         }
