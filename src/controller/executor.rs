@@ -86,6 +86,10 @@ enum QueuedEvent {
 
 const EVENT_QUEUE: usize = 20_000;
 const EVENT_WORKERS: usize = 4;
+/// While every eviction permit is taken (an eviction storm), events wait, up to this long in all:
+/// the API server's writes go to the evictions first. An event is one write more per eviction,
+/// which at the API server's pace of a storm costs evictions a third of their throughput.
+const EVENT_DEFER_MAX: Duration = Duration::from_secs(5);
 
 /// An eviction that waited longer than this in a rate limiter reads the node again before
 /// writing, even if it was not an immediate one.
@@ -130,7 +134,8 @@ struct Inner {
     clock: Arc<dyn Clock>,
     cfg: ExecutorConfig,
     events: mpsc::Sender<QueuedEvent>,
-    permits: Semaphore,
+    /// Shared with the event worker, which yields to evictions while none is left.
+    permits: Arc<Semaphore>,
     node_permits: Semaphore,
     /// Counts submissions, so that a shared node read is only used by evictions decided before
     /// it started.
@@ -192,11 +197,17 @@ impl Executor {
         // nodes and MarkPodsNotReady.
         let recorder = Arc::new(Recorder::new(client.clone(), "taint-eviction-controller", &cfg.instance));
         let node_recorder = Arc::new(Recorder::new(client.clone(), "node-controller", &cfg.instance));
-        let permits = Semaphore::new(cfg.concurrency.max(1));
+        let permits = Arc::new(Semaphore::new(cfg.concurrency.max(1)));
         let node_permits = Semaphore::new(cfg.concurrency.max(1));
         let (events, events_rx) = mpsc::channel(EVENT_QUEUE);
-        let worker =
-            event_worker(events_rx, recorder, node_recorder, writes.clone(), exec_metrics.events_dropped.clone());
+        let worker = event_worker(
+            events_rx,
+            recorder,
+            node_recorder,
+            permits.clone(),
+            writes.clone(),
+            exec_metrics.events_dropped.clone(),
+        );
         tokio::spawn(worker.instrument(tracing::info_span!("events")));
         Self {
             inner: Arc::new(Inner {
@@ -689,11 +700,29 @@ async fn event_worker(
     mut rx: mpsc::Receiver<QueuedEvent>,
     pods: Arc<Recorder>,
     nodes: Arc<Recorder>,
+    evictions: Arc<Semaphore>,
     writes: watch::Receiver<bool>,
     dropped: prometheus_client::metrics::counter::Counter,
 ) {
     let slots = Arc::new(Semaphore::new(EVENT_WORKERS));
+    // While the evictions take every permit: since when, and when an event last saw it. Events
+    // wait at most EVENT_DEFER_MAX in all, then flow as usual until the evictions leave a permit
+    // free, or no event has come for a second (a new storm).
+    let mut saturated: Option<(Instant, Instant)> = None;
     while let Some(e) = rx.recv().await {
+        if evictions.available_permits() == 0 {
+            let now = Instant::now();
+            let since = match saturated {
+                Some((since, seen)) if now.duration_since(seen) < Duration::from_secs(1) => since,
+                _ => now,
+            };
+            while evictions.available_permits() == 0 && since.elapsed() < EVENT_DEFER_MAX && *writes.borrow() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            saturated = (evictions.available_permits() == 0).then(|| (since, Instant::now()));
+        } else {
+            saturated = None;
+        }
         if !*writes.borrow() {
             continue;
         }
