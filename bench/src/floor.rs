@@ -22,7 +22,7 @@ use tokio::sync::Semaphore;
 
 use crate::common::{KEY, NS, PodPlan};
 
-/// The controller's default `--concurrent-evictions`.
+/// The controller's default `--eviction-concurrency`.
 pub const CONCURRENCY: usize = 32;
 
 /// What the floor did.
