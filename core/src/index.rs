@@ -23,6 +23,11 @@ pub fn pod_key(namespace: &str, name: &str) -> PodKey {
     format!("{namespace}/{name}").into()
 }
 
+/// The namespace and the name of a [`pod_key`].
+pub fn split_pod_key(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
+}
+
 /// Status of a condition: `True`, `False` or `Unknown` (anything else is kept verbatim).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Condition {
@@ -131,11 +136,11 @@ impl SlimPod {
     }
 
     pub fn namespace(&self) -> &str {
-        self.key.split_once('/').map_or("", |(ns, _)| ns)
+        split_pod_key(&self.key).0
     }
 
     pub fn name(&self) -> &str {
-        self.key.split_once('/').map_or(&self.key, |(_, name)| name)
+        split_pod_key(&self.key).1
     }
 }
 

@@ -250,11 +250,8 @@ impl TaintEviction {
                 Phase::Retrying => PendingState::Retrying,
             },
         });
-        let untracked = self
-            .timers
-            .iter()
-            .filter(|(key, _)| !self.tracked.contains_key(*key))
-            .map(|(key, due)| Pending { key: key.clone(), due, state: PendingState::Scheduled });
+        let untracked =
+            self.untracked().map(|(key, due)| Pending { key: key.clone(), due, state: PendingState::Scheduled });
         tracked.chain(untracked).collect()
     }
 
@@ -263,6 +260,11 @@ impl TaintEviction {
             Phase::Scheduled => self.timers.deadline(key),
             _ => None,
         }
+    }
+
+    /// The pods that only wait for their deadline (`Scheduled`, not tracked), with it.
+    fn untracked(&self) -> impl Iterator<Item = (&PodKey, Timestamp)> {
+        self.timers.iter().filter(|(key, _)| !self.tracked.contains_key(*key))
     }
 
     /// Where `key`'s eviction stands: its tracked phase, else `Scheduled` if it has a timer.
@@ -352,7 +354,7 @@ impl TaintEviction {
     /// brakes changed).
     pub fn recheck_all(&mut self, cx: Ctx<'_>, out: &mut Vec<Action>) {
         let mut keys: Vec<PodKey> = self.tracked.keys().cloned().collect();
-        keys.extend(self.timers.iter().map(|(k, _)| k).filter(|k| !self.tracked.contains_key(*k)).cloned());
+        keys.extend(self.untracked().map(|(k, _)| k.clone()));
         for key in keys {
             self.reconcile(&key, cx, out);
         }

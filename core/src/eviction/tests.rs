@@ -45,6 +45,12 @@ impl World {
         self.ctl.tick(cx, &mut self.out);
     }
 
+    /// The brakes changed: every pod is looked at again.
+    fn recheck_all(&mut self, now: i64) {
+        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed };
+        self.ctl.recheck_all(cx, &mut self.out);
+    }
+
     fn recheck_held(&mut self, now: i64) {
         let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed };
         self.ctl.recheck_held(cx, &mut self.out);
@@ -568,13 +574,11 @@ fn a_brake_holds_pods_that_only_wait_for_their_deadline() {
     w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
     // The brakes stop standing behind the taint (a pause), and everything is looked at again.
     w.unconfirmed = vec!["k".into()];
-    let cx = Ctx { index: &w.index, now: ts(5), gate: &w.unconfirmed };
-    w.ctl.recheck_all(cx, &mut w.out);
+    w.recheck_all(5);
     assert_eq!(w.ctl.pending_list().iter().map(|p| p.state).collect::<Vec<_>>(), vec![PendingState::Held]);
     assert_eq!(w.ctl.pending(), 0, "no timer while held");
     w.unconfirmed.clear();
-    let cx = Ctx { index: &w.index, now: ts(6), gate: &w.unconfirmed };
-    w.ctl.recheck_all(cx, &mut w.out);
+    w.recheck_all(6);
     assert_eq!(w.ctl.deadline(&key("p")), Some(ts(30)));
     assert!(w.ctl.tracked.is_empty());
     assert!(w.take().is_empty());
@@ -586,11 +590,9 @@ fn a_pod_held_past_its_deadline_is_evicted_as_due_at_its_deadline() {
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
     w.unconfirmed = vec!["k".into()];
-    let cx = Ctx { index: &w.index, now: ts(5), gate: &w.unconfirmed };
-    w.ctl.recheck_all(cx, &mut w.out);
+    w.recheck_all(5);
     w.unconfirmed.clear();
-    let cx = Ctx { index: &w.index, now: ts(40), gate: &w.unconfirmed };
-    w.ctl.recheck_all(cx, &mut w.out);
+    w.recheck_all(40);
     let ev = w.evictions();
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0].due, ts(30), "lateness counts from the deadline, not from when the pod was held");

@@ -398,12 +398,15 @@ impl NodeLifecycle {
         let Some(m) = self.marks.get_mut(key).filter(|m| m.op == op) else { return };
         m.in_flight = false;
         match result {
-            MarkResult::Done => out.push(Action::PodEvent(PodEvent {
-                namespace: key.split_once('/').map_or("", |(ns, _)| ns).to_owned(),
-                name: key.split_once('/').map_or("", |(_, n)| n).to_owned(),
-                uid: m.uid.to_string(),
-                kind: PodEventKind::NodeNotReady,
-            })),
+            MarkResult::Done => {
+                let (namespace, name) = crate::index::split_pod_key(key);
+                out.push(Action::PodEvent(PodEvent {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    uid: m.uid.to_string(),
+                    kind: PodEventKind::NodeNotReady,
+                }));
+            }
             MarkResult::Failed(_) => {
                 m.attempts = m.attempts.saturating_add(1);
                 let at = after(now, crate::eviction::backoff(RETRY_BASE, RETRY_CAP, m.attempts));
