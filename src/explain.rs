@@ -211,6 +211,7 @@ async fn run_admission(
         pod_toleration_restriction: Some(restriction),
         extended_resource_toleration: true,
         toleration_rules: true,
+        ..Plugins::default()
     };
     let set = RuleSet::build(rules.iter().map(|r| (r.metadata.name.as_deref().unwrap_or_default(), &r.spec)));
     let info = namespace_obj.as_ref().map(|n| NamespaceInfo::from_meta(&n.metadata));

@@ -7,35 +7,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResourceLabels {
-    pub resource: &'static str,
-}
-
-/// The watches feeding the cache.
-#[derive(Clone, Default)]
-pub struct WatchMetrics {
-    /// Watch events received, by resource.
-    pub events: Family<ResourceLabels, Counter>,
-    /// Watch errors (each followed by a backoff and a restart), by resource.
-    pub errors: Family<ResourceLabels, Counter>,
-    /// Objects in the cache, by resource.
-    pub objects: Family<ResourceLabels, Gauge>,
-}
-
-impl WatchMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
-        let m = Self::default();
-        registry.register("nlc_watch_events", "Watch events received, by resource", m.events.clone());
-        registry.register(
-            "nlc_watch_errors",
-            "Watch errors (each followed by a backoff and a restart), by resource",
-            m.errors.clone(),
-        );
-        registry.register("nlc_cache_objects", "Objects in the controller's cache, by resource", m.objects.clone());
-        m
-    }
-}
+pub use crate::runtime::watch::{ResourceLabels, WatchMetrics};
 
 /// Renders the registry in the OpenMetrics text format.
 pub fn render(registry: &Registry) -> String {
@@ -259,6 +231,12 @@ pub struct WebhookMetrics {
         fn() -> prometheus_client::metrics::histogram::Histogram,
     >,
     pub rules: Family<RuleStateLabels, Gauge>,
+    pub namespace_lookups: Family<OutcomeLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -290,6 +268,7 @@ impl Default for WebhookMetrics {
             requests: Family::default(),
             duration: Family::new_with_constructor(webhook_buckets as fn() -> _),
             rules: Family::default(),
+            namespace_lookups: Family::default(),
         }
     }
 }
@@ -312,7 +291,16 @@ impl WebhookMetrics {
             "TolerationRules by state: applied (valid), invalid (not applied), conflicting",
             m.rules.clone(),
         );
+        registry.register(
+            "nlc_webhook_namespace_lookups",
+            "How the webhook learnt each request's namespace, by outcome: cached, fetched (one live read), shared (waited for another request's read), absent, absent_cached, failed (the request fails and the failurePolicy decides), not_synced (503)",
+            m.namespace_lookups.clone(),
+        );
         m
+    }
+
+    pub fn namespace_lookup(&self, outcome: &'static str) {
+        self.namespace_lookups.get_or_create(&OutcomeLabels { outcome }).inc();
     }
 
     pub fn observe(&self, endpoint: nlc_core::admission::Endpoint, code: u16, took: std::time::Duration) {
@@ -345,6 +333,8 @@ pub struct ActionLabels {
 #[derive(Clone, Default)]
 pub struct BrakeMetrics {
     pub pause: Family<ModeLabels, Gauge>,
+    /// 1 while the pause ConfigMap can be read (the brakes work), 0 while it is forbidden.
+    pub available: Gauge,
     pub held_nodes: Gauge,
     pub dry_run: Family<ActionLabels, Counter>,
 }
@@ -353,6 +343,11 @@ impl BrakeMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register("nlc_pause", "1 for the pause in force (none, evictions or all)", m.pause.clone());
+        registry.register(
+            "nlc_brakes_available",
+            "1 while the pause ConfigMap can be read, 0 while reading it is forbidden (the brakes fail open)",
+            m.available.clone(),
+        );
         registry.register(
             "nlc_nodes_held",
             "Nodes labelled node-lifecycle-controller.io/hold: nothing is evicted from them",

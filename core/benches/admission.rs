@@ -49,6 +49,7 @@ fn bench(c: &mut Criterion) {
         pod_toleration_restriction: Some(RestrictionConfig::default()),
         extended_resource_toleration: true,
         toleration_rules: true,
+        ..Plugins::default()
     };
     c.bench_function("parse the AdmissionReview alone", |b| {
         b.iter(|| nlc_core::admission::parse_review(black_box(&body)))

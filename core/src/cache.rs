@@ -15,6 +15,9 @@ pub enum WatchEvent<K> {
     InitDone,
     Apply(K),
     Delete(K),
+    /// The object with this key is (still) there, but its new version could not be decoded:
+    /// keep what the cache has (a re-list does not remove it), change nothing.
+    Keep(String),
 }
 
 /// What changed, for the decision code downstream.
@@ -157,6 +160,11 @@ fn apply<S: Store>(
         WatchEvent::Delete(o) => {
             if let Some(old) = store.remove(&S::key(&o)) {
                 out.push(removed(old));
+            }
+        }
+        WatchEvent::Keep(key) => {
+            if let Some(seen) = &mut relist.seen {
+                seen.insert(key);
             }
         }
         WatchEvent::InitDone => {
@@ -310,6 +318,25 @@ mod tests {
         assert_eq!(out.len(), 2);
         assert_eq!(out[1], Change::NodeRemoved(node("b")));
         assert_eq!(c.index.nodes.len(), 1);
+    }
+
+    #[test]
+    fn an_object_that_could_not_be_decoded_keeps_its_cached_version() {
+        let mut c = Cache::default();
+        let mut out = Vec::new();
+        c.apply_node(WatchEvent::Apply(node("a")), &mut out);
+        c.apply_node(WatchEvent::Apply(node("b")), &mut out);
+        out.clear();
+        // A re-list in which "a" comes back undecodable: it stays as it was; "b" is gone.
+        c.apply_node(WatchEvent::Init, &mut out);
+        c.apply_node(WatchEvent::Keep("a".into()), &mut out);
+        c.apply_node(WatchEvent::InitDone, &mut out);
+        assert_eq!(out, vec![Change::NodeRemoved(node("b"))]);
+        assert!(c.index.nodes.contains_key("a"));
+        // Outside a re-list it changes nothing.
+        out.clear();
+        c.apply_node(WatchEvent::Keep("a".into()), &mut out);
+        assert!(out.is_empty());
     }
 
     #[test]

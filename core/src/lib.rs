@@ -30,6 +30,8 @@
 //! - [`explain`]: what Kubernetes decides for one pod on one node, for `explain`.
 //! - [`leader`]: leader election decisions, with client-go's semantics.
 //! - [`flags`]: durations and the ranges flags must fall in.
+//! - [`time`]: saturating time arithmetic, backoff, and times read as Go reads them.
+//! - [`wire`]: what the watches decode, leniently: one odd object is skipped, never a page.
 //! - [`fixtures`] (tests): builders for nodes and pods, and a fake API server for the state.
 
 pub mod action;
@@ -52,6 +54,7 @@ pub mod selector;
 pub mod state;
 pub mod status;
 pub mod taints;
+pub mod time;
 pub mod timer_queue;
 pub mod uid;
 pub mod wire;

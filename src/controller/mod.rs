@@ -13,7 +13,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kube::runtime::watcher;
 use nlc_core::action::Action;
@@ -36,7 +35,7 @@ use crate::runtime::admin::Heartbeat;
 use crate::runtime::shutdown;
 use executor::{Executor, ExecutorConfig};
 use nlc_core::brakes::Pause;
-use nlc_core::wire::{WireNode, WirePod};
+use nlc_core::wire::{WireLease, WireNode, WirePod};
 
 /// The namespace of node heartbeat Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -62,7 +61,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let version = rt.client().apiserver_version().await?;
     tracing::info!(server = %version.git_version, "connected to the API server");
     if let Some(webhook) = webhook {
-        crate::webhook::spawn(&mut rt, webhook);
+        crate::webhook::spawn(&mut rt, webhook).await?;
     }
     spawn(&mut rt, cfg, Placement { leader, namespace }, eviction, lifecycle);
     rt.run().await
@@ -87,7 +86,7 @@ fn spawn(
     let args::Config { selector, match_options: _, kube_api_qps, kube_api_burst, instance, dry_run } = cfg;
     let Placement { leader, namespace } = placement;
     let metrics = Metrics {
-        watch: WatchMetrics::register(rt.registry()),
+        watch: rt.watch_metrics(),
         eviction: EvictionMetrics::register(rt.registry()),
         executor: ExecutorMetrics::register(rt.registry()),
         lifecycle: LifecycleMetrics::register(rt.registry()),
@@ -132,7 +131,8 @@ fn spawn(
         },
     );
     spawn_watches(rt, selector, &tx, &metrics.watch);
-    let pause = watch::pause(rt.client(), namespace, tx.clone(), metrics.watch.clone());
+    let pause =
+        watch::pause(rt.client(), namespace, tx.clone(), metrics.watch.clone(), metrics.brakes.available.clone());
     spawn_until_shutdown(rt, "watch-pause", pause);
     drop(tx);
     let (eviction, lifecycle) =
@@ -192,19 +192,14 @@ fn spawn_watches(rt: &mut Runtime, selector: Selector, tx: &mpsc::Sender<Input>,
     );
     spawn_until_shutdown(rt, "watch-pods", pods);
     let (t, m) = (tx.clone(), metrics.clone());
-    let api = Api::<Lease>::namespaced(client, NODE_LEASE_NAMESPACE);
-    let leases = watch::run(api, all(), "leases", |l: &Lease| SlimLease::from(l), Input::Lease, t, m);
+    let api = Api::<WireLease>::namespaced(client, NODE_LEASE_NAMESPACE);
+    let leases = watch::run(api, all(), "leases", |l: &WireLease| SlimLease::from(&l.0), Input::Lease, t, m);
     spawn_until_shutdown(rt, "watch-leases", leases);
 }
 
-/// Runs `task` (which never ends on its own) until shutdown.
 fn spawn_until_shutdown(rt: &mut Runtime, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
-    let stop = rt.shutdown();
-    rt.spawn(name, async move {
-        tokio::select! {
-            _ = stop.signaled() => {}
-            _ = task => {}
-        }
+    rt.spawn_until_shutdown(name, async move {
+        task.await;
         Ok(())
     });
 }

@@ -79,18 +79,29 @@ struct AdminState {
     registry: Arc<Registry>,
     readiness: Readiness,
     liveness: Liveness,
+    stop: super::shutdown::Signal,
 }
 
-pub fn router(registry: Arc<Registry>, readiness: Readiness, liveness: Liveness) -> Router {
+pub fn router(
+    registry: Arc<Registry>,
+    readiness: Readiness,
+    liveness: Liveness,
+    stop: super::shutdown::Signal,
+) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(AdminState { registry, readiness, liveness })
+        .with_state(AdminState { registry, readiness, liveness, stop })
 }
 
+/// Not ready while any component is not, and from the moment shutdown begins (so that
+/// endpoints stop sending traffic while the listeners drain).
 async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
+    if s.stop.is_signaled() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down".to_owned());
+    }
     let pending = s.readiness.pending();
     if pending.is_empty() {
         (StatusCode::OK, "ok".to_owned())

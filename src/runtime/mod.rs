@@ -7,9 +7,11 @@
 pub mod admin;
 pub mod args;
 pub mod client;
+pub mod http;
 pub mod leader;
 pub mod shutdown;
 pub mod telemetry;
+pub mod watch;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
@@ -53,6 +55,8 @@ pub struct Runtime {
     failures: Family<TaskLabels, Counter>,
     failed_tx: mpsc::UnboundedSender<Error>,
     failed_rx: mpsc::UnboundedReceiver<Error>,
+    watch_metrics: watch::WatchMetrics,
+    http_metrics: http::HttpMetrics,
 }
 
 impl Runtime {
@@ -77,6 +81,8 @@ impl Runtime {
         let build_info = Family::<BuildLabels, prometheus_client::metrics::gauge::Gauge>::default();
         build_info.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION") }).set(1);
         registry.register("nlc_build_info", "The running build: 1, labelled with its version", build_info);
+        let watch_metrics = watch::WatchMetrics::register(&mut registry);
+        let http_metrics = http::HttpMetrics::register(&mut registry);
         Ok(Self {
             client,
             registry,
@@ -89,7 +95,19 @@ impl Runtime {
             failures,
             failed_tx,
             failed_rx,
+            watch_metrics,
+            http_metrics,
         })
+    }
+
+    /// The metrics every listener records into (one set per process).
+    pub fn http_metrics(&self) -> http::HttpMetrics {
+        self.http_metrics.clone()
+    }
+
+    /// The metrics every watch records into (one set per process).
+    pub fn watch_metrics(&self) -> watch::WatchMetrics {
+        self.watch_metrics.clone()
     }
 
     pub fn client(&self) -> kube::Client {
@@ -102,7 +120,7 @@ impl Runtime {
     }
 
     /// A component `/readyz` waits for; send `true` once it is ready.
-    pub fn ready_gate(&self, name: &'static str) -> watch::Sender<bool> {
+    pub fn ready_gate(&self, name: &'static str) -> tokio::sync::watch::Sender<bool> {
         self.readiness.gate(name)
     }
 
@@ -136,17 +154,41 @@ impl Runtime {
         );
     }
 
+    /// Runs `task`, which never ends on its own (a watch), until shutdown.
+    pub fn spawn_until_shutdown<F>(&mut self, name: &'static str, task: F)
+    where
+        F: Future<Output = Result<()>> + Send + 'static,
+    {
+        let stop = self.shutdown();
+        self.spawn(name, async move {
+            tokio::select! {
+                _ = stop.signaled() => Ok(()),
+                r = task => r,
+            }
+        });
+    }
+
     /// Serves the admin endpoint and waits for SIGTERM/SIGINT or a failed task; then signals
-    /// shutdown, waits for every task (at most 30 s) and returns the failed task's error, if any.
+    /// shutdown (`/readyz` fails from that moment), waits for every task (at most 30 s) and
+    /// returns the failed task's error, if any.
     pub async fn run(self) -> Result<()> {
-        let Self { registry, readiness, liveness, trigger, signal, admin, mut tasks, mut failed_rx, .. } = self;
-        let router = admin::router(Arc::new(registry), readiness, liveness);
+        let Self {
+            registry, readiness, liveness, trigger, signal, admin, mut tasks, mut failed_rx, http_metrics, ..
+        } = self;
+        let router = admin::router(Arc::new(registry), readiness.clone(), liveness, signal.clone());
         match admin.local_addr() {
             Ok(addr) => tracing::info!(address = %addr, "serving /healthz, /livez, /readyz and /metrics"),
             Err(e) => tracing::warn!(error = %e, "admin address unknown"),
         }
-        let server =
-            tokio::spawn(axum::serve(admin, router).with_graceful_shutdown(signal.clone().signaled()).into_future());
+        let admin = http::Server {
+            name: "admin",
+            listener: admin,
+            tls: None,
+            router,
+            limits: http::Limits::admin(),
+            metrics: http_metrics,
+        };
+        let server = tokio::spawn(admin.serve(signal.clone()));
         let failure = tokio::select! {
             _ = shutdown::os_signal() => None,
             e = failed_rx.recv() => e,
@@ -157,10 +199,8 @@ impl Runtime {
             tracing::warn!("tasks did not stop within {DRAIN:?}; exiting anyway");
             tasks.abort_all();
         }
-        match server.await {
-            Ok(Ok(())) => {}
-            Ok(Err(source)) => return Err(Error::Io { what: "admin server".into(), source }),
-            Err(e) => tracing::warn!(error = %e, "admin server task"),
+        if let Err(e) = server.await {
+            tracing::warn!(error = %e, "admin server task");
         }
         match failure.or_else(|| failed_rx.try_recv().ok()) {
             Some(e) => Err(e),

@@ -9,9 +9,12 @@ use nlc_core::admission::Plugins;
 use nlc_core::admission::restriction::RestrictionConfig;
 use nlc_core::default_tolerations::{DEFAULT_TOLERATION_SECONDS, DefaultTolerationSeconds};
 
+use nlc_core::flags::{HOUR, check_count, check_duration, parse_duration};
+
 use super::server::{Config, load_certified_key};
 use crate::error::Result;
 use crate::runtime::args::{AdminArgs, ClientArgs};
+use crate::runtime::http::{Limits, MAX_BODY_BYTES};
 
 /// `node-lifecycle-controller webhook`: the webhook alone.
 #[derive(Debug, Args)]
@@ -64,6 +67,108 @@ pub struct WebhookArgs {
     /// node affinity for the pods they match.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, env = "NLC_ENABLE_TOLERATION_RULES")]
     pub enable_toleration_rules: bool,
+    /// A pod with more tolerations than this is admitted unchanged, with a warning: the
+    /// plugins' merge is quadratic in them. `/validate` still checks every toleration (in linear
+    /// time), so the cap never lets a pod past the whitelist.
+    #[arg(long, default_value_t = nlc_core::admission::MAX_TOLERATIONS, env = "NLC_WEBHOOK_MAX_TOLERATIONS")]
+    pub webhook_max_tolerations: usize,
+    #[command(flatten)]
+    pub http: WebhookHttpArgs,
+}
+
+/// The webhook listener's bounds: any pod in the cluster can reach it. Defaults from
+/// kube-apiserver and controller-runtime where they have one.
+#[derive(Clone, Debug, Args)]
+pub struct WebhookHttpArgs {
+    /// Time allowed for a request head from its first byte (and for the TLS handshake).
+    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "NLC_WEBHOOK_HEADER_READ_TIMEOUT")]
+    pub webhook_header_read_timeout: Duration,
+    /// A connection with no request in flight is closed after this long.
+    #[arg(long, default_value = "90s", value_parser = parse_duration, env = "NLC_WEBHOOK_IDLE_TIMEOUT")]
+    pub webhook_idle_timeout: Duration,
+    /// Time allowed for a request body (408 past it).
+    #[arg(long, default_value = "5s", value_parser = parse_duration, env = "NLC_WEBHOOK_BODY_TIMEOUT")]
+    pub webhook_body_timeout: Duration,
+    /// Largest request head, in bytes.
+    #[arg(long, default_value_t = 1 << 20, env = "NLC_WEBHOOK_MAX_HEADER_BYTES")]
+    pub webhook_max_header_bytes: usize,
+    /// Largest request body, in bytes (413 past it); kube-apiserver's own request cap is 3 MiB.
+    #[arg(long, default_value_t = MAX_BODY_BYTES, env = "NLC_WEBHOOK_MAX_BODY_BYTES")]
+    pub webhook_max_body_bytes: usize,
+    /// Open connections at most; past it new ones are closed at once.
+    #[arg(long, default_value_t = 1024, env = "NLC_WEBHOOK_MAX_CONNECTIONS")]
+    pub webhook_max_connections: usize,
+    /// Requests handled at once at most; past it the answer is 429 with Retry-After: 1
+    /// (kube-apiserver's --max-requests-inflight default).
+    #[arg(long, default_value_t = 400, env = "NLC_WEBHOOK_MAX_REQUESTS_IN_FLIGHT")]
+    pub webhook_max_requests_in_flight: usize,
+    /// Serve HTTP/2 (off by default since the HTTP/2 Rapid Reset advisories, as kubebuilder
+    /// does); when on, streams per connection are capped and reset floods close the connection.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "NLC_WEBHOOK_ENABLE_HTTP2")]
+    pub webhook_enable_http2: bool,
+    /// With HTTP/2: concurrent streams per connection.
+    #[arg(long, default_value_t = 250, env = "NLC_WEBHOOK_MAX_CONCURRENT_STREAMS")]
+    pub webhook_max_concurrent_streams: u32,
+    /// On SIGTERM, keep serving this long (readiness already fails) so that the Service's
+    /// endpoints stop sending requests before the listener closes.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "NLC_WEBHOOK_SHUTDOWN_DELAY")]
+    pub webhook_shutdown_delay: Duration,
+    /// Then wait at most this long for the requests in flight.
+    #[arg(long, default_value = "15s", value_parser = parse_duration, env = "NLC_WEBHOOK_SHUTDOWN_TIMEOUT")]
+    pub webhook_shutdown_timeout: Duration,
+}
+
+impl WebhookHttpArgs {
+    pub fn into_limits(self) -> Result<Limits> {
+        let Self {
+            webhook_header_read_timeout,
+            webhook_idle_timeout,
+            webhook_body_timeout,
+            webhook_max_header_bytes,
+            webhook_max_body_bytes,
+            webhook_max_connections,
+            webhook_max_requests_in_flight,
+            webhook_enable_http2,
+            webhook_max_concurrent_streams,
+            webhook_shutdown_delay,
+            webhook_shutdown_timeout,
+        } = self;
+        let ms = Duration::from_millis(100);
+        Ok(Limits {
+            header_read_timeout: check_duration(
+                "--webhook-header-read-timeout",
+                webhook_header_read_timeout,
+                ms,
+                HOUR,
+            )?,
+            idle_timeout: check_duration("--webhook-idle-timeout", webhook_idle_timeout, ms, HOUR)?,
+            body_timeout: check_duration("--webhook-body-timeout", webhook_body_timeout, ms, HOUR)?,
+            max_header_bytes: check_count("--webhook-max-header-bytes", webhook_max_header_bytes, 8192, 64 << 20)?,
+            max_body_bytes: check_count("--webhook-max-body-bytes", webhook_max_body_bytes, 1024, 64 << 20)?,
+            max_connections: check_count("--webhook-max-connections", webhook_max_connections, 1, 1 << 20)?,
+            max_requests_in_flight: check_count(
+                "--webhook-max-requests-in-flight",
+                webhook_max_requests_in_flight,
+                1,
+                1 << 20,
+            )?,
+            http2: webhook_enable_http2,
+            max_concurrent_streams: u32::try_from(check_count(
+                "--webhook-max-concurrent-streams",
+                webhook_max_concurrent_streams as usize,
+                1,
+                10_000,
+            )?)
+            .unwrap_or(250),
+            shutdown_delay: check_duration("--webhook-shutdown-delay", webhook_shutdown_delay, Duration::ZERO, HOUR)?,
+            shutdown_timeout: check_duration(
+                "--webhook-shutdown-timeout",
+                webhook_shutdown_timeout,
+                Duration::ZERO,
+                HOUR,
+            )?,
+        })
+    }
 }
 
 impl WebhookArgs {
@@ -80,7 +185,10 @@ impl WebhookArgs {
             enable_pod_toleration_restriction,
             pod_toleration_restriction_config,
             enable_toleration_rules,
+            webhook_max_tolerations,
+            http,
         } = self;
+        let limits = http.into_limits()?;
         let (Some(cert_file), Some(key_file)) = (tls_cert_file, tls_private_key_file) else {
             return Err(
                 nlc_core::Error::invalid("--tls-cert-file, --tls-private-key-file", "the webhook needs both").into()
@@ -123,8 +231,10 @@ impl WebhookArgs {
                 pod_toleration_restriction: restriction,
                 extended_resource_toleration: enable_extended_resource_toleration,
                 toleration_rules: enable_toleration_rules,
+                max_tolerations: check_count("--webhook-max-tolerations", webhook_max_tolerations, 1, 1 << 20)?,
             },
             reload_every: Duration::from_secs(5),
+            limits,
         })
     }
 }

@@ -1,28 +1,65 @@
 //! What the webhook decides with besides the pod: every namespace's labels and the annotations
-//! the plugins read, and the toleration rules, kept current by watches. The rules' status is
-//! written here too (computed by [`nlc_core::admission::toleration_rules`]).
+//! the plugins read, and the toleration rules, kept current by the runtime's watches. The rules'
+//! status is written here too (computed by [`nlc_core::admission::toleration_rules`]).
+//!
+//! A namespace the cache has not seen (created a moment ago) is read once, whoever asks
+//! (single-flight per name), and a namespace found absent is remembered for a few seconds
+//! (a negative cache), so that requests for unknown namespaces cannot drive one API read each.
+//! When a namespace cannot be known (the read fails or is slow) the answer says so
+//! ([`Lookup::Unknown`]) and the request fails, so that the webhook's `failurePolicy` decides,
+//! as upstream's PodTolerationRestriction refuses such a pod: never a decision on a guess.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
+use futures::future::{BoxFuture, Shared};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use nlc_core::admission::toleration_rules::{RuleSet, TolerationRule};
 use nlc_core::admission::{NamespaceInfo, Namespaces};
+use nlc_core::wire::Tolerant;
 use serde_json::json;
 use tokio::sync::watch;
 
 use crate::metrics::WebhookMetrics;
+use crate::runtime::watch::{Item, WatchMetrics, stream};
+
+/// How long a live namespace read may take (the API server gives the whole webhook call 2 s).
+pub const NAMESPACE_READ_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a namespace found absent is remembered.
+pub const ABSENT_TTL: Duration = Duration::from_secs(5);
+
+/// What the webhook knows of a request's namespace.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Lookup {
+    Known(NamespaceInfo),
+    /// It does not exist (the API server refuses pods in it anyway).
+    Absent,
+    /// The namespace cache has not synced yet.
+    NotSynced,
+    /// It could not be read: why.
+    Unknown(String),
+}
+
+type Read = Shared<BoxFuture<'static, Lookup>>;
 
 /// Shared between the watches (writers) and the request handlers (readers).
 #[derive(Default)]
 pub struct Knowledge {
     pub namespaces: RwLock<Namespaces>,
     pub rules: RwLock<Arc<RuleSet>>,
+    synced: AtomicBool,
+    absent: Mutex<HashMap<String, Instant>>,
+    reads: Mutex<HashMap<String, Read>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Knowledge {
@@ -34,65 +71,138 @@ impl Knowledge {
     pub fn rules(&self) -> Arc<RuleSet> {
         self.rules.read().map(|r| r.clone()).unwrap_or_default()
     }
+
+    fn remember(&self, name: &str, info: Option<NamespaceInfo>) {
+        match info {
+            Some(info) => {
+                if let Ok(mut n) = self.namespaces.write() {
+                    n.insert(name.to_owned(), info);
+                }
+                lock(&self.absent).remove(name);
+            }
+            None => {
+                let mut absent = lock(&self.absent);
+                let now = Instant::now();
+                absent.retain(|_, at| now.duration_since(*at) < ABSENT_TTL);
+                absent.insert(name.to_owned(), now);
+            }
+        }
+    }
+
+    /// What the webhook knows of namespace `name`: from the cache, else from one live read
+    /// shared by every request that asks meanwhile. Counted by outcome.
+    pub async fn lookup(self: &Arc<Self>, client: &kube::Client, name: &str, metrics: &WebhookMetrics) -> Lookup {
+        if !self.synced.load(Ordering::Acquire) {
+            metrics.namespace_lookup("not_synced");
+            return Lookup::NotSynced;
+        }
+        if let Some(info) = self.namespace(name) {
+            metrics.namespace_lookup("cached");
+            return Lookup::Known(info);
+        }
+        if lock(&self.absent).get(name).is_some_and(|at| at.elapsed() < ABSENT_TTL) {
+            metrics.namespace_lookup("absent_cached");
+            return Lookup::Absent;
+        }
+        let (read, first) = {
+            let mut reads = lock(&self.reads);
+            match reads.get(name) {
+                Some(r) => (r.clone(), false),
+                None => {
+                    let r = read_namespace(self.clone(), client.clone(), name.to_owned()).boxed().shared();
+                    reads.insert(name.to_owned(), r.clone());
+                    (r, true)
+                }
+            }
+        };
+        let out = read.await;
+        if first {
+            lock(&self.reads).remove(name);
+        }
+        metrics.namespace_lookup(match (&out, first) {
+            (_, false) => "shared",
+            (Lookup::Known(_), true) => "fetched",
+            (Lookup::Absent, true) => "absent",
+            _ => "failed",
+        });
+        out
+    }
 }
 
-/// Reads a namespace the cache has not seen yet (created a moment ago) and remembers it.
-pub async fn fetch_namespace(client: &kube::Client, knowledge: &Knowledge, name: &str) -> Option<NamespaceInfo> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let got = tokio::time::timeout(Duration::from_secs(1), api.get_metadata_opt(name)).await;
-    match got {
+/// One live read of a namespace the cache has not seen yet; what it found is remembered.
+async fn read_namespace(knowledge: Arc<Knowledge>, client: kube::Client, name: String) -> Lookup {
+    let api: Api<Namespace> = Api::all(client);
+    match tokio::time::timeout(NAMESPACE_READ_TIMEOUT, api.get_metadata_opt(&name)).await {
         Ok(Ok(Some(meta))) => {
             let info = NamespaceInfo::from_meta(&meta.metadata);
-            if let Ok(mut n) = knowledge.namespaces.write() {
-                n.insert(name.to_owned(), info.clone());
-            }
-            Some(info)
+            knowledge.remember(&name, Some(info.clone()));
+            Lookup::Known(info)
         }
-        Ok(Ok(None)) => None,
+        Ok(Ok(None)) => {
+            knowledge.remember(&name, None);
+            Lookup::Absent
+        }
         Ok(Err(e)) => {
-            tracing::warn!(namespace = name, error = %e, "reading a namespace the cache has not seen");
-            None
+            tracing::warn!(namespace = %name, error = %e, "reading a namespace the cache has not seen failed");
+            Lookup::Unknown(format!("reading namespace {name}: {e}"))
         }
         Err(_) => {
-            tracing::warn!(namespace = name, "reading a namespace the cache has not seen timed out");
-            None
+            tracing::warn!(namespace = %name, "reading a namespace the cache has not seen timed out");
+            Lookup::Unknown(format!("reading namespace {name} timed out after {NAMESPACE_READ_TIMEOUT:?}"))
         }
     }
 }
 
 /// Keeps `knowledge.namespaces` current (metadata only). Sets `synced` once the first list is
 /// complete.
-pub async fn namespaces(client: kube::Client, knowledge: Arc<Knowledge>, synced: watch::Sender<bool>) {
-    let api: Api<PartialObjectMeta<Namespace>> = Api::all(client);
-    let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+pub async fn namespaces(
+    client: kube::Client,
+    knowledge: Arc<Knowledge>,
+    synced: watch::Sender<bool>,
+    metrics: WatchMetrics,
+) {
+    let api: Api<Tolerant<PartialObjectMeta<Namespace>>> = Api::all(client);
+    let mut events = std::pin::pin!(stream(api, watcher::Config::default(), "namespaces", metrics.clone()));
     let mut building: Option<Namespaces> = None;
-    while let Some(ev) = stream.next().await {
-        let ev = match ev {
-            Ok(ev) => ev,
-            Err(e) => {
-                tracing::warn!(error = %e, "namespace watch failed; retrying");
-                continue;
-            }
-        };
-        let name = |ns: &PartialObjectMeta<Namespace>| ns.metadata.name.clone().unwrap_or_default();
+    let name = |ns: &Tolerant<PartialObjectMeta<Namespace>>| kube::Resource::meta(ns).name.clone().unwrap_or_default();
+    while let Some(item) = events.next().await {
+        let Item::Event(ev) = item else { continue };
         match ev {
             watcher::Event::Init => building = Some(Namespaces::new()),
             watcher::Event::InitApply(ns) => {
+                let key = name(&ns);
                 if let Some(b) = building.as_mut() {
-                    b.insert(name(&ns), NamespaceInfo::from_meta(&ns.metadata));
+                    match ns {
+                        Tolerant::Ok(ns) => {
+                            b.insert(key, NamespaceInfo::from_meta(&ns.metadata));
+                        }
+                        // Unreadable: keep what the cache had for it, if anything.
+                        Tolerant::Bad { .. } => {
+                            if let Some(old) = knowledge.namespace(&key) {
+                                b.insert(key, old);
+                            }
+                        }
+                    }
                 }
             }
             watcher::Event::InitDone => {
                 if let (Some(b), Ok(mut c)) = (building.take(), knowledge.namespaces.write()) {
+                    metrics
+                        .objects
+                        .get_or_create(&crate::metrics::ResourceLabels { resource: "namespaces" })
+                        .set(b.len() as i64);
                     *c = b;
                 }
+                knowledge.synced.store(true, Ordering::Release);
                 let _ = synced.send(true);
             }
-            watcher::Event::Apply(ns) => {
-                if let Ok(mut c) = knowledge.namespaces.write() {
-                    c.insert(name(&ns), NamespaceInfo::from_meta(&ns.metadata));
-                }
+            watcher::Event::Apply(Tolerant::Ok(ns)) => {
+                knowledge.remember(
+                    &ns.metadata.name.clone().unwrap_or_default(),
+                    Some(NamespaceInfo::from_meta(&ns.metadata)),
+                );
             }
+            watcher::Event::Apply(Tolerant::Bad { .. }) => {}
             watcher::Event::Delete(ns) => {
                 if let Ok(mut c) = knowledge.namespaces.write() {
                     c.remove(&name(&ns));
@@ -109,17 +219,20 @@ pub async fn rules(
     knowledge: Arc<Knowledge>,
     synced: watch::Sender<bool>,
     metrics: WebhookMetrics,
+    watch_metrics: WatchMetrics,
 ) {
-    let api: Api<TolerationRule> = Api::all(client);
-    let mut stream = watcher(api.clone(), watcher::Config::default()).default_backoff().boxed();
+    let api: Api<TolerationRule> = Api::all(client.clone());
+    let watched: Api<Tolerant<TolerationRule>> = Api::all(client);
+    let mut events =
+        std::pin::pin!(stream(watched, watcher::Config::default(), "tolerationrules", watch_metrics).fuse());
     let mut all: BTreeMap<String, TolerationRule> = BTreeMap::new();
     let mut building: Option<BTreeMap<String, TolerationRule>> = None;
     // Status writes that failed are tried again on the next change or after a while.
     let mut resync = tokio::time::interval(Duration::from_secs(30));
     loop {
-        let ev = tokio::select! {
-            ev = stream.next() => match ev {
-                Some(ev) => ev,
+        let item = tokio::select! {
+            item = events.next() => match item {
+                Some(item) => item,
                 None => return,
             },
             _ = resync.tick() => {
@@ -129,21 +242,12 @@ pub async fn rules(
                 continue;
             }
         };
-        let ev = match ev {
-            Ok(ev) => ev,
-            Err(e) => {
-                tracing::warn!(error = %e, "TolerationRule watch failed (is the CRD installed?); retrying");
-                continue;
-            }
-        };
+        let Item::Event(ev) = item else { continue };
         // Apply this event and every one already waiting, then publish once: a burst (the
         // status writes below come back as events) costs one rebuild, not one per event.
         let mut changed = apply_rule_event(ev, &mut all, &mut building);
-        while let Some(Some(more)) = stream.next().now_or_never() {
-            match more {
-                Ok(ev) => changed |= apply_rule_event(ev, &mut all, &mut building),
-                Err(e) => tracing::warn!(error = %e, "TolerationRule watch failed; retrying"),
-            }
+        while let Some(Some(Item::Event(more))) = events.next().now_or_never() {
+            changed |= apply_rule_event(more, &mut all, &mut building);
         }
         if changed && building.is_none() {
             publish(&api, &all, &knowledge, &metrics).await;
@@ -152,21 +256,32 @@ pub async fn rules(
     }
 }
 
-/// Applies one watch event to the rules; whether the published set should be rebuilt.
+/// Applies one watch event to the rules; whether the published set should be rebuilt. A rule
+/// that could not be decoded keeps its last readable version.
 fn apply_rule_event(
-    ev: watcher::Event<TolerationRule>,
+    ev: watcher::Event<Tolerant<TolerationRule>>,
     all: &mut BTreeMap<String, TolerationRule>,
     building: &mut Option<BTreeMap<String, TolerationRule>>,
 ) -> bool {
-    let name = |r: &TolerationRule| r.metadata.name.clone().unwrap_or_default();
+    let name = |r: &Tolerant<TolerationRule>| kube::Resource::meta(r).name.clone().unwrap_or_default();
     match ev {
         watcher::Event::Init => {
             *building = Some(BTreeMap::new());
             false
         }
         watcher::Event::InitApply(r) => {
+            let key = name(&r);
             if let Some(b) = building.as_mut() {
-                b.insert(name(&r), r);
+                match r {
+                    Tolerant::Ok(r) => {
+                        b.insert(key, r);
+                    }
+                    Tolerant::Bad { .. } => {
+                        if let Some(old) = all.get(&key) {
+                            b.insert(key, old.clone());
+                        }
+                    }
+                }
             }
             false
         }
@@ -176,13 +291,14 @@ fn apply_rule_event(
             }
             true
         }
-        watcher::Event::Apply(r) => {
+        watcher::Event::Apply(Tolerant::Ok(r)) => {
             // A status write (ours) comes back as an event: kept, nothing to rebuild for it.
-            let key = name(&r);
+            let key = r.metadata.name.clone().unwrap_or_default();
             let same_spec = all.get(&key).is_some_and(|old| old.spec == r.spec);
             all.insert(key, r);
             !same_spec
         }
+        watcher::Event::Apply(Tolerant::Bad { .. }) => false,
         watcher::Event::Delete(r) => {
             all.remove(&name(&r));
             true

@@ -13,15 +13,30 @@ use crate::metrics::WebhookMetrics;
 use crate::runtime::Runtime;
 
 /// Adds the webhook to a runtime: its metrics, its readiness (the namespace cache and, when they
-/// are on, the toleration rules have synced) and its tasks.
-pub fn spawn(rt: &mut Runtime, cfg: server::Config) {
+/// are on, the toleration rules have synced) and its tasks. Binds its listener now, so that a
+/// bad address or certificate fails the start.
+pub async fn spawn(rt: &mut Runtime, cfg: server::Config) -> Result<()> {
     let metrics = WebhookMetrics::register(rt.registry());
     let mut ready = vec![rt.ready_gate("webhook namespace cache")];
     if cfg.plugins.toleration_rules {
         ready.push(rt.ready_gate("toleration rules"));
     }
-    let (client, shutdown) = (rt.client(), rt.shutdown());
-    rt.spawn("webhook", server::start(client, cfg, metrics, shutdown, ready));
+    let handles = server::Handles {
+        client: rt.client(),
+        metrics,
+        http: rt.http_metrics(),
+        watch: rt.watch_metrics(),
+        stop: rt.shutdown(),
+        ready,
+    };
+    for (name, task) in server::start(cfg, handles).await? {
+        if name == "webhook" {
+            rt.spawn(name, task);
+        } else {
+            rt.spawn_until_shutdown(name, task);
+        }
+    }
+    Ok(())
 }
 
 /// `node-lifecycle-controller webhook`: the webhook alone, with its admin endpoint.
@@ -29,6 +44,6 @@ pub async fn run(cmd: WebhookCommand) -> Result<()> {
     let WebhookCommand { client, admin, webhook } = cmd;
     let cfg = webhook.into_config()?;
     let mut rt = Runtime::build(&client, &admin).await?;
-    spawn(&mut rt, cfg);
+    spawn(&mut rt, cfg).await?;
     rt.run().await
 }

@@ -13,9 +13,8 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
@@ -25,11 +24,13 @@ use tracing::Instrument;
 
 use nlc_core::admission::{Context, Endpoint, Plugins, decide, encode, namespace_of, parse_review};
 
-use super::cache::{self, Knowledge, fetch_namespace};
+use super::cache::{self, Knowledge, Lookup};
 
 use crate::error::{Error, Result};
 use crate::metrics::WebhookMetrics;
+use crate::runtime::http::{HttpMetrics, Limits};
 use crate::runtime::shutdown;
+use crate::runtime::watch::WatchMetrics;
 
 pub struct Config {
     pub bind: SocketAddr,
@@ -38,6 +39,8 @@ pub struct Config {
     pub plugins: Plugins,
     /// How often the certificate files are checked for changes.
     pub reload_every: Duration,
+    /// The listener's bounds (flags `--webhook-*`).
+    pub limits: Limits,
 }
 
 /// Loads a certificate chain and its key into a rustls `CertifiedKey`.
@@ -86,24 +89,32 @@ struct AppState {
     plugins: Arc<Plugins>,
     metrics: WebhookMetrics,
     ready: Vec<watch::Receiver<bool>>,
+    stop: shutdown::Signal,
+}
+
+/// What a request is decided with, or the HTTP answer that says why it cannot be decided: the
+/// API server then applies the webhook's `failurePolicy` (never a decision on a guess).
+async fn decide_request(s: &AppState, endpoint: Endpoint, body: &[u8]) -> (u16, Vec<u8>) {
+    let req = match parse_review(body) {
+        Ok(r) => r,
+        Err(e) => return (400, e.into_bytes()),
+    };
+    let name = namespace_of(&req).to_owned();
+    let lookup = if name.is_empty() { Lookup::Absent } else { s.knowledge.lookup(&s.client, &name, &s.metrics).await };
+    let namespace = match lookup {
+        Lookup::Known(info) => Some(info),
+        Lookup::Absent => None,
+        Lookup::NotSynced => return (503, b"the namespace cache has not synced yet\n".to_vec()),
+        Lookup::Unknown(why) => return (500, format!("cannot decide without the namespace: {why}\n").into_bytes()),
+    };
+    let rules = s.knowledge.rules();
+    let cx = Context { namespace: namespace.as_ref(), rules: &rules };
+    encode(decide(&req, endpoint, &s.plugins, cx))
 }
 
 async fn handle(s: AppState, endpoint: Endpoint, body: Bytes) -> Response {
     let start = Instant::now();
-    let (code, out) = match parse_review(&body) {
-        Err(e) => (400, e.into_bytes()),
-        Ok(req) => {
-            let name = namespace_of(&req).to_owned();
-            let mut namespace = s.knowledge.namespace(&name);
-            if namespace.is_none() && !name.is_empty() {
-                // Created a moment ago: read it rather than decide without its labels.
-                namespace = fetch_namespace(&s.client, &s.knowledge, &name).await;
-            }
-            let rules = s.knowledge.rules();
-            let cx = Context { namespace: namespace.as_ref(), rules: &rules };
-            encode(decide(&req, endpoint, &s.plugins, cx))
-        }
-    };
+    let (code, out) = decide_request(&s, endpoint, &body).await;
     s.metrics.observe(endpoint, code, start.elapsed());
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let content_type = if code == 200 { "application/json" } else { "text/plain; charset=utf-8" };
@@ -126,21 +137,28 @@ fn router(state: AppState) -> Router {
         .route(
             "/readyz",
             get(|State(s): State<AppState>| async move {
-                if s.ready.iter().all(|r| *r.borrow()) {
+                if s.stop.is_signaled() {
+                    (StatusCode::SERVICE_UNAVAILABLE, "shutting down")
+                } else if s.ready.iter().all(|r| *r.borrow()) {
                     (StatusCode::OK, "ok")
                 } else {
                     (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
                 }
             }),
         )
-        // Pods can be large (up to the 1.5 MiB object limit, plus the review around them).
-        .layer(DefaultBodyLimit::max(8 * 1024 * 1024))
+        // The body has been read whole, within its limits, by the server's gate.
+        .layer(DefaultBodyLimit::disable())
         .with_state(state)
 }
 
-/// Serves HTTPS on `cfg.bind` until `shutdown` resolves. Fails at once (with the flag's name)
-/// if the certificate cannot be loaded or the address bound.
-pub async fn serve(cfg: Config, app: Router, shutdown: shutdown::Signal) -> Result<()> {
+/// The HTTPS listener on `cfg.bind`, bounded by `cfg.limits`. Fails at once (with the flag's
+/// name) if the certificate cannot be loaded or the address bound; the certificate is reloaded
+/// when its files change.
+pub async fn listen(
+    cfg: &Config,
+    app: Router,
+    metrics: HttpMetrics,
+) -> Result<(crate::runtime::http::Server, tokio::task::JoinHandle<()>)> {
     let first = load_certified_key(&cfg.cert_file, &cfg.key_file)?;
     let resolver = Arc::new(Reloading(RwLock::new(Arc::new(first))));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -149,36 +167,27 @@ pub async fn serve(cfg: Config, app: Router, shutdown: shutdown::Signal) -> Resu
         .map_err(|e| Error::Tls { flag: "--tls-cert-file", path: cfg.cert_file.clone(), problem: e.to_string() })?
         .with_no_client_auth()
         .with_cert_resolver(resolver.clone());
-    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    tls.alpn_protocols = crate::runtime::http::Server::alpn(&cfg.limits);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     let listener = tokio::net::TcpListener::bind(cfg.bind).await.map_err(|source| Error::Bind {
         flag: "--webhook-bind-address",
         addr: cfg.bind,
         source,
     })?;
-    tracing::info!(address = %cfg.bind, "serving the admission webhook (POST /mutate)");
-    let stopping = shutdown.signaled();
-    tokio::pin!(stopping);
-
+    tracing::info!(address = %cfg.bind, http2 = cfg.limits.http2, "serving the admission webhook (POST /mutate, /validate)");
     let reloader = tokio::spawn(
         reload_certificates(cfg.cert_file.clone(), cfg.key_file.clone(), cfg.reload_every, resolver)
             .instrument(tracing::info_span!("certificate-reload")),
     );
-    loop {
-        tokio::select! {
-            _ = &mut stopping => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let _ = stream.set_nodelay(true);
-                    let conn = serve_connection(acceptor.clone(), app.clone(), stream);
-                    tokio::spawn(conn.instrument(tracing::debug_span!("connection")));
-                }
-                Err(e) => tracing::warn!(error = %e, "accept failed"),
-            },
-        }
-    }
-    reloader.abort();
-    Ok(())
+    let server = crate::runtime::http::Server {
+        name: "webhook",
+        listener,
+        tls: Some(acceptor),
+        router: app,
+        limits: cfg.limits.clone(),
+        metrics,
+    };
+    Ok((server, reloader))
 }
 
 /// Reloads the certificate when its files change; keeps the old one while the new files do not
@@ -206,52 +215,68 @@ async fn reload_certificates(cert: PathBuf, key: PathBuf, every: Duration, resol
     }
 }
 
-/// One client connection: the TLS handshake (at most 10 s), then HTTP/1.1 or HTTP/2.
-async fn serve_connection(acceptor: tokio_rustls::TlsAcceptor, app: Router, stream: tokio::net::TcpStream) {
-    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, "TLS handshake failed");
-            return;
-        }
-        Err(_) => return,
-    };
-    let service = TowerToHyperService::new(app);
-    if let Err(e) = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(tls), service).await {
-        tracing::debug!(error = %e, "connection ended with an error");
-    }
+/// What the webhook's tasks need from the runtime.
+pub struct Handles {
+    pub client: kube::Client,
+    pub metrics: WebhookMetrics,
+    pub http: HttpMetrics,
+    pub watch: WatchMetrics,
+    pub stop: shutdown::Signal,
+    pub ready: Vec<watch::Sender<bool>>,
 }
 
-/// Starts the watches (namespaces; the rules when they are on) and the HTTPS server; resolves
-/// when the server stops. `ready` is set by each watch once it has synced.
-pub async fn start(
-    client: kube::Client,
-    cfg: Config,
-    metrics: WebhookMetrics,
-    shutdown: shutdown::Signal,
-    ready: Vec<watch::Sender<bool>>,
-) -> Result<()> {
+/// Binds the listener (so that a bad address or certificate fails the start) and returns the
+/// webhook's tasks: the namespace watch, the rule watch when the rules are on, and the server.
+pub async fn start(cfg: Config, h: Handles) -> Result<Vec<(&'static str, BoxFuture<'static, Result<()>>)>> {
+    let Handles { client, metrics, http, watch: watch_metrics, stop, ready } = h;
     let knowledge: Arc<Knowledge> = Arc::default();
     let mut senders = ready.into_iter();
     let mut receivers: Vec<watch::Receiver<bool>> = Vec::new();
-    let mut tasks = Vec::new();
+    let mut tasks: Vec<(&'static str, BoxFuture<'static, Result<()>>)> = Vec::new();
     if let Some(tx) = senders.next() {
         receivers.push(tx.subscribe());
-        let watch = cache::namespaces(client.clone(), knowledge.clone(), tx);
-        tasks.push(tokio::spawn(watch.instrument(tracing::info_span!("namespace-cache"))));
+        let w = cache::namespaces(client.clone(), knowledge.clone(), tx, watch_metrics.clone());
+        tasks.push((
+            "webhook-namespaces",
+            async move {
+                w.await;
+                Ok(())
+            }
+            .boxed(),
+        ));
     }
     if cfg.plugins.toleration_rules
         && let Some(tx) = senders.next()
     {
         receivers.push(tx.subscribe());
-        let watch = cache::rules(client.clone(), knowledge.clone(), tx, metrics.clone());
-        tasks.push(tokio::spawn(watch.instrument(tracing::info_span!("toleration-rules"))));
+        let w = cache::rules(client.clone(), knowledge.clone(), tx, metrics.clone(), watch_metrics);
+        tasks.push((
+            "webhook-rules",
+            async move {
+                w.await;
+                Ok(())
+            }
+            .boxed(),
+        ));
     }
     tracing::info!(plugins = ?cfg.plugins, "admission plugins");
-    let state = AppState { knowledge, client, plugins: Arc::new(cfg.plugins.clone()), metrics, ready: receivers };
-    let result = serve(cfg, router(state), shutdown).await;
-    for t in tasks {
-        t.abort();
-    }
-    result
+    let state = AppState {
+        knowledge,
+        client,
+        plugins: Arc::new(cfg.plugins.clone()),
+        metrics,
+        ready: receivers,
+        stop: stop.clone(),
+    };
+    let (server, reloader) = listen(&cfg, router(state), http).await?;
+    tasks.push((
+        "webhook",
+        async move {
+            server.serve(stop).await;
+            reloader.abort();
+            Ok(())
+        }
+        .boxed(),
+    ));
+    Ok(tasks)
 }

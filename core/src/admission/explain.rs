@@ -215,6 +215,7 @@ mod tests {
             pod_toleration_restriction: Some(RestrictionConfig::default()),
             extended_resource_toleration: true,
             toleration_rules: true,
+            ..Plugins::default()
         };
         let e = explain(&pod, "ml", &plugins, Context { namespace: Some(&ns), rules: &rules });
         let text = render_text(&e);

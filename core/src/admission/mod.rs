@@ -62,12 +62,31 @@ impl NamespaceInfo {
 pub type Namespaces = HashMap<String, NamespaceInfo>;
 
 /// The plugins the webhook serves; `None` / `false` is off.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Plugins {
     pub default_toleration_seconds: Option<DefaultTolerationSeconds>,
     pub pod_toleration_restriction: Option<RestrictionConfig>,
     pub extended_resource_toleration: bool,
     pub toleration_rules: bool,
+    /// A pod with more tolerations is admitted unchanged, with a warning
+    /// (`--webhook-max-tolerations`): the mutating plugins' merge is quadratic in them.
+    pub max_tolerations: usize,
+}
+
+/// The default of `--webhook-max-tolerations`: about 6 ms of merging at most (`bench-admission`),
+/// far above what any workload uses (a DaemonSet's pods carry about ten).
+pub const MAX_TOLERATIONS: usize = 500;
+
+impl Default for Plugins {
+    fn default() -> Self {
+        Self {
+            default_toleration_seconds: None,
+            pod_toleration_restriction: None,
+            extended_resource_toleration: false,
+            toleration_rules: false,
+            max_tolerations: MAX_TOLERATIONS,
+        }
+    }
 }
 
 /// What a request is decided with besides the pod: the namespace (if known) and the rules.
@@ -219,6 +238,15 @@ pub fn admit(
     let ns = cx.namespace.unwrap_or(&empty);
     let mut tolerations: Vec<Toleration> = pod.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default();
     let mut out = Admission::default();
+    if tolerations.len() > plugins.max_tolerations {
+        out.warnings.push(format!(
+            "the pod has {} tolerations, more than the webhook's --webhook-max-tolerations {}: admitted unchanged (no default tolerations added)",
+            tolerations.len(),
+            plugins.max_tolerations
+        ));
+        out.tolerations = tolerations;
+        return Ok(out);
+    }
     if let Some(global) = plugins.default_toleration_seconds {
         let (defaults, warnings) = defaults_for(Some(&ns.annotations), global);
         out.warnings.extend(warnings);

@@ -143,6 +143,7 @@ fn all_plugins() -> Plugins {
         pod_toleration_restriction: Some(RestrictionConfig::default()),
         extended_resource_toleration: true,
         toleration_rules: true,
+        ..Plugins::default()
     }
 }
 

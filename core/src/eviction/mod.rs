@@ -32,6 +32,7 @@ use jiff::{SignedDuration, Timestamp};
 use crate::action::{Action, Cause, EvictPod, EvictionMode, EvictionResult, Op, PodEvent, PodEventKind};
 use crate::index::{Index, PodKey, SlimNode, SlimPod};
 use crate::taints::{self, MatchOptions, Taint, TaintId};
+use crate::time::backoff;
 use crate::timer_queue::TimerQueue;
 use crate::uid::Uid;
 
@@ -634,12 +635,6 @@ impl TaintEviction {
         self.timers.cancel(key);
         self.held.remove(key);
     }
-}
-
-/// Capped exponential backoff: `base * 2^(attempts-1)`, at most `cap`.
-pub fn backoff(base: Duration, cap: Duration, attempts: u32) -> Duration {
-    let exp = attempts.saturating_sub(1).min(20);
-    base.saturating_mul(1u32 << exp).min(cap)
 }
 
 impl Tracked {

@@ -29,7 +29,7 @@ pub mod limiter;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 
 use crate::action::{
     Action, MarkPodNotReady, MarkResult, NodeEvent, NodeEventKind, NodeWriteResult, Op, PodEvent, PodEventKind,
@@ -146,13 +146,7 @@ struct TaintPlan {
     add_limited: Vec<TaintAdd>,
 }
 
-fn secs(d: Duration) -> SignedDuration {
-    SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX)
-}
-
-fn after(now: Timestamp, d: Duration) -> Timestamp {
-    now.checked_add(secs(d)).unwrap_or(Timestamp::MAX)
-}
+use crate::time::after;
 
 impl NodeLifecycle {
     pub fn new(cfg: Config) -> Self {
@@ -409,7 +403,7 @@ impl NodeLifecycle {
             }
             MarkResult::Failed(_) => {
                 m.attempts = m.attempts.saturating_add(1);
-                let at = after(now, crate::eviction::backoff(RETRY_BASE, RETRY_CAP, m.attempts));
+                let at = after(now, crate::time::backoff(RETRY_BASE, RETRY_CAP, m.attempts));
                 self.mark_retries.set(key.clone(), at);
                 return;
             }
@@ -457,7 +451,7 @@ impl NodeLifecycle {
             NodeWriteResult::NotFound => st.gone_rv = index.nodes.get(name).map(|n| n.resource_version.clone()),
             NodeWriteResult::Conflict(None) | NodeWriteResult::Failed(_) => {
                 st.failures = st.failures.saturating_add(1);
-                let at = after(now, crate::eviction::backoff(RETRY_BASE, RETRY_CAP, st.failures));
+                let at = after(now, crate::time::backoff(RETRY_BASE, RETRY_CAP, st.failures));
                 st.retry_at = Some(at);
                 self.retries.set(name.to_owned(), at);
             }

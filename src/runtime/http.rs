@@ -1,0 +1,557 @@
+//! Every HTTP listener of the process (the admission webhook, the admin endpoint) is served
+//! here, bounded the way kube-apiserver and controller-runtime bound theirs, because any pod
+//! in the cluster can reach the webhook:
+//!
+//! - **Connections**: at most `max_connections` at once; past it a new connection is closed at
+//!   once (never left hanging in the backlog). The TLS handshake gets `header_read_timeout`.
+//! - **Slow clients**: a request head must arrive within `header_read_timeout` of its first
+//!   byte (slowloris), a connection with no request in flight is closed after `idle_timeout`,
+//!   and a request body must arrive within `body_timeout`. hyper's own header timer cannot be
+//!   used for this: it also runs while a keep-alive connection waits for its next request, so
+//!   it would cut every idle connection after 10 s. A per-connection watchdog measures both
+//!   from the bytes the socket delivers and the requests hyper dispatches.
+//! - **Size**: request heads up to `max_header_bytes`, bodies up to `max_body_bytes` (413 past
+//!   it, without reading the rest).
+//! - **Work**: at most `max_requests_in_flight` requests are handled at once; past it the answer
+//!   is `429 Too Many Requests` with `Retry-After: 1`, at once.
+//! - **HTTP/2** only when asked for (the Rapid Reset advisories, CVE-2023-44487 and
+//!   CVE-2023-39325, made kubebuilder turn it off by default); when on, concurrent streams and
+//!   reset streams are capped. Plain-text listeners never speak h2c.
+//! - **Accept errors** (out of file descriptors) back off from 100 ms to 1 s and are logged at
+//!   most once a second, with the count of the ones not logged.
+//! - **Shutdown**: when the process begins to stop, the listener keeps serving for
+//!   `shutdown_delay` (so that endpoints stop sending it traffic first; readiness already fails),
+//!   then stops accepting, asks every connection to finish its requests, and waits at most
+//!   `shutdown_timeout` for them.
+//!
+//! Everything is counted in `nlc_http_*{server}`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+use super::shutdown;
+
+/// A listener's bounds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub body_timeout: Duration,
+    pub max_header_bytes: usize,
+    pub max_body_bytes: usize,
+    pub max_connections: usize,
+    pub max_requests_in_flight: usize,
+    pub http2: bool,
+    /// HTTP/2 only: streams per connection.
+    pub max_concurrent_streams: u32,
+    pub shutdown_delay: Duration,
+    pub shutdown_timeout: Duration,
+}
+
+/// kube-apiserver's request cap is 3 MiB; an AdmissionReview around the largest pod it accepts
+/// is a little larger.
+pub const MAX_BODY_BYTES: usize = 3_670_016;
+
+impl Limits {
+    /// The admin endpoint's: small requests (`GET`s), few clients (kubelet probes, Prometheus).
+    pub fn admin() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(90),
+            body_timeout: Duration::from_secs(5),
+            max_header_bytes: 64 * 1024,
+            max_body_bytes: 64 * 1024,
+            max_connections: 64,
+            max_requests_in_flight: 32,
+            http2: false,
+            max_concurrent_streams: 0,
+            shutdown_delay: Duration::ZERO,
+            shutdown_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServerLabels {
+    pub server: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub server: &'static str,
+    pub reason: &'static str,
+}
+
+/// The metrics of every listener, registered once per process.
+#[derive(Clone, Default)]
+pub struct HttpMetrics {
+    pub open: Family<ServerLabels, Gauge>,
+    pub closed: Family<ReasonLabels, Counter>,
+    pub rejected: Family<ReasonLabels, Counter>,
+    pub accept_errors: Family<ServerLabels, Counter>,
+}
+
+impl HttpMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register("nlc_http_connections", "Open connections, by listener", m.open.clone());
+        registry.register(
+            "nlc_http_connections_closed",
+            "Connections closed by the server, by listener and reason (header_timeout, idle_timeout, tls_handshake, over_capacity, shutdown)",
+            m.closed.clone(),
+        );
+        registry.register(
+            "nlc_http_requests_rejected",
+            "Requests refused before their handler, by listener and reason (too_many_requests 429, body_too_large 413, body_timeout 408)",
+            m.rejected.clone(),
+        );
+        registry.register(
+            "nlc_http_accept_errors",
+            "Failed accepts (e.g. out of file descriptors), by listener",
+            m.accept_errors.clone(),
+        );
+        m
+    }
+
+    fn closed(&self, server: &'static str, reason: &'static str) {
+        self.closed.get_or_create(&ReasonLabels { server, reason }).inc();
+    }
+}
+
+/// One connection's activity, shared by its socket wrapper, its service and its watchdog.
+/// Times are milliseconds since `start`.
+struct Activity {
+    start: Instant,
+    /// When the first byte of a request head arrived while no request was in flight (`NONE`:
+    /// none is arriving).
+    head_since: AtomicU64,
+    /// When the connection last had no request in flight.
+    idle_since: AtomicU64,
+    in_flight: AtomicUsize,
+}
+
+const NONE: u64 = u64::MAX;
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            head_since: AtomicU64::new(NONE),
+            idle_since: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+
+    fn read(&self) {
+        if self.in_flight.load(Ordering::Acquire) == 0 {
+            let _ = self.head_since.compare_exchange(NONE, self.now(), Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    fn request_started(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.head_since.store(NONE, Ordering::Release);
+    }
+
+    fn request_ended(&self) {
+        if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.idle_since.store(self.now(), Ordering::Release);
+        }
+    }
+
+    /// Why the connection should be closed now, if it should. `http1`: a request head is being
+    /// read (HTTP/2 reads pings and settings between requests, so only idleness counts there).
+    fn expired(&self, limits: &Limits, http1: bool) -> Option<&'static str> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let now = self.now();
+        let head = self.head_since.load(Ordering::Acquire);
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        if http1 && head != NONE {
+            return (now.saturating_sub(head) >= ms(limits.header_read_timeout)).then_some("header_timeout");
+        }
+        (now.saturating_sub(self.idle_since.load(Ordering::Acquire)) >= ms(limits.idle_timeout))
+            .then_some("idle_timeout")
+    }
+}
+
+/// The socket, noting when bytes arrive.
+struct Tracked<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.read();
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// A request's place in its connection's count, also when its future is dropped.
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.request_ended();
+    }
+}
+
+fn too_many_requests() -> Response {
+    let mut r = (StatusCode::TOO_MANY_REQUESTS, "too many requests in flight; retry\n").into_response();
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
+#[derive(Clone)]
+struct Gate {
+    server: &'static str,
+    limits: Arc<Limits>,
+    permits: Arc<Semaphore>,
+    metrics: HttpMetrics,
+}
+
+/// The request-level bounds: requests in flight, then the body read whole within its time and
+/// size limits before any handler sees it.
+async fn gate(axum::extract::State(g): axum::extract::State<Gate>, req: Request, next: Next) -> Response {
+    let reject =
+        |reason: &'static str| g.metrics.rejected.get_or_create(&ReasonLabels { server: g.server, reason }).inc();
+    let Ok(_permit) = g.permits.clone().try_acquire_owned() else {
+        reject("too_many_requests");
+        return too_many_requests();
+    };
+    let (parts, body) = req.into_parts();
+    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > g.limits.max_body_bytes) {
+        reject("body_too_large");
+        return (StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n").into_response();
+    }
+    let bytes =
+        match tokio::time::timeout(g.limits.body_timeout, axum::body::to_bytes(body, g.limits.max_body_bytes)).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(_)) => {
+                reject("body_too_large");
+                return (StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n").into_response();
+            }
+            Err(_) => {
+                reject("body_timeout");
+                return (StatusCode::REQUEST_TIMEOUT, "request body not received in time\n").into_response();
+            }
+        };
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
+}
+
+/// Accept errors: logged at most once a second, with the count of those not logged.
+struct AcceptErrors {
+    delay: Duration,
+    last_log: Option<Instant>,
+    suppressed: u64,
+}
+
+impl AcceptErrors {
+    fn failed(&mut self, server: &'static str, e: &std::io::Error) -> Duration {
+        self.delay = (self.delay * 2).clamp(Duration::from_millis(100), Duration::from_secs(1));
+        if self.last_log.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+            tracing::warn!(server, error = %e, suppressed = self.suppressed, retry_in_ms = self.delay.as_millis() as u64, "accept failed");
+            self.last_log = Some(Instant::now());
+            self.suppressed = 0;
+        } else {
+            self.suppressed += 1;
+        }
+        self.delay
+    }
+}
+
+/// A listener: what it serves, over TLS or not, within which bounds.
+pub struct Server {
+    pub name: &'static str,
+    pub listener: tokio::net::TcpListener,
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    pub router: Router,
+    pub limits: Limits,
+    pub metrics: HttpMetrics,
+}
+
+impl Server {
+    /// The ALPN protocols a TLS listener with these limits offers.
+    pub fn alpn(limits: &Limits) -> Vec<Vec<u8>> {
+        if limits.http2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] }
+    }
+
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    /// Serves until shutdown (then drains, see the module doc).
+    pub async fn serve(self, stop: shutdown::Signal) {
+        let Self { name, listener, tls, router, limits, metrics } = self;
+        let limits = Arc::new(limits);
+        let gate_state = Gate {
+            server: name,
+            limits: limits.clone(),
+            permits: Arc::new(Semaphore::new(limits.max_requests_in_flight.max(1))),
+            metrics: metrics.clone(),
+        };
+        let router = router.layer(axum::middleware::from_fn_with_state(gate_state, gate));
+        let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+        let (closing_tx, closing) = watch::channel(false);
+        let mut tasks = JoinSet::new();
+        let mut errors = AcceptErrors { delay: Duration::ZERO, last_log: None, suppressed: 0 };
+        let stopping = async {
+            stop.signaled().await;
+            tokio::time::sleep(limits.shutdown_delay).await;
+        };
+        tokio::pin!(stopping);
+        loop {
+            while tasks.try_join_next().is_some() {}
+            tokio::select! {
+                _ = &mut stopping => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        errors.delay = Duration::ZERO;
+                        let Ok(permit) = connections.clone().try_acquire_owned() else {
+                            metrics.closed(name, "over_capacity");
+                            drop(stream);
+                            continue;
+                        };
+                        let _ = stream.set_nodelay(true);
+                        let conn = Connection {
+                            name,
+                            tls: tls.clone(),
+                            router: router.clone(),
+                            limits: limits.clone(),
+                            metrics: metrics.clone(),
+                            closing: closing.clone(),
+                        };
+                        tasks.spawn(
+                            async move {
+                                let _permit = permit;
+                                conn.run(stream).await;
+                            }
+                            .instrument(tracing::debug_span!("connection")),
+                        );
+                    }
+                    Err(e) => {
+                        metrics.accept_errors.get_or_create(&ServerLabels { server: name }).inc();
+                        let delay = errors.failed(name, &e);
+                        tokio::select! {
+                            _ = &mut stopping => break,
+                            _ = tokio::time::sleep(delay) => {}
+                        }
+                    }
+                },
+            }
+        }
+        drop(listener);
+        let _ = closing_tx.send(true);
+        let open = tasks.len();
+        if tokio::time::timeout(limits.shutdown_timeout, async { while tasks.join_next().await.is_some() {} })
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                server = name,
+                open = tasks.len(),
+                "connections did not finish within the shutdown timeout; closing them"
+            );
+            for _ in 0..tasks.len() {
+                metrics.closed(name, "shutdown");
+            }
+            tasks.abort_all();
+        }
+        tracing::info!(server = name, connections = open, "stopped serving");
+    }
+}
+
+struct Connection {
+    name: &'static str,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    router: Router,
+    limits: Arc<Limits>,
+    metrics: HttpMetrics,
+    closing: watch::Receiver<bool>,
+}
+
+impl Connection {
+    async fn run(self, stream: tokio::net::TcpStream) {
+        let open = self.metrics.open.get_or_create(&ServerLabels { server: self.name }).clone();
+        open.inc();
+        let activity = Arc::new(Activity::new());
+        let io = Tracked { inner: stream, activity: activity.clone() };
+        match self.tls.clone() {
+            None => self.http(io, activity, true).await,
+            Some(acceptor) => match tokio::time::timeout(self.limits.header_read_timeout, acceptor.accept(io)).await {
+                Ok(Ok(tls)) => {
+                    let http1 = tls.get_ref().1.alpn_protocol() != Some(b"h2");
+                    activity.head_since.store(NONE, Ordering::Release);
+                    activity.idle_since.store(activity.now(), Ordering::Release);
+                    self.http(tls, activity, http1).await;
+                }
+                Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                Err(_) => self.metrics.closed(self.name, "tls_handshake"),
+            },
+        }
+        open.dec();
+    }
+
+    async fn http<S>(mut self, io: S, activity: Arc<Activity>, http1: bool)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let limits = self.limits.clone();
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        if !limits.http2 || http1 {
+            builder = builder.http1_only();
+        }
+        builder.http1().header_read_timeout(None).max_buf_size(limits.max_header_bytes.max(8192)).keep_alive(true);
+        if limits.http2 {
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .max_concurrent_streams(limits.max_concurrent_streams.max(1))
+                .max_pending_accept_reset_streams(Some(20))
+                .max_local_error_reset_streams(Some(1024))
+                .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+                .keep_alive_interval(Some(Duration::from_secs(30)))
+                .keep_alive_timeout(Duration::from_secs(20));
+        }
+        let router = self.router.clone();
+        let service = {
+            let activity = activity.clone();
+            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                activity.request_started();
+                let guard = InFlight(activity.clone());
+                let mut router = router.clone();
+                async move {
+                    let resp = tower_service::Service::call(&mut router, req.map(Body::new)).await;
+                    drop(guard);
+                    Ok::<_, Infallible>(match resp {
+                        Ok(r) => r,
+                        Err(never) => match never {},
+                    })
+                }
+            })
+        };
+        let conn = builder.serve_connection(TokioIo::new(io), service);
+        tokio::pin!(conn);
+        let mut check = tokio::time::interval(Duration::from_millis(250));
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut closing = false;
+        loop {
+            tokio::select! {
+                done = conn.as_mut() => {
+                    if let Err(e) = done {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                    return;
+                }
+                _ = check.tick() => {
+                    if let Some(reason) = activity.expired(&limits, http1) {
+                        self.metrics.closed(self.name, reason);
+                        return;
+                    }
+                }
+                changed = self.closing.changed(), if !closing => {
+                    closing = true;
+                    if changed.is_ok() {
+                        conn.as_mut().graceful_shutdown();
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn head_and_idle_timeouts_follow_requests() {
+        let limits = Limits {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(90),
+            ..Limits::admin()
+        };
+        let a = Activity::new();
+        // Fresh and idle: nothing expires before the idle timeout.
+        assert_eq!(a.expired(&limits, true), None);
+        // A head starts arriving and stalls: closed 10 s after its first byte.
+        a.read();
+        tokio::time::advance(Duration::from_secs(9)).await;
+        a.read();
+        assert_eq!(a.expired(&limits, true), None, "more bytes of the same head do not reset it");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(a.expired(&limits, true), Some("header_timeout"));
+        // A request is being handled: never closed under it.
+        a.request_started();
+        tokio::time::advance(Duration::from_secs(600)).await;
+        assert_eq!(a.expired(&limits, true), None);
+        a.request_ended();
+        tokio::time::advance(Duration::from_secs(89)).await;
+        assert_eq!(a.expired(&limits, true), None, "keep-alive within the idle timeout");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(a.expired(&limits, true), Some("idle_timeout"));
+        // HTTP/2 reads between requests (pings) are not heads.
+        let b = Activity::new();
+        b.read();
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(b.expired(&limits, false), None);
+    }
+}

@@ -1,0 +1,389 @@
+//! Every watch of the process goes through [`stream`]: the controller's nodes, pods and node
+//! Leases, the pause ConfigMap, the webhook's namespaces and toleration rules. One loop, one
+//! retry policy, one set of metrics:
+//!
+//! - Streaming initial lists (`sendInitialEvents`), falling back to pages per resource where the
+//!   API server refuses them (Kubernetes 1.33 ships the WatchList gate off).
+//! - Failures are classified by what they cost the API server ([`Failure`]), and each class has
+//!   its own backoff ([`Backoff`]):
+//!   - no HTTP answer at all (the API server is down or restarting; nothing was served):
+//!     100 ms doubling to 1 s, so that the watches see new events within about a second of it
+//!     being back;
+//!   - `410 Gone` (the watch's resourceVersion is too old, as after an API server restart): the
+//!     first one re-lists at once, a second in a row backs off like any answered failure;
+//!   - `429` / `503` with `Retry-After`: what the server asked for;
+//!   - any other answered failure (403, 500, a list that cannot be decoded): client-go's
+//!     reflector backoff, 800 ms doubling to 30 s with jitter, reset only after 2 minutes
+//!     without a failure. Each retry of a list is a full LIST for the API server (150,000 pods),
+//!     so a list that keeps failing must not be retried 10 times a second.
+//! - An `Init` (kube-runtime emits one before each list attempt) is counted as a list
+//!   (`nlc_watch_lists_total`), never as a success that resets the backoff.
+//! - Objects come decoded leniently ([`Decoded`]): one that could not be read is counted
+//!   (`nlc_decode_errors_total{resource}`), logged with its name and what was wrong, and handed
+//!   on marked, so that the consumer skips it instead of the whole list failing.
+
+use std::fmt::Debug;
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::watcher;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde::de::DeserializeOwned;
+
+use nlc_core::wire::{Tolerant, WireLease, WireNode, WirePod};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    pub resource: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    pub resource: &'static str,
+    pub kind: &'static str,
+}
+
+/// The metrics of every watch, registered once per process.
+#[derive(Clone, Default)]
+pub struct WatchMetrics {
+    /// Watch events received, by resource.
+    pub events: Family<ResourceLabels, Counter>,
+    /// Watch failures, by resource and kind (unreachable, gone, throttled, answered).
+    pub errors: Family<FailureLabels, Counter>,
+    /// Lists started (the first one and every re-list), by resource.
+    pub lists: Family<ResourceLabels, Counter>,
+    /// Objects that could not be decoded and were skipped, by resource.
+    pub decode_errors: Family<ResourceLabels, Counter>,
+    /// Objects in the cache, by resource.
+    pub objects: Family<ResourceLabels, Gauge>,
+}
+
+impl WatchMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register("nlc_watch_events", "Watch events received, by resource", m.events.clone());
+        registry.register(
+            "nlc_watch_errors",
+            "Watch failures (each followed by a backoff and a retry), by resource and kind: unreachable (no HTTP answer), gone (410), throttled (429/503), answered (any other error)",
+            m.errors.clone(),
+        );
+        registry.register(
+            "nlc_watch_relists",
+            "Lists started by the watches, the first one included, by resource: a steady rate means a list that keeps failing",
+            m.lists.clone(),
+        );
+        registry.register(
+            "nlc_decode_errors",
+            "Objects that could not be decoded and were skipped (the rest of their list is used), by resource",
+            m.decode_errors.clone(),
+        );
+        registry.register("nlc_cache_objects", "Objects in the caches, by resource", m.objects.clone());
+        m
+    }
+}
+
+/// What a watched object says about its own decoding.
+pub trait Decoded {
+    /// The first problem met while decoding it; `None` when it decoded cleanly.
+    fn problem(&self) -> Option<&str>;
+}
+
+impl Decoded for WirePod {
+    fn problem(&self) -> Option<&str> {
+        self.1.as_deref()
+    }
+}
+
+impl Decoded for WireNode {
+    fn problem(&self) -> Option<&str> {
+        self.1.as_deref()
+    }
+}
+
+impl Decoded for WireLease {
+    fn problem(&self) -> Option<&str> {
+        self.1.as_deref()
+    }
+}
+
+impl<K> Decoded for Tolerant<K> {
+    fn problem(&self) -> Option<&str> {
+        match self {
+            Tolerant::Ok(_) => None,
+            Tolerant::Bad { problem, .. } => Some(problem),
+        }
+    }
+}
+
+/// What a failure cost the API server, which decides the backoff.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Failure {
+    /// No HTTP answer: connection refused or reset, TLS, timeouts before a response.
+    Unreachable,
+    /// 410: the resourceVersion is too old.
+    Gone,
+    /// 429 or 503, with the delay the server asked for, if it did.
+    Throttled(Option<Duration>),
+    /// Any other answer: 403, 500, a body that does not decode.
+    Answered { code: u16 },
+}
+
+impl Failure {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Unreachable => "unreachable",
+            Self::Gone => "gone",
+            Self::Throttled(_) => "throttled",
+            Self::Answered { .. } => "answered",
+        }
+    }
+
+    pub fn is_forbidden(self) -> bool {
+        self == Self::Answered { code: 403 }
+    }
+}
+
+fn api_status(e: &watcher::Error) -> Option<&kube::core::Status> {
+    match e {
+        watcher::Error::WatchError(s) => Some(s),
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// Whether a client error means the request got no HTTP answer.
+fn unanswered(e: &kube::Error) -> bool {
+    matches!(
+        e,
+        kube::Error::HyperError(_)
+            | kube::Error::Service(_)
+            | kube::Error::ReadEvents(_)
+            | kube::Error::HttpError(_)
+            | kube::Error::TlsRequired
+    )
+}
+
+pub fn classify(e: &watcher::Error) -> Failure {
+    if let Some(s) = api_status(e) {
+        let retry_after = s.details.as_ref().map(|d| Duration::from_secs(u64::from(d.retry_after_seconds)));
+        return match s.code {
+            410 => Failure::Gone,
+            429 | 503 => Failure::Throttled(retry_after.filter(|d| !d.is_zero())),
+            // A watch stream that broke without a status reads as an empty one.
+            0 => Failure::Unreachable,
+            code => Failure::Answered { code },
+        };
+    }
+    match e {
+        watcher::Error::InitialListFailed(c) | watcher::Error::WatchStartFailed(c) | watcher::Error::WatchFailed(c)
+            if unanswered(c) =>
+        {
+            Failure::Unreachable
+        }
+        _ => Failure::Answered { code: 0 },
+    }
+}
+
+/// Whether the API server refused a streaming list (`sendInitialEvents`) as such: 422 Invalid or
+/// 400 Bad Request when the WatchList feature is off (a watch's answer, not a list's).
+fn refuses_streaming(e: &watcher::Error) -> bool {
+    !matches!(e, watcher::Error::InitialListFailed(_)) && matches!(api_status(e).map(|s| s.code), Some(400 | 422))
+}
+
+pub const UNREACHABLE_FIRST: Duration = Duration::from_millis(100);
+pub const UNREACHABLE_MAX: Duration = Duration::from_secs(1);
+/// client-go's reflector: `NewExponentialBackoffManager(800ms, 30s, 2m, 2.0, 1.0)`.
+pub const ANSWERED_FIRST: Duration = Duration::from_millis(800);
+pub const ANSWERED_MAX: Duration = Duration::from_secs(30);
+pub const QUIET_RESET: Duration = Duration::from_secs(120);
+
+/// The retry policy of one watch. PURE: time and jitter are arguments.
+#[derive(Debug, Default)]
+pub struct Backoff {
+    unreachable: u32,
+    answered: u32,
+    last_failure: Option<Instant>,
+    /// A 410 was re-listed at once and no list has completed since.
+    relisted: bool,
+}
+
+impl Backoff {
+    /// The delay before retrying after `failure` at `now`; `jitter` in [0, 1).
+    pub fn next(&mut self, failure: Failure, now: Instant, jitter: f64) -> Duration {
+        if self.last_failure.is_some_and(|at| now.duration_since(at) >= QUIET_RESET) {
+            self.unreachable = 0;
+            self.answered = 0;
+        }
+        self.last_failure = Some(now);
+        let jitter = jitter.clamp(0.0, 1.0);
+        let answered = |b: &mut Self| {
+            b.answered = b.answered.saturating_add(1);
+            nlc_core::time::backoff(ANSWERED_FIRST, ANSWERED_MAX, b.answered).mul_f64(1.0 + jitter).min(ANSWERED_MAX)
+        };
+        match failure {
+            Failure::Gone if !self.relisted => {
+                self.relisted = true;
+                Duration::ZERO
+            }
+            Failure::Gone | Failure::Answered { .. } | Failure::Throttled(None) => answered(self),
+            Failure::Throttled(Some(asked)) => asked.min(ANSWERED_MAX).mul_f64(1.0 + 0.2 * jitter),
+            Failure::Unreachable => {
+                self.unreachable = self.unreachable.saturating_add(1);
+                nlc_core::time::backoff(UNREACHABLE_FIRST, UNREACHABLE_MAX, self.unreachable)
+                    .mul_f64(1.0 + 0.2 * jitter)
+            }
+        }
+    }
+
+    /// A list completed: the next 410 may re-list at once again.
+    pub fn listed(&mut self) {
+        self.relisted = false;
+    }
+}
+
+/// A jitter in [0, 1): the sub-second nanoseconds of the clock (no need for a random source).
+pub fn jitter() -> f64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    f64::from(nanos % 1000) / 1000.0
+}
+
+/// What a watch yields: an event, or a failure (already logged, counted and waited out).
+#[derive(Debug)]
+pub enum Item<K> {
+    Event(watcher::Event<K>),
+    Failed(Failure),
+}
+
+struct State<K: Resource + Clone + DeserializeOwned + Debug + Send + 'static> {
+    api: Api<K>,
+    config: watcher::Config,
+    inner: futures::stream::BoxStream<'static, watcher::Result<watcher::Event<K>>>,
+    streaming: bool,
+    backoff: Backoff,
+    resource: &'static str,
+    metrics: WatchMetrics,
+}
+
+/// Watches `api` for ever (the stream never ends). `resource` labels the metrics and logs.
+pub fn stream<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    resource: &'static str,
+    metrics: WatchMetrics,
+) -> impl Stream<Item = Item<K>> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + Decoded + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let streaming = config.initial_list_strategy == watcher::InitialListStrategy::StreamingList;
+    let inner = watcher(api.clone(), config.clone()).boxed();
+    let state = State { api, config, inner, streaming, backoff: Backoff::default(), resource, metrics };
+    futures::stream::unfold(state, |mut s| async move {
+        let labels = ResourceLabels { resource: s.resource };
+        loop {
+            let Some(item) = s.inner.next().await else {
+                // kube's watcher never ends; if it did, start it again.
+                s.inner = watcher(s.api.clone(), s.config.clone()).boxed();
+                continue;
+            };
+            match item {
+                Ok(ev) => {
+                    s.metrics.events.get_or_create(&labels).inc();
+                    match &ev {
+                        watcher::Event::Init => {
+                            s.metrics.lists.get_or_create(&labels).inc();
+                        }
+                        watcher::Event::InitDone => s.backoff.listed(),
+                        watcher::Event::Apply(k) | watcher::Event::InitApply(k) | watcher::Event::Delete(k) => {
+                            if let Some(problem) = k.problem() {
+                                s.metrics.decode_errors.get_or_create(&labels).inc();
+                                let meta = k.meta();
+                                tracing::warn!(
+                                    resource = s.resource,
+                                    namespace = meta.namespace.as_deref().unwrap_or_default(),
+                                    name = meta.name.as_deref().unwrap_or_default(),
+                                    resource_version = meta.resource_version.as_deref().unwrap_or_default(),
+                                    problem,
+                                    "an object could not be decoded; skipped"
+                                );
+                            }
+                        }
+                    }
+                    return Some((Item::Event(ev), s));
+                }
+                Err(e) if s.streaming && refuses_streaming(&e) => {
+                    tracing::info!(resource = s.resource, error = %e, "the API server does not stream initial lists; listing in pages");
+                    s.streaming = false;
+                    let paged = watcher::Config {
+                        initial_list_strategy: watcher::InitialListStrategy::ListWatch,
+                        ..s.config.clone()
+                    };
+                    s.inner = watcher(s.api.clone(), paged.clone()).boxed();
+                    s.config = paged;
+                }
+                Err(e) => {
+                    let failure = classify(&e);
+                    s.metrics
+                        .errors
+                        .get_or_create(&FailureLabels { resource: s.resource, kind: failure.label() })
+                        .inc();
+                    let delay = s.backoff.next(failure, Instant::now(), jitter());
+                    let retry_in_ms = delay.as_millis() as u64;
+                    match failure {
+                        Failure::Answered { code: 403 } => {
+                            tracing::error!(resource = s.resource, error = %e, retry_in_ms, "watch forbidden; retrying")
+                        }
+                        Failure::Unreachable | Failure::Gone => {
+                            tracing::info!(resource = s.resource, error = %e, retry_in_ms, "watch interrupted; retrying")
+                        }
+                        _ => tracing::warn!(resource = s.resource, error = %e, retry_in_ms, "watch failed; retrying"),
+                    }
+                    tokio::time::sleep(delay).await;
+                    return Some((Item::Failed(failure), s));
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreachable_retries_fast_answered_backs_off_like_the_reflector() {
+        let t0 = Instant::now();
+        let mut b = Backoff::default();
+        let ms = |d: Duration| d.as_millis() as u64;
+        let fast: Vec<u64> = (0..6).map(|_| ms(b.next(Failure::Unreachable, t0, 0.0))).collect();
+        assert_eq!(fast, vec![100, 200, 400, 800, 1000, 1000]);
+        let mut b = Backoff::default();
+        let slow: Vec<u64> = (0..8).map(|_| ms(b.next(Failure::Answered { code: 500 }, t0, 0.0))).collect();
+        assert_eq!(slow, vec![800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);
+        assert!(b.next(Failure::Answered { code: 403 }, t0, 0.999) <= ANSWERED_MAX, "jitter stays under the cap");
+        // Reset only after two quiet minutes.
+        assert_eq!(ms(b.next(Failure::Answered { code: 403 }, t0 + Duration::from_secs(119), 0.0)), 30000);
+        let later = t0 + Duration::from_secs(119) + QUIET_RESET;
+        assert_eq!(ms(b.next(Failure::Answered { code: 403 }, later, 0.0)), 800);
+    }
+
+    #[test]
+    fn the_first_410_relists_at_once_and_the_server_is_heard() {
+        let t0 = Instant::now();
+        let mut b = Backoff::default();
+        assert_eq!(b.next(Failure::Gone, t0, 0.5), Duration::ZERO);
+        assert_eq!(b.next(Failure::Gone, t0, 0.0), ANSWERED_FIRST, "a second 410 in a row backs off");
+        b.listed();
+        assert_eq!(b.next(Failure::Gone, t0, 0.0), Duration::ZERO, "after a completed list, at once again");
+        let asked = b.next(Failure::Throttled(Some(Duration::from_secs(1))), t0, 0.0);
+        assert_eq!(asked, Duration::from_secs(1));
+    }
+}
