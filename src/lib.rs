@@ -42,3 +42,18 @@ pub mod status;
 pub mod webhook;
 
 pub use error::{Error, Result};
+
+/// What every write names as its author: the field manager of every patch and create, and the
+/// client's User-Agent, so that managedFields and audit logs tell our writes from another
+/// controller's.
+pub const FIELD_MANAGER: &str = concat!("node-lifecycle-controller/", env!("CARGO_PKG_VERSION"));
+
+/// Patch parameters naming us as the field manager.
+pub fn patch_params() -> kube::api::PatchParams {
+    kube::api::PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..kube::api::PatchParams::default() }
+}
+
+/// Create and replace parameters naming us as the field manager.
+pub fn post_params() -> kube::api::PostParams {
+    kube::api::PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..kube::api::PostParams::default() }
+}

@@ -124,6 +124,13 @@ impl EvictionMetrics {
 pub struct ExecutorMetrics {
     pub requests: Family<RequestLabels, Counter>,
     pub events_dropped: Counter,
+    pub timeouts: Counter,
+    pub queue_depth: Family<QueueLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub queue: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -142,7 +149,21 @@ impl ExecutorMetrics {
             m.requests.clone(),
         );
         registry.register("nlc_events_dropped", "Events that could not be recorded", m.events_dropped.clone());
+        registry.register(
+            "nlc_api_write_timeouts",
+            "Writes given up after --api-write-timeout without an answer (each retried by its controller)",
+            m.timeouts.clone(),
+        );
+        registry.register(
+            "nlc_executor_queue_depth",
+            "Pod writes waiting for a worker, by queue (evictions, marks)",
+            m.queue_depth.clone(),
+        );
         m
+    }
+
+    pub fn queued(&self, queue: &'static str, n: usize) {
+        self.queue_depth.get_or_create(&QueueLabels { queue }).set(n as i64);
     }
 }
 

@@ -20,10 +20,10 @@ use nlc_core::state::{Input, State};
 use nlc_core::status::{Report, evicted_rows, render_text, report};
 use nlc_core::taints::MatchOptions;
 
-use crate::controller::NODE_LEASE_NAMESPACE;
 use crate::error::Result;
 use crate::lifecycle::LifecycleArgs;
 use crate::runtime::args::ClientArgs;
+use nlc_core::action::NODE_LEASE_NAMESPACE;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
@@ -148,7 +148,7 @@ fn evicted_by_taint(pod: &Pod) -> Option<(String, String, jiff::Timestamp)> {
     let cond = status.conditions.as_ref()?.iter().find(|c| {
         c.type_ == "DisruptionTarget"
             && c.status == "True"
-            && c.reason.as_deref() == Some(crate::controller::executor::DELETION_BY_TAINT_MANAGER)
+            && c.reason.as_deref() == Some(nlc_core::action::DELETION_BY_TAINT_MANAGER)
     })?;
     let at = cond.last_transition_time.as_ref()?.0;
     let key = format!("{}/{}", pod.metadata.namespace.as_deref()?, pod.metadata.name.as_deref()?);

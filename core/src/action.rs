@@ -7,6 +7,15 @@ use jiff::Timestamp;
 use crate::index::{PodKey, SlimNode};
 use crate::taints::{TaintAdd, TaintId};
 
+/// Upstream's texts for the pod condition written before an eviction
+/// (`pkg/controller/tainteviction`).
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+pub const DELETION_BY_TAINT_MANAGER: &str = "DeletionByTaintManager";
+pub const TAINT_MANAGER_MESSAGE: &str = "Taint manager: deleting due to NoExecute taint";
+
+/// The namespace of node heartbeat Leases.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
 /// How a pod is removed: the `--eviction-mode` flag, and the method of each eviction (evict
 /// mode falls back to delete after `--pdb-max-wait`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

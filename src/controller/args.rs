@@ -2,7 +2,9 @@
 //! flattened.
 
 use clap::Args;
-use nlc_core::flags::check_rate;
+use std::time::Duration;
+
+use nlc_core::flags::{check_duration, check_rate, parse_duration};
 use nlc_core::selector::Selector;
 use nlc_core::taints::MatchOptions;
 
@@ -62,6 +64,11 @@ pub struct ControllerArgs {
     /// charge, to compare decisions.
     #[arg(long, env = "NLC_DRY_RUN")]
     pub dry_run: bool,
+    /// How long a write may wait for the API server's answer before it counts as failed (and
+    /// is retried with backoff): a slow API server or etcd must not hold the writes for the
+    /// client's 295 s read timeout.
+    #[arg(long, default_value = "15s", value_parser = parse_duration, env = "NLC_API_WRITE_TIMEOUT")]
+    pub api_write_timeout: Duration,
 }
 
 /// What [`ControllerArgs`] turn into.
@@ -73,11 +80,20 @@ pub struct Config {
     pub kube_api_burst: u32,
     pub instance: String,
     pub dry_run: bool,
+    pub api_write_timeout: Duration,
 }
 
 impl ControllerArgs {
     pub fn into_config(self) -> Result<Config> {
-        let Self { node_selector, enable_comparison_operators, kube_api_qps, kube_api_burst, instance, dry_run } = self;
+        let Self {
+            node_selector,
+            enable_comparison_operators,
+            kube_api_qps,
+            kube_api_burst,
+            instance,
+            dry_run,
+            api_write_timeout,
+        } = self;
         Ok(Config {
             selector: node_selector.parse()?,
             match_options: MatchOptions { comparison_operators: enable_comparison_operators },
@@ -85,13 +101,36 @@ impl ControllerArgs {
             kube_api_burst,
             instance: instance_name(instance),
             dry_run,
+            api_write_timeout: check_duration(
+                "--api-write-timeout",
+                api_write_timeout,
+                Duration::from_millis(100),
+                Duration::from_secs(600),
+            )?,
         })
     }
 }
 
-fn instance_name(flag: Option<String>) -> String {
-    flag.or_else(|| std::env::var("POD_NAME").ok())
-        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()))
+/// This process's name: the flag, else the pod's name (`$POD_NAME`, from the downward API),
+/// else the host's name and a short id of the machine (stable across restarts, distinct
+/// between containers that share a host name on different machines). It is also the leader
+/// election identity.
+pub fn instance_name(flag: Option<String>) -> String {
+    let host = || {
+        let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?.trim().to_owned();
+        let id = ["/etc/machine-id", "/var/lib/dbus/machine-id"]
+            .iter()
+            .find_map(|p| std::fs::read_to_string(p).ok())
+            .map(|id| id.trim().chars().take(8).collect::<String>())
+            .filter(|id| !id.is_empty());
+        Some(match id {
+            Some(id) => format!("{name}_{id}"),
+            None => name,
+        })
+    };
+    flag.filter(|s| !s.trim().is_empty())
+        .or_else(|| std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()))
+        .or_else(host)
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "node-lifecycle-controller".to_owned())
 }

@@ -1,20 +1,181 @@
-//! Events, written as kube's `Recorder` writes them (`events.k8s.io/v1`; the same event again
-//! within 6 minutes is patched into a series), without its cost: kube's recorder sweeps its whole
-//! cache for expired entries on every event, under a write lock, which makes an eviction storm
-//! quadratic. A profile of the 1,000-node storm (3,000 evictions) put that sweep at 6.5 % of the
-//! controller's CPU. Here an entry past its time counts as absent when looked up, and the cache
-//! is swept only once it has doubled since the last sweep or a minute has passed.
+//! Events, best effort and behind the evictions.
+//!
+//! - [`EventQueue`]: a bounded queue drained by a few workers, so that in a storm the API
+//!   server's capacity goes to deletions first. A full queue drops (and counts) the event; while
+//!   every eviction worker is busy, events wait (at most 5 s in all).
+//! - [`Recorder`]: events written as kube's `Recorder` writes them (`events.k8s.io/v1`; the same
+//!   event again within 6 minutes is patched into a series), without its cost: kube's recorder
+//!   sweeps its whole cache for expired entries on every event, under a write lock, which makes an
+//!   eviction storm quadratic. A profile of the 1,000-node storm (3,000 evictions) put that sweep
+//!   at 6.5 % of the controller's CPU. Here an entry past its time counts as absent when looked
+//!   up, and the cache is swept only once it has doubled since the last sweep or a minute has
+//!   passed. Every event also carries upstream's `deprecatedSource`, so that
+//!   `kubectl get events --field-selector source=taint-eviction-controller` finds ours as it
+//!   finds upstream's, and passes the executor's write fence.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{EventSource, ObjectReference};
 use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType};
+use nlc_core::action::{NodeEvent, PodEvent, PodEventKind};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::executor::Fence;
+use crate::metrics::ExecutorMetrics;
+
+/// An event to record.
+pub enum QueuedEvent {
+    Pod(PodEvent),
+    Node(NodeEvent),
+}
+
+const EVENT_QUEUE: usize = 20_000;
+const EVENT_WORKERS: usize = 4;
+/// While every eviction worker is busy (an eviction storm), events wait, up to this long in all:
+/// the API server's writes go to the evictions first. An event is one write more per eviction,
+/// which at the API server's pace of a storm costs evictions a third of their throughput.
+const EVENT_DEFER_MAX: Duration = Duration::from_secs(5);
+
+/// Whether every eviction worker is busy.
+pub struct Saturation {
+    pub busy: Arc<AtomicUsize>,
+    pub workers: usize,
+}
+
+impl Saturation {
+    fn saturated(&self) -> bool {
+        self.busy.load(Ordering::SeqCst) >= self.workers
+    }
+}
+
+/// The queue of events; its worker records them.
+pub struct EventQueue {
+    tx: mpsc::Sender<QueuedEvent>,
+    dropped: prometheus_client::metrics::counter::Counter,
+}
+
+impl EventQueue {
+    pub fn start(
+        client: kube::Client,
+        instance: &str,
+        fence: Arc<Fence>,
+        saturation: Saturation,
+        metrics: ExecutorMetrics,
+    ) -> Self {
+        // Upstream's event sources: taint-eviction-controller for evictions, node-controller for
+        // nodes and MarkPodsNotReady.
+        let pods = Arc::new(Recorder::new(client.clone(), "taint-eviction-controller", instance, fence.clone()));
+        let nodes = Arc::new(Recorder::new(client, "node-controller", instance, fence.clone()));
+        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+        let dropped = metrics.events_dropped.clone();
+        let worker = worker(rx, pods, nodes, saturation, fence, dropped.clone());
+        tokio::spawn(worker.instrument(tracing::info_span!("events")));
+        Self { tx, dropped }
+    }
+
+    pub fn push(&self, e: QueuedEvent) {
+        if self.tx.try_send(e).is_err() {
+            self.dropped.inc();
+        }
+    }
+}
+
+async fn worker(
+    mut rx: mpsc::Receiver<QueuedEvent>,
+    pods: Arc<Recorder>,
+    nodes: Arc<Recorder>,
+    evictions: Saturation,
+    fence: Arc<Fence>,
+    dropped: prometheus_client::metrics::counter::Counter,
+) {
+    let slots = Arc::new(Semaphore::new(EVENT_WORKERS));
+    // While the evictions take every worker: since when, and when an event last saw it. Events
+    // wait at most EVENT_DEFER_MAX in all, then flow as usual until the evictions leave a worker
+    // free, or no event has come for a second (a new storm).
+    let mut saturated: Option<(Instant, Instant)> = None;
+    while let Some(e) = rx.recv().await {
+        if evictions.saturated() {
+            let now = Instant::now();
+            let since = match saturated {
+                Some((since, seen)) if now.duration_since(seen) < Duration::from_secs(1) => since,
+                _ => now,
+            };
+            while evictions.saturated() && since.elapsed() < EVENT_DEFER_MAX && fence.is_open() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            saturated = evictions.saturated().then(|| (since, Instant::now()));
+        } else {
+            saturated = None;
+        }
+        if !fence.is_open() {
+            continue;
+        }
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        let (pods, nodes, dropped) = (pods.clone(), nodes.clone(), dropped.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let (recorder, event, reference) = match &e {
+                QueuedEvent::Pod(p) if p.kind == PodEventKind::NodeNotReady => (&nodes, pod_event(p), pod_ref(p)),
+                QueuedEvent::Pod(p) => (&pods, pod_event(p), pod_ref(p)),
+                QueuedEvent::Node(n) => (&nodes, node_event(n), node_ref(n)),
+            };
+            if let Err(err) = recorder.publish(&event, &reference).await {
+                dropped.inc();
+                tracing::debug!(object = ?reference.name, error = %err, "event not recorded");
+            }
+        });
+    }
+}
+
+fn pod_ref(e: &PodEvent) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(e.name.clone()),
+        namespace: Some(e.namespace.clone()),
+        uid: Some(e.uid.clone()),
+        ..ObjectReference::default()
+    }
+}
+
+fn node_ref(e: &NodeEvent) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(e.node.clone()),
+        uid: Some(e.uid.clone()),
+        ..ObjectReference::default()
+    }
+}
+
+fn pod_event(e: &PodEvent) -> Event {
+    Event {
+        type_: if e.warning() { EventType::Warning } else { EventType::Normal },
+        reason: e.reason().into(),
+        note: Some(e.note()),
+        action: e.reason().into(),
+        secondary: None,
+    }
+}
+
+fn node_event(e: &NodeEvent) -> Event {
+    Event {
+        type_: EventType::Normal,
+        reason: e.reason().into(),
+        note: Some(e.note()),
+        action: e.reason().into(),
+        secondary: None,
+    }
+}
 
 /// How long an event is remembered for a series (kube's and client-go's 6 minutes).
 const TTL: Duration = Duration::from_secs(6 * 60);
@@ -60,11 +221,23 @@ pub struct Recorder {
     controller: String,
     instance: String,
     cache: Mutex<Cache>,
+    fence: Arc<Fence>,
+}
+
+/// A write the fence did not let through.
+fn fenced() -> kube::Error {
+    kube::Error::Service("not the leader: the event was not written".into())
 }
 
 impl Recorder {
-    pub fn new(client: kube::Client, controller: &str, instance: &str) -> Self {
-        Self { client, controller: controller.to_owned(), instance: instance.to_owned(), cache: Mutex::default() }
+    pub fn new(client: kube::Client, controller: &str, instance: &str, fence: Arc<Fence>) -> Self {
+        Self {
+            client,
+            controller: controller.to_owned(),
+            instance: instance.to_owned(),
+            cache: Mutex::default(),
+            fence,
+        }
     }
 
     /// Creates the event, or patches the series of the same event recorded within 6 minutes.
@@ -94,12 +267,14 @@ impl Recorder {
                 let count = e.series.as_ref().map_or(2, |s| s.count + 1);
                 e.series = Some(EventSeries { count, last_observed_time: MicroTime(now) });
                 let name = e.metadata.name.clone().unwrap_or_default();
-                events.patch(&name, &PatchParams::default(), &Patch::Merge(&e)).await?;
+                let pp = PatchParams { field_manager: Some(crate::FIELD_MANAGER.into()), ..PatchParams::default() };
+                self.fence.write(events.patch(&name, &pp, &Patch::Merge(&e))).await.ok_or_else(fenced)??;
                 e
             }
             None => {
                 let e = self.new_event(ev, regarding, now);
-                events.create(&PostParams::default(), &e).await?;
+                let pp = PostParams { field_manager: Some(crate::FIELD_MANAGER.into()), ..PostParams::default() };
+                self.fence.write(events.create(&pp, &e)).await.ok_or_else(fenced)??;
                 e
             }
         };
@@ -127,6 +302,8 @@ impl Recorder {
             },
             reporting_controller: Some(self.controller.clone()),
             reporting_instance: Some(self.instance.clone()),
+            // The core/v1 view's `source`, which `--field-selector source=...` matches.
+            deprecated_source: Some(EventSource { component: Some(self.controller.clone()), host: None }),
             type_: Some(if ev.type_ == EventType::Warning { "Warning" } else { "Normal" }.to_owned()),
             related: ev.secondary.clone(),
             ..K8sEvent::default()

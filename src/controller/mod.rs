@@ -37,8 +37,7 @@ use executor::{Executor, ExecutorConfig};
 use nlc_core::brakes::Pause;
 use nlc_core::wire::{WireLease, WireNode, WirePod};
 
-/// The namespace of node heartbeat Leases.
-pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+pub use nlc_core::action::NODE_LEASE_NAMESPACE;
 
 /// `/livez` fails when the controller loop has not turned for this long (it turns at least every
 /// second).
@@ -53,6 +52,14 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let leader = leader.into_config(&cfg.instance)?;
     // Shadow mode writes nothing, not even a Lease: every replica decides.
     let leader = if cfg.dry_run { None } else { leader };
+    // Two processes with one identity would both think they lead: the second is refused now.
+    let leader = match leader {
+        Some(l) => {
+            let lock = crate::runtime::leader::claim_identity(&l)?;
+            Some((l, lock))
+        }
+        None => None,
+    };
     let eviction = eviction.into_config(cfg.match_options)?;
     let lifecycle = lifecycle.into_config()?;
     let webhook = enable_webhook.then(|| webhook.into_config()).transpose()?;
@@ -70,7 +77,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
 /// Where the controller's own objects live: its leader election Lease (`None`: no leader
 /// election) and its namespace (that Lease's, also the pause ConfigMap's).
 struct Placement {
-    leader: Option<crate::runtime::leader::Config>,
+    leader: Option<(crate::runtime::leader::Config, std::os::unix::net::UnixListener)>,
     namespace: String,
 }
 
@@ -83,7 +90,8 @@ fn spawn(
     eviction: crate::eviction::Config,
     lifecycle: crate::lifecycle::Config,
 ) {
-    let args::Config { selector, match_options: _, kube_api_qps, kube_api_burst, instance, dry_run } = cfg;
+    let args::Config { selector, match_options: _, kube_api_qps, kube_api_burst, instance, dry_run, api_write_timeout } =
+        cfg;
     let Placement { leader, namespace } = placement;
     let metrics = Metrics {
         watch: rt.watch_metrics(),
@@ -100,29 +108,23 @@ fn spawn(
     let (writes_tx, writes) = signal::channel(leader.is_none() && !dry_run);
     let standby = leader.is_some();
     let leader_metrics = crate::runtime::leader::Metrics::register(rt.registry());
-    match leader {
-        Some(cfg) => {
-            let (client, stop) = (rt.client(), rt.shutdown());
-            rt.spawn("leader-election", crate::runtime::leader::run(client, cfg, leading_tx, leader_metrics, stop));
-        }
-        None => drop(leading_tx),
-    }
     let clock = SystemClock::shared();
+    let budget = executor::Budget {
+        pod_eviction_qps: eviction.pod_eviction_qps,
+        pod_eviction_burst: eviction.pod_eviction_burst,
+        kube_api_qps,
+        kube_api_burst,
+        concurrency: eviction.concurrency,
+        node_taint_qps: lifecycle.node_taint_qps,
+        node_taint_burst: lifecycle.node_taint_burst,
+        mark_pods_not_ready_qps: lifecycle.mark_pods_not_ready_qps,
+        write_timeout: api_write_timeout,
+    };
     let executor = Executor::new(
         rt.client(),
         tx.clone(),
         clock.clone(),
-        ExecutorConfig {
-            eviction_limiter: executor::limiter(eviction.pod_eviction_qps, eviction.pod_eviction_burst),
-            api_limiter: executor::limiter(kube_api_qps, kube_api_burst),
-            concurrency: eviction.concurrency,
-            taint_limiter: executor::limiter(lifecycle.node_taint_qps, lifecycle.node_taint_burst),
-            mark_pods_limiter: executor::limiter(
-                lifecycle.mark_pods_not_ready_qps,
-                (lifecycle.mark_pods_not_ready_qps.ceil() as u32).max(1),
-            ),
-            instance,
-        },
+        ExecutorConfig::new(budget, instance),
         writes,
         executor::Metrics {
             eviction: metrics.eviction.clone(),
@@ -130,6 +132,16 @@ fn spawn(
             lifecycle: metrics.lifecycle.clone(),
         },
     );
+    match leader {
+        Some((cfg, identity)) => {
+            let (client, stop, fence) = (rt.client(), rt.shutdown(), executor.fence());
+            rt.spawn("leader-election", async move {
+                let _identity = identity;
+                crate::runtime::leader::run(client, cfg, leading_tx, leader_metrics, stop, fence).await
+            });
+        }
+        None => drop(leading_tx),
+    }
     spawn_watches(rt, selector, &tx, &metrics.watch);
     let pause =
         watch::pause(rt.client(), namespace, tx.clone(), metrics.watch.clone(), metrics.brakes.available.clone());

@@ -29,5 +29,6 @@ pub async fn client(args: &ClientArgs) -> Result<kube::Client> {
     // would hide a PodDisruptionBudget's 429 from the eviction logic for minutes; our executor
     // and watches retry with their own backoff instead.
     config.default_retry = false;
+    config.headers.push((axum::http::header::USER_AGENT, axum::http::HeaderValue::from_static(crate::FIELD_MANAGER)));
     Ok(kube::Client::try_from(config)?)
 }

@@ -13,7 +13,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::watcher;
 use nlc_core::flags::{HOUR, check_duration, parse_duration};
 use nlc_core::leader::{self, Elector, JITTER_FACTOR, Next, Record};
@@ -23,6 +23,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
+use super::fence::Fence;
 use super::shutdown;
 use crate::error::{Error, Result};
 
@@ -61,8 +62,10 @@ pub struct Config {
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 impl LeaderArgs {
-    /// `None` without leader election. `instance` names this process; a random suffix makes the
-    /// identity unique even across restarts of a pod with the same name.
+    /// `None` without leader election. `instance` names this process and is its identity:
+    /// stable across restarts (the pod's name, or the host's name and id), so that a process
+    /// that finds its own identity holding the Lease, after a crash, takes it back at once
+    /// instead of waiting out its own lease.
     pub fn into_config(self, instance: &str) -> Result<Option<Config>> {
         let Self {
             leader_elect,
@@ -74,10 +77,24 @@ impl LeaderArgs {
         } = self;
         let second = Duration::from_secs(1);
         check_duration("--leader-elect-lease-duration", leader_elect_lease_duration, second, HOUR)?;
+        if leader_elect_lease_duration.subsec_nanos() != 0 {
+            // The Lease holds whole seconds: 2.9s would be written as 2, and a standby could take
+            // over 0.9 s before this leader stops writing.
+            return Err(nlc_core::Error::invalid(
+                "--leader-elect-lease-duration",
+                format!(
+                    "must be a whole number of seconds (the Lease stores seconds), got {leader_elect_lease_duration:?}"
+                ),
+            )
+            .into());
+        }
+        if leader_elect_resource_name.trim().is_empty() {
+            return Err(nlc_core::Error::invalid("--leader-elect-resource-name", "must not be empty").into());
+        }
         check_duration("--leader-elect-renew-deadline", leader_elect_renew_deadline, Duration::from_millis(100), HOUR)?;
         check_duration("--leader-elect-retry-period", leader_elect_retry_period, Duration::from_millis(10), HOUR)?;
         let elector = leader::Config {
-            identity: format!("{instance}_{}", random_suffix()),
+            identity: instance.to_owned(),
             lease_duration: leader_elect_lease_duration,
             renew_deadline: leader_elect_renew_deadline,
             retry_period: leader_elect_retry_period,
@@ -101,10 +118,33 @@ pub fn own_namespace(flag: Option<String>) -> String {
         .unwrap_or_else(|| "kube-system".to_owned())
 }
 
-fn random_suffix() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/uuid")
-        .map(|u| u.trim().to_owned())
-        .unwrap_or_else(|_| format!("{:x}", Timestamp::now().as_nanosecond()))
+/// Refuses a second process with this identity on this host (or in this pod): two processes
+/// with one identity would both believe they hold the Lease. An abstract Unix socket (no file,
+/// gone when the process dies, however it dies) named after the Lease and the identity is bound
+/// for the life of the process.
+///
+/// In a pod this cannot happen: the identity is the pod's name, unique in its namespace while
+/// the pod exists, and the kubelet starts a container again only after the previous one has
+/// exited. Out of a cluster the identity is the host's name and id, so two processes started
+/// on one host against one Lease are refused here, with the flag to tell them apart.
+pub fn claim_identity(cfg: &Config) -> Result<std::os::unix::net::UnixListener> {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("node-lifecycle-controller/{}/{}/{}", cfg.namespace, cfg.name, cfg.elector.identity);
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+        .map_err(|source| Error::Io { what: "naming the leader election identity lock".into(), source })?;
+    std::os::unix::net::UnixListener::bind_addr(&addr).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            Error::Config(nlc_core::Error::invalid(
+                "--instance",
+                format!(
+                    "another process on this host already runs with the leader election identity {:?} for Lease {}/{}; give each replica its own --instance",
+                    cfg.elector.identity, cfg.namespace, cfg.name
+                ),
+            ))
+        } else {
+            Error::Io { what: "claiming the leader election identity".into(), source: e }
+        }
+    })
 }
 
 /// A jitter in [0, 1), from the clock's sub-second nanoseconds.
@@ -210,8 +250,8 @@ impl Candidate {
     async fn write(&mut self, record: Record) -> Result<bool> {
         let lease = lease_of(&self.cfg, &record, self.version.clone());
         let written = match &self.version {
-            Some(_) => self.api.replace(&self.cfg.name, &PostParams::default(), &lease).await,
-            None => self.api.create(&PostParams::default(), &lease).await,
+            Some(_) => self.api.replace(&self.cfg.name, &crate::post_params(), &lease).await,
+            None => self.api.create(&crate::post_params(), &lease).await,
         };
         match written {
             Ok(l) => {
@@ -269,29 +309,48 @@ impl Candidate {
     }
 
     /// Leads until the renew deadline passes without a renew (an error: the process exits) or
-    /// until shutdown (the lease is released).
-    async fn lead(&mut self, stop: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>) -> Result<()> {
+    /// until shutdown (the lease is released). Either way the write fence is sealed first: on
+    /// shutdown the writes in flight are awaited while the Lease is still ours, then it is
+    /// released; on a lost Lease nothing more is sent, at once.
+    async fn lead(
+        &mut self,
+        stop: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+        fence: &Fence,
+    ) -> Result<()> {
         let retry = self.cfg.elector.retry_period;
         loop {
-            let Some(stop_at) = self.elector.stop_at() else { return Err(Error::LostLease) };
+            let Some(stop_at) = self.elector.stop_at() else {
+                fence.seal(tokio::time::Instant::now()).await;
+                return Err(Error::LostLease);
+            };
             let stop_at = tokio::time::Instant::from_std(stop_at);
-            tokio::select! {
+            let lost = tokio::select! {
                 _ = stop.as_mut() => {
+                    self.set_leading(false);
+                    if !fence.seal(stop_at).await {
+                        tracing::warn!("writes still in flight at the renew deadline; releasing nothing, the lease expires on its own");
+                        return Ok(());
+                    }
                     self.release().await;
                     return Ok(());
                 }
-                _ = tokio::time::sleep_until(stop_at) => return Err(Error::LostLease),
+                _ = tokio::time::sleep_until(stop_at) => true,
                 _ = tokio::time::sleep(retry) => {
                     match tokio::time::timeout_at(stop_at, self.renew()).await {
-                        Ok(Ok(true)) => {}
-                        Ok(Ok(false)) => return Err(Error::LostLease),
+                        Ok(Ok(true)) => false,
+                        Ok(Ok(false)) => true,
                         Ok(Err(e)) => {
                             self.metrics.error("write");
                             tracing::warn!(error = %e, "renewing the leader election lease failed; retrying");
+                            false
                         }
-                        Err(_) => return Err(Error::LostLease),
+                        Err(_) => true,
                     }
                 }
+            };
+            if lost {
+                fence.seal(tokio::time::Instant::now()).await;
+                return Err(Error::LostLease);
             }
         }
     }
@@ -317,6 +376,7 @@ pub async fn run(
     leading: watch::Sender<bool>,
     metrics: Metrics,
     stop: shutdown::Signal,
+    fence: std::sync::Arc<Fence>,
 ) -> Result<()> {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     metrics.set(&cfg.name, false);
@@ -328,7 +388,7 @@ pub async fn run(
     loop {
         let again = tokio::time::Instant::from_std(c.try_acquire().await);
         if c.elector.is_leader() {
-            let result = c.lead(&mut stopping).await;
+            let result = c.lead(&mut stopping, &fence).await;
             c.set_leading(false);
             if result.is_err() {
                 tracing::error!(lease = %c.cfg.name, "lost the leader election lease: no renew within the renew deadline; stopped writing, exiting");

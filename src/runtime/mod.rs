@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod args;
 pub mod client;
+pub mod fence;
 pub mod http;
 pub mod leader;
 pub mod shutdown;

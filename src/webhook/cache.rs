@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use futures::future::{BoxFuture, Shared};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 use nlc_core::admission::toleration_rules::{RuleSet, TolerationRule};
@@ -326,7 +326,7 @@ async fn publish(
             continue;
         }
         let patch = json!({"status": want});
-        match api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        match api.patch_status(name, &crate::patch_params(), &Patch::Merge(&patch)).await {
             Ok(_) => tracing::info!(rule = %name, "TolerationRule status written"),
             Err(e) => tracing::warn!(rule = %name, error = %e, "writing a TolerationRule's status; retried later"),
         }

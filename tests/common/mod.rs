@@ -79,6 +79,10 @@ impl Controller {
             // test names one.
             let own_lease = ["--leader-elect-resource-name", scope];
             let lease: &[&str] = if extra.contains(&"--leader-elect-resource-name") { &[] } else { &own_lease };
+            // Each process its own identity (one host runs them all), unless the test gives one.
+            let own_instance = format!("{scope}-{port}");
+            let own_instance = ["--instance", own_instance.as_str()];
+            let instance: &[&str] = if extra.contains(&"--instance") { &[] } else { &own_instance };
             let child = tokio::process::Command::new(BIN)
                 .arg("run")
                 .arg("--kubeconfig")
@@ -87,6 +91,7 @@ impl Controller {
                 .args(["--node-selector", &format!("nlc-test={scope}")])
                 .args(["--log-level", "info,node_lifecycle_controller=debug"])
                 .args(lease)
+                .args(instance)
                 .args(extra)
                 .stdout(Stdio::null())
                 .stderr(Stdio::from(file))

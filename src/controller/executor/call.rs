@@ -1,0 +1,96 @@
+//! Every request the executor makes goes through [`Inner::read`] or [`Inner::write`]: the metric
+//! (`nlc_api_requests_total{verb,resource,code}`), one log line for the unexpected, the outcome
+//! classified ([`Outcome`]). Writes also pass the [`Fence`] right before they are sent, and are
+//! bounded in time (`--api-write-timeout`): a slow API server or etcd must not hold an eviction
+//! permit for the client's 295 s read timeout.
+
+use std::future::Future;
+
+pub use crate::runtime::fence::Fence;
+
+use super::Inner;
+use crate::metrics::RequestLabels;
+
+/// What an API call came to.
+#[derive(Debug)]
+pub enum Outcome<T> {
+    Ok(T),
+    /// 404: the object is gone.
+    Gone,
+    /// 409: a precondition (resourceVersion or UID) no longer holds.
+    Conflict,
+    /// 429: refused for now (API priority and fairness, or a PodDisruptionBudget).
+    Throttled(String),
+    /// 400 / 422: the request itself was refused.
+    Invalid(String),
+    /// Anything else (403, 5xx, no answer, a timeout).
+    Failed(String),
+    /// Not sent: this process may not write (it does not lead, is paused, or is stopping).
+    Fenced,
+}
+
+impl Inner {
+    /// A read.
+    pub(super) async fn read<T>(
+        &self,
+        verb: &'static str,
+        resource: &'static str,
+        name: &str,
+        req: impl Future<Output = kube::Result<T>>,
+    ) -> Outcome<T> {
+        self.classify(verb, resource, name, req.await)
+    }
+
+    /// A write: fenced, and bounded by `--api-write-timeout`.
+    pub(super) async fn write<T>(
+        &self,
+        verb: &'static str,
+        resource: &'static str,
+        name: &str,
+        req: impl Future<Output = kube::Result<T>>,
+    ) -> Outcome<T> {
+        match tokio::time::timeout(self.cfg.write_timeout, self.fence.write(req)).await {
+            Ok(Some(result)) => self.classify(verb, resource, name, result),
+            Ok(None) => Outcome::Fenced,
+            Err(_) => {
+                self.exec_metrics.requests.get_or_create(&RequestLabels { verb, resource, code: 0 }).inc();
+                self.exec_metrics.timeouts.inc();
+                let after = self.cfg.write_timeout;
+                tracing::warn!(verb, resource, name, timeout_ms = after.as_millis() as u64, "request timed out");
+                Outcome::Failed(format!("no answer within --api-write-timeout {after:?}"))
+            }
+        }
+    }
+
+    fn classify<T>(
+        &self,
+        verb: &'static str,
+        resource: &'static str,
+        name: &str,
+        result: kube::Result<T>,
+    ) -> Outcome<T> {
+        let code = match &result {
+            Ok(_) => 200,
+            Err(kube::Error::Api(s)) => s.code,
+            Err(_) => 0,
+        };
+        self.exec_metrics.requests.get_or_create(&RequestLabels { verb, resource, code }).inc();
+        let e = match result {
+            Ok(v) => return Outcome::Ok(v),
+            Err(e) => e,
+        };
+        match code {
+            404 => Outcome::Gone,
+            409 => Outcome::Conflict,
+            429 => Outcome::Throttled(e.to_string()),
+            400 | 422 => {
+                tracing::warn!(verb, resource, name, error = %e, "request refused as invalid");
+                Outcome::Invalid(e.to_string())
+            }
+            _ => {
+                tracing::warn!(verb, resource, name, code, error = %e, "request failed");
+                Outcome::Failed(e.to_string())
+            }
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! The executor: the only code that writes to the API. It carries out [`Action`]s (pod writes
+//! from a bounded queue by a fixed set of workers, node writes one per node), paces them
+//! (governor), sends every write through one [`Fence`], and reports each result back to the
+//! controller task, which decides about retries.
+//!
+//! - `call.rs`: every request: metrics, outcome, the fence, the write timeout.
+//! - `queue.rs`: the pod writes waiting for a worker.
+//! - `pods.rs`: evictions and MarkPodsNotReady.
+//! - `nodes.rs`: conditions and taints.
+//! - `../events.rs`: events, best effort, behind the evictions.
+
+mod call;
+mod nodes;
+mod pods;
+mod queue;
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use nlc_core::action::{Action, EvictPod, EvictionResult, MarkPodNotReady, MarkResult, Op, PodEventKind};
+use nlc_core::flags::MIN_RATE;
+use nlc_core::index::PodKey;
+use nlc_core::state::Input;
+use tokio::sync::{Semaphore, mpsc, watch};
+use tracing::Instrument;
+
+pub use call::{Fence, Outcome};
+
+use super::events::{EventQueue, QueuedEvent, Saturation};
+use crate::clock::Clock;
+use crate::metrics::{EvictionMetrics, ExecutorMetrics, LifecycleMetrics};
+use pods::NodeRead;
+
+/// A token bucket for `qps` with `burst`; `None` when `qps` is 0 (unlimited). Never panics:
+/// rates the flags would reject (negative, NaN, below [`MIN_RATE`]) also give `None`.
+pub fn limiter(qps: f64, burst: u32) -> Option<Arc<DefaultDirectRateLimiter>> {
+    if !(qps >= MIN_RATE && qps.is_finite()) {
+        return None;
+    }
+    let period = Duration::try_from_secs_f64(1.0 / qps).ok()?.max(Duration::from_nanos(1));
+    let quota = Quota::with_period(period)?.allow_burst(NonZeroU32::new(burst.max(1))?);
+    Some(Arc::new(RateLimiter::direct(quota)))
+}
+
+pub struct ExecutorConfig {
+    /// Pace deletions / evictions (`--pod-eviction-qps`).
+    pub eviction_limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    /// Pace every API write (`--kube-api-qps`).
+    pub api_limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    /// Evictions carried out at once: the number of eviction workers.
+    pub concurrency: usize,
+    /// Pace taint writes other than a node's first NoExecute taint, which its zone paces
+    /// (`--node-taint-qps`).
+    pub taint_limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    /// Pace MarkPodsNotReady (`--mark-pods-not-ready-qps`).
+    pub mark_pods_limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    /// The `reportingInstance` of events (the pod name in a cluster).
+    pub instance: String,
+    /// How long a write may wait for its answer (`--api-write-timeout`).
+    pub write_timeout: Duration,
+}
+
+/// The rates and sizes the executor is built from, as the flags give them.
+pub struct Budget {
+    pub pod_eviction_qps: f64,
+    pub pod_eviction_burst: u32,
+    pub kube_api_qps: f64,
+    pub kube_api_burst: u32,
+    pub concurrency: usize,
+    pub node_taint_qps: f64,
+    pub node_taint_burst: u32,
+    pub mark_pods_not_ready_qps: f64,
+    pub write_timeout: Duration,
+}
+
+impl ExecutorConfig {
+    pub fn new(budget: Budget, instance: String) -> Self {
+        let Budget {
+            pod_eviction_qps,
+            pod_eviction_burst,
+            kube_api_qps,
+            kube_api_burst,
+            concurrency,
+            node_taint_qps,
+            node_taint_burst,
+            mark_pods_not_ready_qps,
+            write_timeout,
+        } = budget;
+        Self {
+            eviction_limiter: limiter(pod_eviction_qps, pod_eviction_burst),
+            api_limiter: limiter(kube_api_qps, kube_api_burst),
+            concurrency: concurrency.max(1),
+            taint_limiter: limiter(node_taint_qps, node_taint_burst),
+            // One second's worth of MarkPodsNotReady at once, as upstream's workers do.
+            mark_pods_limiter: limiter(mark_pods_not_ready_qps, (mark_pods_not_ready_qps.ceil() as u32).max(1)),
+            instance,
+            write_timeout,
+        }
+    }
+}
+
+/// The metrics the executor records into.
+pub struct Metrics {
+    pub eviction: EvictionMetrics,
+    pub executor: ExecutorMetrics,
+    pub lifecycle: LifecycleMetrics,
+}
+
+/// MarkPodsNotReady workers: the rate limiter paces them; a few at once hide the latency.
+const MARK_WORKERS: usize = 8;
+
+#[derive(Clone)]
+pub struct Executor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: kube::Client,
+    results: mpsc::Sender<Input>,
+    clock: Arc<dyn Clock>,
+    cfg: ExecutorConfig,
+    events: EventQueue,
+    evictions: queue::Queue<EvictJob>,
+    marks: queue::Queue<MarkJob>,
+    /// Eviction workers busy (the event worker yields while all of them are).
+    busy: Arc<AtomicUsize>,
+    node_permits: Semaphore,
+    /// Counts submissions, so that a shared node read is only used by evictions decided before
+    /// it started.
+    seq: AtomicU64,
+    recent_nodes: Mutex<HashMap<String, NodeRead>>,
+    /// Pod writes taken by a worker that can still be called off while they wait.
+    running: Mutex<HashMap<Op, Arc<Cancel>>>,
+    fence: Arc<Fence>,
+    metrics: EvictionMetrics,
+    exec_metrics: ExecutorMetrics,
+    lifecycle_metrics: LifecycleMetrics,
+}
+
+/// An eviction waiting for a worker; `seq` orders it against shared node reads; when it was
+/// submitted.
+struct EvictJob(EvictPod, u64, tokio::time::Instant);
+
+impl queue::Job for EvictJob {
+    fn op(&self) -> u64 {
+        self.0.op
+    }
+    fn key(&self) -> &PodKey {
+        &self.0.key
+    }
+}
+
+struct MarkJob(MarkPodNotReady);
+
+impl queue::Job for MarkJob {
+    fn op(&self) -> u64 {
+        self.0.op
+    }
+    fn key(&self) -> &PodKey {
+        &self.0.key
+    }
+}
+
+/// A write's "called off" flag, which its waits (rate limits) watch, so that a cancelled write
+/// neither waits its turn out nor spends a rate-limiter token.
+#[derive(Default)]
+pub(super) struct Cancel {
+    cancelled: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Cancel {
+    fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once cancelled.
+    async fn cancelled(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Executor {
+    /// Starts the workers. `gate` is the controller's decision that this process may write
+    /// (it leads, is not paused altogether, is not in shadow mode); every write also passes the
+    /// [`Fence`] built on it.
+    pub fn new(
+        client: kube::Client,
+        results: mpsc::Sender<Input>,
+        clock: Arc<dyn Clock>,
+        cfg: ExecutorConfig,
+        gate: watch::Receiver<bool>,
+        metrics: Metrics,
+    ) -> Self {
+        let Metrics { eviction: metrics, executor: exec_metrics, lifecycle: lifecycle_metrics } = metrics;
+        let fence = Arc::new(Fence::new(gate));
+        let busy = Arc::new(AtomicUsize::new(0));
+        let saturation = Saturation { busy: busy.clone(), workers: cfg.concurrency };
+        let events = EventQueue::start(client.clone(), &cfg.instance, fence.clone(), saturation, exec_metrics.clone());
+        let inner = Arc::new(Inner {
+            client,
+            results,
+            clock,
+            events,
+            evictions: queue::Queue::default(),
+            marks: queue::Queue::default(),
+            busy,
+            node_permits: Semaphore::new(cfg.concurrency),
+            seq: AtomicU64::new(0),
+            recent_nodes: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashMap::new()),
+            fence,
+            metrics,
+            exec_metrics,
+            lifecycle_metrics,
+            cfg,
+        });
+        for _ in 0..inner.cfg.concurrency {
+            tokio::spawn(evict_worker(inner.clone()).instrument(tracing::info_span!("eviction-worker")));
+        }
+        for _ in 0..MARK_WORKERS {
+            tokio::spawn(mark_worker(inner.clone()).instrument(tracing::info_span!("mark-worker")));
+        }
+        Self { inner }
+    }
+
+    /// The fence every write passes: sealed by leader election before the Lease is released.
+    pub fn fence(&self) -> Arc<Fence> {
+        self.inner.fence.clone()
+    }
+
+    /// Carries out `action` in the background.
+    pub fn submit(&self, action: Action) {
+        let inner = &self.inner;
+        let seq = inner.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        match action {
+            Action::EvictPod(ev) => {
+                if ev.attempt == 0 && !ev.immediate {
+                    let late = inner.clock.now().duration_since(ev.due).as_secs_f64().max(0.0);
+                    inner.metrics.fire_lateness.observe(late);
+                }
+                if let Some(EvictJob(old, ..)) = inner.evictions.push(EvictJob(ev, seq, tokio::time::Instant::now())) {
+                    inner.report_eviction(old, EvictionResult::Cancelled);
+                }
+                inner.exec_metrics.queued("evictions", inner.evictions.len());
+            }
+            Action::MarkPodNotReady(p) => {
+                if let Some(MarkJob(old)) = inner.marks.push(MarkJob(p)) {
+                    inner.report_mark(old, MarkResult::Cancelled);
+                }
+                inner.exec_metrics.queued("marks", inner.marks.len());
+            }
+            Action::Cancel(op) => {
+                let queued = match op {
+                    Op::Eviction(n) => inner.evictions.remove(n).map(|EvictJob(ev, ..)| {
+                        inner.report_eviction(ev, EvictionResult::Cancelled);
+                    }),
+                    Op::MarkPodNotReady(n) => {
+                        inner.marks.remove(n).map(|MarkJob(p)| inner.report_mark(p, MarkResult::Cancelled))
+                    }
+                };
+                if queued.is_none()
+                    && let Some(c) = lock(&inner.running).get(&op)
+                {
+                    c.cancel();
+                }
+            }
+            Action::PodEvent(e) => {
+                if e.kind == PodEventKind::CancellingDeletion {
+                    inner.metrics.cancelled.inc();
+                }
+                inner.events.push(QueuedEvent::Pod(e));
+            }
+            Action::NodeEvent(e) => inner.events.push(QueuedEvent::Node(e)),
+            Action::SetConditions(w) => {
+                let inner = inner.clone();
+                let span = tracing::info_span!("set-conditions", node = %w.node);
+                let task = async move {
+                    let result = inner.set_conditions(&w).await;
+                    let _ = inner.results.send(Input::NodeWriteResult { node: w.node, result }).await;
+                };
+                tokio::spawn(task.instrument(span));
+            }
+            Action::SetTaints(w) => {
+                let inner = inner.clone();
+                let span = tracing::info_span!("set-taints", node = %w.node);
+                let task = async move {
+                    let result = inner.set_taints(&w).await;
+                    let _ = inner.results.send(Input::NodeWriteResult { node: w.node, result }).await;
+                };
+                tokio::spawn(task.instrument(span));
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Hands an eviction's result back to the controller task (from a worker, or for a job
+    /// that left the queue without running).
+    fn report_eviction(&self, ev: EvictPod, result: EvictionResult) {
+        let input = Input::EvictionResult { key: ev.key, uid: ev.uid, op: ev.op, result };
+        let results = self.results.clone();
+        // The controller task drains its inputs every turn; a full channel is a burst.
+        if let Err(mpsc::error::TrySendError::Full(input)) = results.try_send(input) {
+            tokio::spawn(async move {
+                let _ = results.send(input).await;
+            });
+        }
+    }
+
+    fn report_mark(&self, p: MarkPodNotReady, result: MarkResult) {
+        let input = Input::MarkResult { key: p.key, op: p.op, result };
+        let results = self.results.clone();
+        if let Err(mpsc::error::TrySendError::Full(input)) = results.try_send(input) {
+            tokio::spawn(async move {
+                let _ = results.send(input).await;
+            });
+        }
+    }
+
+    fn running(&self, op: Op) -> Arc<Cancel> {
+        let c = Arc::new(Cancel::default());
+        lock(&self.running).insert(op, c.clone());
+        c
+    }
+
+    /// Waits for `cells` of the API budget (`--kube-api-qps`), unless the fence is closed.
+    async fn api_budget(&self, cells: u32) -> bool {
+        if !self.fence.is_open() {
+            return false;
+        }
+        if let (Some(l), Some(n)) = (&self.cfg.api_limiter, NonZeroU32::new(cells)) {
+            // More cells than the burst can never be granted: take them one by one.
+            if l.until_n_ready(n).await.is_err() {
+                for _ in 0..cells {
+                    l.until_ready().await;
+                }
+            }
+        }
+        self.fence.is_open()
+    }
+}
+
+async fn evict_worker(inner: Arc<Inner>) {
+    loop {
+        let EvictJob(ev, seq, queued) = inner.evictions.pop().await;
+        inner.exec_metrics.queued("evictions", inner.evictions.len());
+        inner.busy.fetch_add(1, Ordering::SeqCst);
+        let op = Op::Eviction(ev.op);
+        let cancel = inner.running(op);
+        inner.metrics.in_flight.inc();
+        let span = tracing::info_span!("evict", pod = %ev.key, op = ev.op);
+        let result = inner.evict(&ev, seq, queued, &cancel).instrument(span).await;
+        inner.metrics.in_flight.dec();
+        lock(&inner.running).remove(&op);
+        inner.busy.fetch_sub(1, Ordering::SeqCst);
+        let input = Input::EvictionResult { key: ev.key, uid: ev.uid, op: ev.op, result };
+        if inner.results.send(input).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn mark_worker(inner: Arc<Inner>) {
+    loop {
+        let MarkJob(p) = inner.marks.pop().await;
+        inner.exec_metrics.queued("marks", inner.marks.len());
+        let op = Op::MarkPodNotReady(p.op);
+        let cancel = inner.running(op);
+        let span = tracing::info_span!("mark-pod-not-ready", pod = %p.key);
+        let result = inner.mark_pod_not_ready(&p, &cancel).instrument(span).await;
+        lock(&inner.running).remove(&op);
+        if inner.results.send(Input::MarkResult { key: p.key, op: p.op, result }).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limiters_never_panic_on_odd_rates() {
+        for qps in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-300, 1e-12, 1e-7] {
+            assert!(limiter(qps, 1).is_none(), "{qps}");
+        }
+        for (qps, burst) in [(MIN_RATE, 0), (1e-3, 1), (20.0, 30), (1e9, u32::MAX), (f64::MAX, 1)] {
+            assert!(limiter(qps, burst).is_some(), "{qps} {burst}");
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Node writes: a silent node's conditions, and taints. One write per node at a time (the core
+//! guarantees it), at most `concurrency` at once.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch};
+use nlc_core::action::{NodeWriteResult, SetConditions, SetTaints};
+use nlc_core::index::SlimNode;
+use nlc_core::taints;
+use serde_json::json;
+
+use super::Inner;
+use super::call::Outcome;
+use crate::metrics::ZoneLabels;
+
+impl Inner {
+    /// Marks a silent node's conditions Unknown: a strategic-merge patch of `status.conditions`
+    /// (merged by type) carrying the resourceVersion we decided on, so that a kubelet's newer
+    /// write makes ours fail instead of being overwritten. On a conflict the node is read again
+    /// and handed back, so that health is judged on what the kubelet wrote.
+    pub(super) async fn set_conditions(&self, w: &SetConditions) -> NodeWriteResult {
+        let Ok(_permit) = self.node_permits.acquire().await else {
+            return NodeWriteResult::Failed("executor closed".into());
+        };
+        if !self.api_budget(1).await {
+            return NodeWriteResult::Failed("not the leader".into());
+        }
+        let conditions: Vec<serde_json::Value> = w
+            .conditions
+            .iter()
+            .map(|c| {
+                let mut v = json!({
+                    "type": c.type_, "status": "Unknown", "reason": c.reason, "message": c.message,
+                    "lastTransitionTime": c.last_transition,
+                });
+                if let Some(hb) = c.last_heartbeat {
+                    v["lastHeartbeatTime"] = json!(hb);
+                }
+                v
+            })
+            .collect();
+        let patch = json!({
+            "metadata": {"resourceVersion": w.resource_version},
+            "status": {"conditions": conditions},
+        });
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        match self
+            .write(
+                "patch",
+                "nodes/status",
+                &w.node,
+                nodes.patch_status(&w.node, &crate::patch_params(), &Patch::Strategic(&patch)),
+            )
+            .await
+        {
+            Outcome::Ok(node) => {
+                let delay = self.clock.now().duration_since(w.expired_at).as_secs_f64().max(0.0);
+                self.lifecycle_metrics.detection_delay.observe(delay);
+                tracing::info!(node = %w.node, detection_delay_ms = (delay * 1000.0) as u64, "node stopped posting status; conditions set to Unknown");
+                NodeWriteResult::Done(Some(Box::new(SlimNode::from(&node))))
+            }
+            Outcome::Conflict => NodeWriteResult::Conflict(self.read_node(&nodes, &w.node).await.ok().flatten()),
+            Outcome::Gone => NodeWriteResult::NotFound,
+            Outcome::Fenced => NodeWriteResult::Failed("not the leader".into()),
+            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => NodeWriteResult::Failed(e),
+        }
+    }
+
+    async fn read_node(&self, nodes: &Api<Node>, name: &str) -> Result<Option<Box<SlimNode>>, String> {
+        match self.read("get", "nodes", name, nodes.get(name)).await {
+            Outcome::Ok(node) => Ok(Some(Box::new(SlimNode::from(&node)))),
+            Outcome::Gone => Ok(None),
+            Outcome::Conflict => Err("conflict".into()),
+            Outcome::Fenced => Err("not the leader".into()),
+            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => Err(e),
+        }
+    }
+
+    /// Applies a taint change to the node's live list and writes the whole list with the
+    /// node's resourceVersion (never a forced apply); on conflict, re-reads and tries again.
+    pub(super) async fn set_taints(&self, w: &SetTaints) -> NodeWriteResult {
+        let Ok(_permit) = self.node_permits.acquire().await else {
+            return NodeWriteResult::Failed("executor closed".into());
+        };
+        if w.counted_zone.is_none()
+            && let Some(l) = &self.cfg.taint_limiter
+        {
+            l.until_ready().await;
+        }
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut current = w.current.clone();
+        let mut rv = w.resource_version.clone();
+        let mut fresh: Option<Box<SlimNode>> = None;
+        for attempt in 0..5u32 {
+            let Some(next) = taints::apply_changes(&current, &w.add, &w.remove, self.clock.now()) else {
+                return NodeWriteResult::Done(fresh);
+            };
+            if !self.api_budget(1).await {
+                return NodeWriteResult::Failed("not the leader".into());
+            }
+            let list: Vec<k8s_openapi::api::core::v1::Taint> = next.iter().map(Into::into).collect();
+            let patch = json!({"metadata": {"resourceVersion": rv}, "spec": {"taints": list}});
+            match self
+                .write("patch", "nodes", &w.node, nodes.patch(&w.node, &crate::patch_params(), &Patch::Merge(&patch)))
+                .await
+            {
+                Outcome::Ok(node) => {
+                    if let Some(zone) = &w.counted_zone {
+                        self.lifecycle_metrics.evictions.get_or_create(&ZoneLabels { zone: zone.clone() }).inc();
+                    }
+                    let (add, remove): (Vec<String>, Vec<String>) = (
+                        w.add.iter().map(|a| a.id.to_string()).collect(),
+                        w.remove.iter().map(ToString::to_string).collect(),
+                    );
+                    tracing::info!(node = %w.node, ?add, ?remove, "taints updated");
+                    return NodeWriteResult::Done(Some(Box::new(SlimNode::from(&node))));
+                }
+                Outcome::Conflict => {}
+                Outcome::Gone => return NodeWriteResult::NotFound,
+                Outcome::Fenced => return NodeWriteResult::Failed("not the leader".into()),
+                Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => return NodeWriteResult::Failed(e),
+            }
+            // Conflict: read the node as it is now and apply the change to that.
+            tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+            match self.read_node(&nodes, &w.node).await {
+                Ok(Some(slim)) => {
+                    current = slim.taints.clone();
+                    rv = slim.resource_version.clone();
+                    fresh = Some(slim);
+                }
+                Ok(None) => return NodeWriteResult::NotFound,
+                Err(e) => return NodeWriteResult::Failed(format!("re-reading node {}: {e}", w.node)),
+            }
+        }
+        NodeWriteResult::Conflict(fresh)
+    }
+}

@@ -1,0 +1,260 @@
+//! Pod writes: evictions (the `DisruptionTarget` condition then a delete with a UID
+//! precondition, or the Eviction API) and MarkPodsNotReady.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, EvictParams, Patch, Preconditions};
+use nlc_core::action::{EvictPod, EvictionMode, EvictionResult, MarkPodNotReady, MarkResult, PodEvent, PodEventKind};
+use nlc_core::taints::Taint;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::call::Outcome;
+use super::{Cancel, Inner, lock};
+use crate::controller::events::QueuedEvent;
+use crate::metrics::{ReasonLabels, RequestLabels};
+
+pub use nlc_core::action::{DELETION_BY_TAINT_MANAGER, DISRUPTION_TARGET, TAINT_MANAGER_MESSAGE};
+
+/// An eviction that waited longer than this (in the queue or a rate limiter) reads the node
+/// again before writing, even if it was not an immediate one.
+const QUEUED_RECHECK: Duration = Duration::from_millis(100);
+
+type NodeTaints = Shared<BoxFuture<'static, Result<Option<Arc<Vec<Taint>>>, String>>>;
+
+/// A live node read that concurrent evictions share. `seq` is the submission counter when the
+/// read started: only evictions decided before that may use it.
+pub(super) struct NodeRead {
+    seq: u64,
+    at: Instant,
+    taints: NodeTaints,
+}
+
+const NODE_READ_KEEP: Duration = Duration::from_secs(2);
+
+impl Inner {
+    fn fail(&self, reason: &'static str, detail: String) -> EvictionResult {
+        self.metrics.failures.get_or_create(&ReasonLabels { reason }).inc();
+        EvictionResult::Failed(detail)
+    }
+
+    pub(super) async fn evict(&self, ev: &EvictPod, seq: u64, queued: Instant, cancel: &Cancel) -> EvictionResult {
+        let wait = async {
+            if let Some(l) = &self.cfg.eviction_limiter {
+                l.until_ready().await;
+            }
+            // Delete mode writes twice (the condition, then the delete): take both cells before
+            // the checks, so that nothing waits between the checks and the writes.
+            let cells = if ev.method == EvictionMode::Delete { 2 } else { 1 };
+            self.api_budget(cells).await
+        };
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return EvictionResult::Cancelled,
+            may = wait => if !may {
+                return EvictionResult::Failed("not the leader".into());
+            },
+        }
+        if ev.immediate || queued.elapsed() >= QUEUED_RECHECK {
+            match self.live_taints(&ev.node, seq).await {
+                Ok(None) => return EvictionResult::Moot, // the node is gone: not ours
+                Ok(Some(live)) => {
+                    if !ev.causes.iter().any(|c| c.present_in(&live)) {
+                        tracing::info!(pod = %ev.key, node = %ev.node, "the node's live taints no longer make this eviction due");
+                        return EvictionResult::Moot;
+                    }
+                }
+                Err(e) => return self.fail("node_read", e),
+            }
+        }
+        if cancel.is_cancelled() {
+            return EvictionResult::Cancelled;
+        }
+        if ev.announce {
+            self.events.push(QueuedEvent::Pod(PodEvent {
+                namespace: ev.namespace.clone(),
+                name: ev.name.clone(),
+                uid: ev.uid.clone(),
+                kind: PodEventKind::MarkingForDeletion,
+            }));
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ev.namespace);
+        let result = match ev.method {
+            EvictionMode::Delete => match self.mark_disruption_target(&pods, ev).await {
+                Some(stop) => stop,
+                None => self.delete(&pods, ev).await,
+            },
+            // The Eviction API writes its own DisruptionTarget condition when, and only when, it
+            // lets the eviction go ahead: a blocked eviction leaves no false condition.
+            EvictionMode::Evict => self.evict_api(&pods, ev).await,
+        };
+        if result == (EvictionResult::Done { deleted: true }) {
+            let late = self.clock.now().duration_since(ev.due).as_secs_f64().max(0.0);
+            self.metrics.deletions.inc();
+            self.metrics.deletion_duration.observe(late);
+            let kind = if ev.immediate { "immediate" } else { "timed" };
+            self.metrics.lateness.get_or_create(&crate::metrics::KindLabels { kind }).observe(late);
+            tracing::info!(pod = %ev.key, node = %ev.node, method = ?ev.method, lateness_ms = (late * 1000.0) as u64, "evicted");
+        }
+        result
+    }
+
+    /// Upstream's order: the `DisruptionTarget` condition first, with the pod's UID as a
+    /// precondition. `Some` ends the eviction (the pod is gone or was replaced, or the write
+    /// failed).
+    async fn mark_disruption_target(&self, pods: &Api<Pod>, ev: &EvictPod) -> Option<EvictionResult> {
+        let patch = json!({
+            "metadata": {"uid": ev.uid},
+            "status": {"conditions": [{
+                "type": DISRUPTION_TARGET, "status": "True", "reason": DELETION_BY_TAINT_MANAGER,
+                "message": TAINT_MANAGER_MESSAGE, "lastTransitionTime": self.clock.now(),
+            }]}
+        });
+        match self
+            .write(
+                "patch",
+                "pods/status",
+                &ev.name,
+                pods.patch_status(&ev.name, &crate::patch_params(), &Patch::Strategic(&patch)),
+            )
+            .await
+        {
+            Outcome::Ok(_) => None,
+            Outcome::Gone => Some(EvictionResult::Done { deleted: false }),
+            // A different uid in the patch is refused as an invalid change of the immutable
+            // metadata.uid (422, checked against kube-apiserver in tests/eviction.rs): the pod
+            // was deleted and recreated under the same name, which is another pod.
+            Outcome::Invalid(e) if e.contains("metadata.uid") => Some(EvictionResult::Done { deleted: false }),
+            Outcome::Conflict => Some(self.fail("condition", "conflict writing the DisruptionTarget condition".into())),
+            Outcome::Fenced => Some(EvictionResult::Failed("not the leader".into())),
+            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => {
+                Some(self.fail("condition", format!("adding the DisruptionTarget condition: {e}")))
+            }
+        }
+    }
+
+    fn delete_params(ev: &EvictPod) -> DeleteParams {
+        DeleteParams {
+            preconditions: Some(Preconditions { uid: Some(ev.uid.clone()), resource_version: None }),
+            ..DeleteParams::default()
+        }
+    }
+
+    async fn delete(&self, pods: &Api<Pod>, ev: &EvictPod) -> EvictionResult {
+        let dp = Self::delete_params(ev);
+        match self.write("delete", "pods", &ev.name, pods.delete(&ev.name, &dp)).await {
+            Outcome::Ok(_) => EvictionResult::Done { deleted: true },
+            // Gone, or the UID precondition failed (409): another pod now has the name.
+            Outcome::Gone | Outcome::Conflict => EvictionResult::Done { deleted: false },
+            Outcome::Fenced => EvictionResult::Failed("not the leader".into()),
+            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => self.fail("delete", e),
+        }
+    }
+
+    async fn evict_api(&self, pods: &Api<Pod>, ev: &EvictPod) -> EvictionResult {
+        let params = EvictParams { delete_options: Some(Self::delete_params(ev)), post_options: crate::post_params() };
+        match self.write("create", "pods/eviction", &ev.name, pods.evict(&ev.name, &params)).await {
+            Outcome::Ok(_) => EvictionResult::Done { deleted: true },
+            Outcome::Gone | Outcome::Conflict => EvictionResult::Done { deleted: false },
+            Outcome::Fenced => EvictionResult::Failed("not the leader".into()),
+            Outcome::Throttled(e) => {
+                self.metrics.failures.get_or_create(&ReasonLabels { reason: "disruption_budget" }).inc();
+                tracing::info!(pod = %ev.key, "eviction blocked by a PodDisruptionBudget; retrying");
+                EvictionResult::Blocked(e)
+            }
+            // E.g. 500 "more than one PodDisruptionBudget": retried, and after --pdb-max-wait
+            // the pod is deleted instead.
+            Outcome::Invalid(e) | Outcome::Failed(e) => self.fail("eviction", e),
+        }
+    }
+
+    /// The node's live taints (`None` if it no longer exists). Evictions decided before a read
+    /// started share it; a read that started before an eviction was decided is never used for
+    /// it (the taint that made it due may have come after).
+    async fn live_taints(&self, node: &str, seq: u64) -> Result<Option<Arc<Vec<Taint>>>, String> {
+        let fut = {
+            let mut recent = lock(&self.recent_nodes);
+            let now = Instant::now();
+            recent.retain(|_, r| now.duration_since(r.at) < NODE_READ_KEEP);
+            match recent.get(node) {
+                Some(r) if r.seq >= seq => r.taints.clone(),
+                _ => {
+                    let api: Api<Node> = Api::all(self.client.clone());
+                    let name = node.to_owned();
+                    let started = self.seq.load(Ordering::Relaxed);
+                    let requests = self.exec_metrics.requests.clone();
+                    let f: NodeTaints = async move {
+                        let result = api.get_opt(&name).await;
+                        let code = match &result {
+                            Ok(Some(_)) => 200,
+                            Ok(None) => 404,
+                            Err(kube::Error::Api(s)) => s.code,
+                            Err(_) => 0,
+                        };
+                        requests.get_or_create(&RequestLabels { verb: "get", resource: "nodes", code }).inc();
+                        match result {
+                            Ok(Some(n)) => Ok(Some(Arc::new(
+                                n.spec.iter().flat_map(|s| s.taints.iter().flatten()).map(Taint::from).collect(),
+                            ))),
+                            Ok(None) => Ok(None),
+                            Err(e) => Err(format!("reading node {name}: {e}")),
+                        }
+                    }
+                    .boxed()
+                    .shared();
+                    recent.insert(node.to_owned(), NodeRead { seq: started, at: now, taints: f.clone() });
+                    f
+                }
+            }
+        };
+        fut.await
+    }
+
+    /// Upstream's MarkPodsNotReady for one pod: its Ready condition becomes False (reason and
+    /// message untouched), then a Warning event `NodeNotReady` "Node is not ready" (recorded by
+    /// the controller on [`MarkResult::Done`]).
+    pub(super) async fn mark_pod_not_ready(&self, p: &MarkPodNotReady, cancel: &Cancel) -> MarkResult {
+        let wait = async {
+            if let Some(l) = &self.cfg.mark_pods_limiter {
+                l.until_ready().await;
+            }
+            self.api_budget(1).await
+        };
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return MarkResult::Cancelled,
+            may = wait => if !may {
+                return MarkResult::Failed("not the leader".into());
+            },
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &p.namespace);
+        let patch = json!({
+            "metadata": {"uid": p.uid},
+            "status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": self.clock.now()}]}
+        });
+        match self
+            .write(
+                "patch",
+                "pods/status",
+                &p.name,
+                pods.patch_status(&p.name, &crate::patch_params(), &Patch::Strategic(&patch)),
+            )
+            .await
+        {
+            Outcome::Ok(_) => {
+                self.lifecycle_metrics.pods_marked_not_ready.inc();
+                MarkResult::Done
+            }
+            Outcome::Gone => MarkResult::Gone,
+            Outcome::Invalid(e) if e.contains("metadata.uid") => MarkResult::Gone,
+            Outcome::Conflict => MarkResult::Failed("conflict".into()),
+            Outcome::Fenced => MarkResult::Failed("not the leader".into()),
+            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => MarkResult::Failed(e),
+        }
+    }
+}
