@@ -33,11 +33,11 @@ pub struct ExplainArgs {
     #[arg(long)]
     pub pod: String,
     /// Read the node and the pod from the cluster instead of files.
-    #[arg(long)]
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub from_cluster: bool,
     /// Honour the `Lt` / `Gt` toleration operators (feature gate
     /// TaintTolerationComparisonOperators, off by default upstream).
-    #[arg(long)]
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub enable_comparison_operators: bool,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
@@ -46,7 +46,7 @@ pub struct ExplainArgs {
     /// ExtendedResourceToleration, toleration rules) would do to the pod on CREATE, and why.
     /// The namespace and the rules come from --namespace-manifest and --rules, or with
     /// --from-cluster from the cluster.
-    #[arg(long)]
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub admission: bool,
     /// With --admission: the pod's Namespace manifest (its labels and annotations).
     #[arg(long, requires = "admission")]

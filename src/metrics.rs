@@ -35,6 +35,7 @@ pub struct EvictionMetrics {
     pub in_flight: Gauge,
     pub failures: Family<ReasonLabels, Counter>,
     pub cancelled: Counter,
+    pub truncated: Counter,
 }
 
 /// `timed`: the deadline came from a toleration's seconds; `immediate`: the pod was not
@@ -71,6 +72,7 @@ impl Default for EvictionMetrics {
             in_flight: Gauge::default(),
             failures: Family::default(),
             cancelled: Counter::default(),
+            truncated: Counter::default(),
         }
     }
 }
@@ -114,6 +116,11 @@ impl EvictionMetrics {
             "nlc_eviction_cancellations",
             "Scheduled evictions cancelled before their deadline",
             m.cancelled.clone(),
+        );
+        registry.register(
+            "nlc_pods_tolerations_truncated",
+            "Pods seen with more NoExecute tolerations than the cache keeps (128): a taint none of the kept ones tolerates does not evict them",
+            m.truncated.clone(),
         );
         m
     }
@@ -404,5 +411,35 @@ impl BrakeMetrics {
         };
         self.dry_run.get_or_create(&ActionLabels { action: name }).inc();
         name
+    }
+}
+
+/// This process's clock against the API server's.
+#[derive(Clone, Default)]
+pub struct ClockMetrics {
+    pub skew: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub precision: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub steps: Counter,
+}
+
+impl ClockMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "nlc_clock_skew_seconds",
+            "How far this process's clock is ahead of the API server's (negative: behind), measured from the Date of its answers; an eviction waits out a positive skew",
+            m.skew.clone(),
+        );
+        registry.register(
+            "nlc_clock_skew_precision_seconds",
+            "Half the width of the bounds the Date headers put on nlc_clock_skew_seconds",
+            m.precision.clone(),
+        );
+        registry.register(
+            "nlc_clock_steps",
+            "Steps of the wall clock seen (NTP steps, a VM resumed): each restarts node grace periods and zone limiters, and keeps pending evictions' remaining time",
+            m.steps.clone(),
+        );
+        m
     }
 }

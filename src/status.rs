@@ -43,7 +43,7 @@ pub struct StatusArgs {
     pub within: Duration,
     /// Redraw every `--interval` in place, like `top` (Ctrl-C stops); with `-o json`, one JSON
     /// document per line.
-    #[arg(short = 'w', long)]
+    #[arg(short = 'w', long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub watch: bool,
     /// How often `-w` redraws.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
@@ -52,7 +52,7 @@ pub struct StatusArgs {
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
     pub output: OutputFormat,
     /// Honour the `Lt` / `Gt` toleration operators, as the controller does with the same flag.
-    #[arg(long)]
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub enable_comparison_operators: bool,
     /// The controller's node lifecycle flags (its taint rules, grace periods and rates shape
     /// what it decides).
@@ -135,7 +135,7 @@ async fn snapshot(
         state.handle(input, now, &mut actions);
     }
     state.after_batch(now, &mut actions);
-    let mut r = report(&state, opts, now, within);
+    let mut r = report(&state, now, within);
     r.evicted = evicted_rows(pods.items.iter().filter_map(evicted_by_taint), now, within);
     Ok(r)
 }

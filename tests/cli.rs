@@ -69,6 +69,59 @@ fn help_documents_every_flag() {
 }
 
 #[test]
+fn a_rule_that_evicts_healthy_nodes_needs_to_be_allowed_explicitly() {
+    let out = Command::new(BIN)
+        .args(["run", "--taint-rule", "Ready=True:example.com/drain-all:NoExecute"])
+        .args(["--allow-no-execute-on-healthy-nodes", "--kubeconfig", "/nonexistent/kubeconfig"])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(!err.contains("--taint-rule"), "refused although allowed: {err}");
+    assert!(err.contains("kubeconfig"), "{err}");
+}
+
+/// A second process with the identity of a running one is refused at start, naming --instance.
+#[tokio::test]
+async fn a_second_process_with_the_same_identity_is_refused() {
+    let env = shared();
+    let port = free_port();
+    let lease = unique("twin");
+    let args = |port: u16| -> Vec<String> {
+        vec![
+            "run".into(),
+            "--kubeconfig".into(),
+            env.kubeconfig.display().to_string(),
+            "--metrics-bind-address".into(),
+            format!("127.0.0.1:{port}"),
+            "--node-selector".into(),
+            "nlc-test=cli-twin".into(),
+            "--instance".into(),
+            "twin-a".into(),
+            "--leader-elect-resource-name".into(),
+            lease.clone(),
+        ]
+    };
+    let mut first = tokio::process::Command::new(BIN)
+        .args(args(port))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while http_get(port, "/readyz").await.map(|r| r.0) != Some(200) {
+        assert!(std::time::Instant::now() < deadline, "the first process never got ready");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let second = tokio::process::Command::new(BIN).args(args(free_port())).output().await.expect("run");
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "a twin was accepted");
+    assert!(err.contains("--instance") && err.contains("twin-a"), "{err}");
+    let _ = first.kill().await;
+}
+
+#[test]
 fn run_with_a_broken_kubeconfig_fails_clearly() {
     let dir = std::env::temp_dir().join(unique("nlc-bad-kubeconfig"));
     std::fs::write(&dir, "this: is: not: a kubeconfig").expect("write");
@@ -210,6 +263,15 @@ fn odd_flag_values_are_refused_naming_the_flag() {
         (&["--eviction-retry-delay", "0s"], "--eviction-retry-delay"),
         (&["--eviction-retry-delay", "1s", "--eviction-retry-max-delay", "10ms"], "--eviction-retry-max-delay"),
         (&["--pdb-max-wait", "8760h"], "--pdb-max-wait"),
+        // Accepted by the Lease as 2 s: a standby could take over before this leader stops.
+        (&["--leader-elect-lease-duration", "2.9s", "--leader-elect-renew-deadline", "2s", "--leader-elect-retry-period", "500ms"], "--leader-elect-lease-duration"),
+        (&["--leader-elect-resource-name", ""], "--leader-elect-resource-name"),
+        (&["--log-level", ""], "--log-level"),
+        // Taints every healthy node NoExecute.
+        (&["--taint-rule", "Ready=True:example.com/oops:NoExecute"], "--taint-rule"),
+        (&["--taint-rule", "MemoryPressure=False:example.com/oops:NoExecute"], "--taint-rule"),
+        (&["--api-write-timeout", "0s"], "--api-write-timeout"),
+        (&["--webhook-max-connections", "0", "--enable-webhook"], "--webhook-max-connections"),
         (&["--eviction-concurrency", "0"], "--eviction-concurrency"),
         (&["--node-selector", "role in (a"], "--node-selector"),
         (&["--node-monitor-period", "99999999999999999999h"], "--node-monitor-period"),

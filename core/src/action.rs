@@ -82,6 +82,9 @@ pub enum PodEventKind {
     CancellingDeletion,
     /// `node-controller`, Warning `NodeNotReady` (MarkPodsNotReady).
     NodeNotReady,
+    /// `taint-eviction-controller`, Warning `TolerationsTruncated` (ours): the pod has more
+    /// tolerations than the cache keeps.
+    TolerationsTruncated,
 }
 
 /// An event about a pod (`regarding` the pod).
@@ -98,6 +101,7 @@ impl PodEvent {
         match self.kind {
             PodEventKind::MarkingForDeletion | PodEventKind::CancellingDeletion => "TaintManagerEviction",
             PodEventKind::NodeNotReady => "NodeNotReady",
+            PodEventKind::TolerationsTruncated => "TolerationsTruncated",
         }
     }
 
@@ -107,11 +111,16 @@ impl PodEvent {
             PodEventKind::MarkingForDeletion => format!("Marking for deletion Pod {ns}/{name}"),
             PodEventKind::CancellingDeletion => format!("Cancelling deletion of Pod {ns}/{name}"),
             PodEventKind::NodeNotReady => "Node is not ready".to_owned(),
+            PodEventKind::TolerationsTruncated => format!(
+                "Pod {ns}/{name} has more than {} NoExecute tolerations: only the first {} are read, and a NoExecute taint none of them tolerates does not evict it",
+                crate::index::MAX_KEPT_TOLERATIONS,
+                crate::index::MAX_KEPT_TOLERATIONS
+            ),
         }
     }
 
     pub fn warning(&self) -> bool {
-        self.kind == PodEventKind::NodeNotReady
+        matches!(self.kind, PodEventKind::NodeNotReady | PodEventKind::TolerationsTruncated)
     }
 }
 

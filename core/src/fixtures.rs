@@ -137,6 +137,7 @@ pub fn pod(name: &str) -> PodBuilder {
         uid: format!("uid-{name}").into(),
         node_name: "".into(),
         tolerations: Arc::from([]),
+        truncated: false,
         terminal: false,
         terminating: false,
         ready: Some(true),

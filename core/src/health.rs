@@ -70,12 +70,15 @@ impl Probe {
         self.ready_heartbeat = ready.and_then(|c| c.last_heartbeat);
     }
 
-    /// Observes the node's Lease; true if `renewTime` moved forward.
+    /// Observes the node's Lease; true if `renewTime` changed. Upstream counts only a later
+    /// `renewTime`; a kubelet whose clock wrote one far in the future (clamped to the end of
+    /// time) would then never be heard again. Any change is a renewal: watch events of one
+    /// Lease arrive in order, and a re-list repeats the same value, which is no change.
     pub fn observe_lease(&mut self, renew: Option<Timestamp>, now: Timestamp) -> bool {
         let newer = match (self.lease_renew, renew) {
             (_, None) => false,
             (None, Some(_)) => true,
-            (Some(old), Some(new)) => new > old,
+            (Some(old), Some(new)) => new != old,
         };
         if newer {
             self.lease_renew = renew;
@@ -208,12 +211,13 @@ mod tests {
         // A new Ready heartbeat (even an older timestamp: skew) is.
         assert!(p.observe_node(&node(vec![cond("Ready", "True", Some(-20_000))]), ts(30)));
         assert_eq!(p.deadline(GRACE), ts(80));
-        // Leases: only a newer renewTime counts.
+        // Leases: a changed renewTime counts.
         assert!(p.observe_lease(Some(ts(5)), ts(40)));
         assert!(!p.observe_lease(Some(ts(5)), ts(45)));
-        assert!(!p.observe_lease(Some(ts(1)), ts(46)));
-        assert!(!p.observe_lease(None, ts(47)));
-        assert_eq!(p.deadline(GRACE), ts(90));
+        assert!(p.observe_lease(Some(ts(1)), ts(46)), "an earlier renewTime is a renewal too (a kubelet's clock)");
+        assert!(!p.observe_lease(Some(ts(1)), ts(47)), "the same one is not");
+        assert!(!p.observe_lease(None, ts(48)));
+        assert_eq!(p.deadline(GRACE), ts(96));
     }
 
     #[test]

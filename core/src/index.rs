@@ -106,6 +106,13 @@ impl From<&Node> for SlimNode {
     }
 }
 
+/// The most tolerations a cached pod keeps: a tenant's pod with 30,000 distinct tolerations
+/// would otherwise cost 6 MB in every replica. Only the ones eviction reads are kept (effect
+/// `NoExecute` or empty, in order, so that the first match stays the first match); a pod with
+/// more is marked [`SlimPod::truncated`], and a taint none of the kept ones tolerates never
+/// makes it due ([`crate::taints::TaintDue::Unknown`]).
+pub const MAX_KEPT_TOLERATIONS: usize = 128;
+
 /// A pod as the controllers see it: about 100 bytes and its UID, with everything that pods
 /// have in common shared (the key with the index, the node's name with the node's other pods,
 /// the toleration list with the pods of its template): `cargo bench -p nlc-core --bench memory`.
@@ -116,9 +123,12 @@ pub struct SlimPod {
     pub uid: Uid,
     /// Empty when the pod is not bound; the index shares one copy between the pods of a node.
     pub node_name: Arc<str>,
-    /// Shared between pods with the same tolerations (pods of one template have the same list):
-    /// the cache interns them.
+    /// The tolerations eviction reads (effect `NoExecute` or empty, in order, at most
+    /// [`MAX_KEPT_TOLERATIONS`]). Shared between pods with the same tolerations (pods of one
+    /// template have the same list): the cache interns them.
     pub tolerations: Arc<[Toleration]>,
+    /// More tolerations than [`MAX_KEPT_TOLERATIONS`] would have been kept.
+    pub truncated: bool,
     /// Phase Succeeded or Failed.
     pub terminal: bool,
     /// `metadata.deletionTimestamp` is set.
@@ -152,6 +162,13 @@ impl From<&Pod> for SlimPod {
             .find(|c| c.type_ == "PodScheduled" && c.status == "True")
             .and_then(|c| c.last_transition_time.as_ref())
             .map(|t| t.0);
+        let mut relevant = p
+            .spec
+            .iter()
+            .flat_map(|s| s.tolerations.iter().flatten())
+            .filter(|t| matches!(t.effect.as_deref(), None | Some("") | Some("NoExecute")));
+        let tolerations: Vec<Toleration> = relevant.by_ref().take(MAX_KEPT_TOLERATIONS).map(Toleration::from).collect();
+        let truncated = relevant.next().is_some();
         Self {
             key: pod_key(
                 p.metadata.namespace.as_deref().unwrap_or_default(),
@@ -159,13 +176,8 @@ impl From<&Pod> for SlimPod {
             ),
             uid: Uid::new(p.metadata.uid.as_deref().unwrap_or_default()),
             node_name: p.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or_default().into(),
-            tolerations: p
-                .spec
-                .iter()
-                .flat_map(|s| s.tolerations.iter().flatten())
-                .map(Toleration::from)
-                .collect::<Vec<_>>()
-                .into(),
+            tolerations: tolerations.into(),
+            truncated,
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
             terminating: p.metadata.deletion_timestamp.is_some(),
             ready: conditions().find(|c| c.type_ == "Ready").map(|c| c.status == "True"),
@@ -287,6 +299,7 @@ mod tests {
             uid: format!("uid-{name}").into(),
             node_name: node.into(),
             tolerations: Arc::from([]),
+            truncated: false,
             terminal: false,
             terminating: false,
             ready: None,

@@ -51,6 +51,7 @@ pub mod leader;
 pub mod lifecycle;
 pub mod rules;
 pub mod selector;
+pub mod skew;
 pub mod state;
 pub mod status;
 pub mod taints;

@@ -30,6 +30,18 @@ impl TaintRule {
         Self { condition: condition.into(), status: status.into(), key: key.into(), effect }
     }
 
+    /// A NoExecute rule on the *healthy* state of a built-in condition (`Ready=True`,
+    /// `MemoryPressure=False`, ...): it would taint every healthy node NoExecute and evict
+    /// nearly every pod of the cluster.
+    pub fn evicts_healthy_nodes(&self) -> bool {
+        let healthy = match self.condition.as_str() {
+            "Ready" => "True",
+            "MemoryPressure" | "DiskPressure" | "PIDPressure" | "NetworkUnavailable" => "False",
+            _ => return false,
+        };
+        self.effect == Effect::NoExecute && self.status == healthy
+    }
+
     /// The built-in Ready -> not-ready / unreachable NoExecute pair: swapped at once, removed in
     /// an all-zones outage.
     pub fn is_ready_no_execute(&self) -> bool {

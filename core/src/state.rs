@@ -2,7 +2,7 @@
 //! and time. PURE (no I/O, `now` is an argument), so the whole pipeline from watch event to
 //! action is testable with a fake clock.
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 
 use crate::action::{Action, EvictionResult, MarkResult, NodeWriteResult};
 use crate::brakes::Pause;
@@ -289,12 +289,26 @@ impl State {
         }
     }
 
-    /// The wall clock stepped: node lifecycle gives every node a fresh grace period rather than
-    /// judging heartbeats across the step. (Eviction deadlines are wall-clock times from the API
-    /// and simply follow the clock.)
-    pub fn clock_stepped(&mut self, now: Timestamp) {
+    /// The wall clock stepped by `by` (an NTP step, a VM resumed): node lifecycle gives every
+    /// node a fresh grace period rather than judging heartbeats across the step, and rebuilds its
+    /// zones' token buckets (a backward step would freeze them for its size); every pending
+    /// eviction keeps the monotonic time it had left.
+    pub fn clock_stepped(&mut self, by: SignedDuration, now: Timestamp, out: &mut Vec<Action>) {
         if let Some(lc) = &mut self.lifecycle {
             lc.clock_stepped(now);
+        }
+        let Self { cache, eviction, lifecycle, pause, .. } = self;
+        if let Some(ev) = eviction.as_mut() {
+            ev.clock_stepped(by, Ctx { index: &cache.index, now, gate: &gate_of(lifecycle, *pause) }, out);
+        }
+    }
+
+    /// How far this process's clock is ahead of the API server's (docs/spec.md §13): an
+    /// eviction waits that much past its deadline.
+    pub fn set_clock_skew(&mut self, skew: SignedDuration, now: Timestamp, out: &mut Vec<Action>) {
+        let Self { cache, eviction, lifecycle, pause, .. } = self;
+        if let Some(ev) = eviction.as_mut() {
+            ev.set_clock_skew(skew, Ctx { index: &cache.index, now, gate: &gate_of(lifecycle, *pause) }, out);
         }
     }
 

@@ -10,9 +10,8 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use crate::brakes::Pause;
-use crate::eviction::{PendingState, soonest_cause};
+use crate::eviction::{Ctx, PendingState};
 use crate::state::State;
-use crate::taints::MatchOptions;
 use crate::zone::{self, ZoneState};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -120,7 +119,7 @@ fn state_name(s: ZoneState) -> &'static str {
 
 /// The report for the state's cache and decisions at `now`; `within` limits the evictions to
 /// those due before `now + within` (held ones are always shown).
-pub fn report(state: &State, opts: MatchOptions, now: Timestamp, within: std::time::Duration) -> Report {
+pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Report {
     let index = &state.cache.index;
     let zones = state.lifecycle.as_ref().map(|l| l.zone_reports()).unwrap_or_default();
     let mut not_ready: Vec<NodeRow> = index
@@ -160,8 +159,8 @@ pub fn report(state: &State, opts: MatchOptions, now: Timestamp, within: std::ti
         .filter(|p| p.state == PendingState::Held || p.due <= horizon)
         .filter_map(|p| {
             let pod = index.pods.get(&p.key)?;
-            let node = index.nodes.get(&*pod.node_name)?;
-            let (taint, seconds) = soonest_cause(pod, node, opts)?;
+            let cx = Ctx { index, now, gate: &crate::eviction::Ungated };
+            let (taint, seconds) = state.eviction.as_ref()?.cause(&p.key, cx)?;
             let deadline = (p.state != PendingState::Held).then_some(p.due);
             let row = EvictionRow {
                 pod: p.key.to_string(),
@@ -301,7 +300,7 @@ mod tests {
             state.handle(i, ts(0.0), &mut out);
         }
         state.after_batch(ts(0.0), &mut out);
-        let r = report(&state, MatchOptions::default(), ts(0.0), std::time::Duration::from_secs(600));
+        let r = report(&state, ts(0.0), std::time::Duration::from_secs(600));
         let pods: Vec<(&str, PendingState, Option<i64>)> =
             r.evictions.iter().map(|e| (e.pod.as_str(), e.state, e.in_seconds)).collect();
         assert_eq!(
@@ -320,7 +319,7 @@ mod tests {
         assert_eq!(r.not_ready.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), vec!["down", "held"]);
         assert_eq!((r.zones[0].nodes, r.zones[0].not_ready, r.zones[0].state), (3, 2, "Normal"));
         // Only the next minute: the late one is left out.
-        let r = report(&state, MatchOptions::default(), ts(0.0), std::time::Duration::from_secs(60));
+        let r = report(&state, ts(0.0), std::time::Duration::from_secs(60));
         assert!(r.evictions.iter().all(|e| e.pod != "ns/late"));
         let text = render_text(&r);
         assert!(text.contains("ns/soon") && text.contains("20s") && text.contains("(120s)"), "{text}");

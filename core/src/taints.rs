@@ -385,11 +385,72 @@ pub enum Outcome {
     EvictAt { seconds: i64, deadline: Option<Timestamp> },
 }
 
-/// Decides the eviction outcome of a pod with `tolerations` on a node with `taints`.
+/// When one NoExecute taint makes a pod due: **the** rule (docs/spec.md §1), the only place it
+/// is written. The controller ([`crate::eviction`]), `status` and `explain` all decide through
+/// it, so that they cannot disagree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaintDue {
+    /// No toleration tolerates it: due at once.
+    Untolerated,
+    /// The pod's tolerations were cut short ([`crate::index::MAX_KEPT_TOLERATIONS`]) and none of
+    /// the kept ones tolerates it: whether a later one does is not known, so it never makes
+    /// the pod due (never a wrongful eviction).
+    Unknown,
+    /// Tolerated by `toleration` with `tolerationSeconds <= 0`: due at once.
+    NonPositive { toleration: usize },
+    /// Tolerated by `toleration` without `tolerationSeconds`: never.
+    Forever { toleration: usize },
+    /// Tolerated by `toleration` for `seconds > 0`: due at `max(anchor, bound) + seconds`
+    /// (`None` when the anchor is not known), where `from_bound` says the pod's binding was the
+    /// later of the two.
+    After { toleration: usize, seconds: i64, at: Option<Timestamp>, from_bound: bool },
+}
+
+impl TaintDue {
+    /// Due at once.
+    pub fn now(self) -> bool {
+        matches!(self, Self::Untolerated | Self::NonPositive { .. })
+    }
+
+    /// The `tolerationSeconds` that decides it, if any.
+    pub fn seconds(self) -> Option<i64> {
+        match self {
+            Self::NonPositive { .. } | Self::Untolerated | Self::Unknown | Self::Forever { .. } => None,
+            Self::After { seconds, .. } => Some(seconds),
+        }
+    }
+}
+
+/// The rule: the first toleration (pod-spec order) that tolerates `taint` decides. `anchor` is
+/// when the taint's countdown started (see [`anchor`]), `bound` when the pod was bound to the
+/// node; `truncated`: `tolerations` is only the first part of the pod's list.
+pub fn taint_due(
+    taint: &Taint,
+    tolerations: &[Toleration],
+    opts: MatchOptions,
+    anchor: Option<Timestamp>,
+    bound: Option<Timestamp>,
+    truncated: bool,
+) -> TaintDue {
+    let Some(j) = first_tolerating(tolerations, taint, opts) else {
+        return if truncated { TaintDue::Unknown } else { TaintDue::Untolerated };
+    };
+    match tolerations[j].toleration_seconds {
+        None => TaintDue::Forever { toleration: j },
+        Some(s) if s <= 0 => TaintDue::NonPositive { toleration: j },
+        Some(seconds) => {
+            let from_bound = matches!((anchor, bound), (Some(a), Some(b)) if b > a);
+            let at = anchor.map(|a| add_seconds(pod_anchor(a, bound), seconds));
+            TaintDue::After { toleration: j, seconds, at, from_bound }
+        }
+    }
+}
+
+/// Decides the eviction outcome of a pod with `tolerations` on a node with `taints`, through
+/// [`taint_due`] for each NoExecute taint.
 ///
 /// `anchor_of(i, taint)` gives the moment taint `i`'s countdown started (see [`anchor`]); it is
-/// only called for taints whose used toleration has positive seconds. No allocation: this runs
-/// for every pod of a node whenever the node's taints change.
+/// only called for taints whose used toleration has positive seconds. No allocation.
 pub fn evaluate<F>(taints: &[Taint], tolerations: &[Toleration], opts: MatchOptions, mut anchor_of: F) -> Outcome
 where
     F: FnMut(usize, &Taint) -> Option<Timestamp>,
@@ -403,22 +464,26 @@ where
             continue;
         }
         any = true;
-        let Some(j) = first_tolerating(tolerations, taint, opts) else {
-            return Outcome::EvictNow(EvictNowCause::Untolerated { taint: i });
+        // The anchor is only asked for when the seconds are positive.
+        let anchor = match first_tolerating(tolerations, taint, opts).and_then(|j| tolerations[j].toleration_seconds) {
+            Some(s) if s > 0 => anchor_of(i, taint),
+            _ => None,
         };
-        let Some(seconds) = tolerations[j].toleration_seconds else {
-            continue; // tolerated forever by this toleration
-        };
-        if seconds <= 0 {
-            return Outcome::EvictNow(EvictNowCause::NonPositiveSeconds { taint: i, toleration: j });
-        }
-        min_seconds = Some(min_seconds.map_or(seconds, |m| m.min(seconds)));
-        match anchor_of(i, taint) {
-            Some(start) => {
-                let d = add_seconds(start, seconds);
-                deadline = Some(deadline.map_or(d, |cur| cur.min(d)));
+        match taint_due(taint, tolerations, opts, anchor, None, false) {
+            TaintDue::Untolerated | TaintDue::Unknown => {
+                return Outcome::EvictNow(EvictNowCause::Untolerated { taint: i });
             }
-            None => deadline_known = false,
+            TaintDue::NonPositive { toleration } => {
+                return Outcome::EvictNow(EvictNowCause::NonPositiveSeconds { taint: i, toleration });
+            }
+            TaintDue::Forever { .. } => {}
+            TaintDue::After { seconds, at, .. } => {
+                min_seconds = Some(min_seconds.map_or(seconds, |m| m.min(seconds)));
+                match at {
+                    Some(d) => deadline = Some(deadline.map_or(d, |cur| cur.min(d))),
+                    None => deadline_known = false,
+                }
+            }
         }
     }
     match (any, min_seconds) {

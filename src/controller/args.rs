@@ -30,7 +30,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub lifecycle: LifecycleArgs,
     /// Also serve the DefaultTolerationSeconds admission webhook from this process.
-    #[arg(long, env = "NLC_ENABLE_WEBHOOK")]
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_WEBHOOK")]
     pub enable_webhook: bool,
     #[command(flatten)]
     pub webhook: WebhookArgs,
@@ -45,7 +45,7 @@ pub struct ControllerArgs {
     pub node_selector: String,
     /// Honour the `Lt` / `Gt` toleration operators (feature gate
     /// TaintTolerationComparisonOperators, off by default upstream).
-    #[arg(long, env = "NLC_ENABLE_COMPARISON_OPERATORS")]
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_COMPARISON_OPERATORS")]
     pub enable_comparison_operators: bool,
     /// Limit on all API writes, in requests per second; 0 means unlimited (the API server's
     /// priority and fairness still applies). kube-controller-manager's client default is 20.
@@ -62,13 +62,18 @@ pub struct ControllerArgs {
     /// no leader election Lease); every action is logged and counted in
     /// `nlc_dry_run_actions_total{action}`. Runs beside kube-controller-manager, which stays in
     /// charge, to compare decisions.
-    #[arg(long, env = "NLC_DRY_RUN")]
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_DRY_RUN")]
     pub dry_run: bool,
     /// How long a write may wait for the API server's answer before it counts as failed (and
     /// is retried with backoff): a slow API server or etcd must not hold the writes for the
     /// client's 295 s read timeout.
     #[arg(long, default_value = "15s", value_parser = parse_duration, env = "NLC_API_WRITE_TIMEOUT")]
     pub api_write_timeout: Duration,
+    /// Take the initial lists of pods, nodes and Leases as streams (`sendInitialEvents`, the
+    /// WatchList feature: less memory at the API server and here); `false` lists them in pages.
+    /// Where the API server refuses streams (Kubernetes 1.33 by default) pages are used anyway.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_STREAMING_LISTS")]
+    pub streaming_lists: bool,
 }
 
 /// What [`ControllerArgs`] turn into.
@@ -81,6 +86,7 @@ pub struct Config {
     pub instance: String,
     pub dry_run: bool,
     pub api_write_timeout: Duration,
+    pub streaming_lists: bool,
 }
 
 impl ControllerArgs {
@@ -93,6 +99,7 @@ impl ControllerArgs {
             instance,
             dry_run,
             api_write_timeout,
+            streaming_lists,
         } = self;
         Ok(Config {
             selector: node_selector.parse()?,
@@ -107,6 +114,7 @@ impl ControllerArgs {
                 Duration::from_millis(100),
                 Duration::from_secs(600),
             )?,
+            streaming_lists,
         })
     }
 }

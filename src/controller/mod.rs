@@ -28,7 +28,8 @@ pub use args::RunArgs;
 use crate::clock::{Clock, StepDetector, SystemClock, far_future};
 use crate::error::Result;
 use crate::metrics::{
-    BrakeMetrics, EvictionMetrics, ExecutorMetrics, LifecycleMetrics, ResourceLabels, WatchMetrics, ZoneLabels,
+    BrakeMetrics, ClockMetrics, EvictionMetrics, ExecutorMetrics, LifecycleMetrics, ResourceLabels, WatchMetrics,
+    ZoneLabels,
 };
 use crate::runtime::Runtime;
 use crate::runtime::admin::Heartbeat;
@@ -52,7 +53,14 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let leader = leader.into_config(&cfg.instance)?;
     // Shadow mode writes nothing, not even a Lease: every replica decides.
     let leader = if cfg.dry_run { None } else { leader };
-    // Two processes with one identity would both think they lead: the second is refused now.
+
+    let eviction = eviction.into_config(cfg.match_options)?;
+    let lifecycle = lifecycle.into_config()?;
+    let webhook = enable_webhook.then(|| webhook.into_config()).transpose()?;
+
+    let mut rt = Runtime::build(&client, &admin).await?;
+    // Two processes with one identity would both think they lead: the second is refused
+    // before it reaches the cluster.
     let leader = match leader {
         Some(l) => {
             let lock = crate::runtime::leader::claim_identity(&l)?;
@@ -60,11 +68,6 @@ pub async fn run(args: RunArgs) -> Result<()> {
         }
         None => None,
     };
-    let eviction = eviction.into_config(cfg.match_options)?;
-    let lifecycle = lifecycle.into_config()?;
-    let webhook = enable_webhook.then(|| webhook.into_config()).transpose()?;
-
-    let mut rt = Runtime::build(&client, &admin).await?;
     let version = rt.client().apiserver_version().await?;
     tracing::info!(server = %version.git_version, "connected to the API server");
     if let Some(webhook) = webhook {
@@ -90,8 +93,16 @@ fn spawn(
     eviction: crate::eviction::Config,
     lifecycle: crate::lifecycle::Config,
 ) {
-    let args::Config { selector, match_options: _, kube_api_qps, kube_api_burst, instance, dry_run, api_write_timeout } =
-        cfg;
+    let args::Config {
+        selector,
+        match_options: _,
+        kube_api_qps,
+        kube_api_burst,
+        instance,
+        dry_run,
+        api_write_timeout,
+        streaming_lists,
+    } = cfg;
     let Placement { leader, namespace } = placement;
     let metrics = Metrics {
         watch: rt.watch_metrics(),
@@ -99,6 +110,7 @@ fn spawn(
         executor: ExecutorMetrics::register(rt.registry()),
         lifecycle: LifecycleMetrics::register(rt.registry()),
         brakes: BrakeMetrics::register(rt.registry()),
+        clock: ClockMetrics::register(rt.registry()),
     };
     let (tx, rx) = mpsc::channel::<Input>(4096);
     // Only the leader decides and writes; without leader election this process does from the
@@ -142,7 +154,7 @@ fn spawn(
         }
         None => drop(leading_tx),
     }
-    spawn_watches(rt, selector, &tx, &metrics.watch);
+    spawn_watches(rt, selector, streaming_lists, &tx, &metrics.watch);
     let pause =
         watch::pause(rt.client(), namespace, tx.clone(), metrics.watch.clone(), metrics.brakes.available.clone());
     spawn_until_shutdown(rt, "watch-pause", pause);
@@ -166,6 +178,8 @@ fn spawn(
         heartbeat: rt.heartbeat("controller loop", LOOP_STALL),
         metrics,
         reported_zones: HashSet::new(),
+        skew: rt.skew(),
+        applied_skew: jiff::SignedDuration::ZERO,
     };
     let stop = rt.shutdown();
     rt.spawn("controller", task.run(stop));
@@ -173,14 +187,21 @@ fn spawn(
 
 /// Starts the watches feeding `tx`. Every node is watched, so that zone states are judged over
 /// the whole cluster; `selector` marks the nodes that are ours to act on.
-fn spawn_watches(rt: &mut Runtime, selector: Selector, tx: &mpsc::Sender<Input>, metrics: &WatchMetrics) {
+fn spawn_watches(
+    rt: &mut Runtime,
+    selector: Selector,
+    streaming: bool,
+    tx: &mpsc::Sender<Input>,
+    metrics: &WatchMetrics,
+) {
     let client = rt.client();
     // Only bound pods matter here: pending pods are no node's business.
     // Streaming initial lists: 16 MB less RSS at 30,000 pods, ready time unchanged within the
     // runs' spread (bench eviction, 3 runs); watch::run falls back to pages where the API server
     // refuses them (1.33).
-    let pods = watcher::Config::default().fields("spec.nodeName!=").streaming_lists();
-    let all = || watcher::Config::default().streaming_lists();
+    let strategy = |c: watcher::Config| if streaming { c.streaming_lists() } else { c };
+    let pods = strategy(watcher::Config::default().fields("spec.nodeName!="));
+    let all = || strategy(watcher::Config::default());
     let (t, m) = (tx.clone(), metrics.clone());
     let nodes = watch::run(
         Api::<WireNode>::all(client.clone()),
@@ -218,6 +239,7 @@ fn spawn_until_shutdown(rt: &mut Runtime, name: &'static str, task: impl Future<
 
 #[derive(Clone)]
 struct Metrics {
+    clock: ClockMetrics,
     brakes: BrakeMetrics,
     watch: WatchMetrics,
     eviction: EvictionMetrics,
@@ -242,6 +264,8 @@ struct Task {
     heartbeat: Heartbeat,
     metrics: Metrics,
     reported_zones: HashSet<String>,
+    skew: crate::runtime::client::Skew,
+    applied_skew: jiff::SignedDuration,
 }
 
 impl Task {
@@ -252,20 +276,21 @@ impl Task {
         tokio::pin!(stopping);
         loop {
             self.heartbeat.beat();
-            // Wake at least every second, so that a step of the wall clock is noticed promptly
-            // and deadlines (wall-clock times) follow it.
+            if let Some(step) = steps.observe(self.clock.as_ref()) {
+                tracing::warn!(
+                    step_ms = step.as_millis() as i64,
+                    "the wall clock stepped; every node gets a fresh grace period, pending evictions keep the time they had left, zone limiters start afresh"
+                );
+                self.metrics.clock.steps.inc();
+                self.state.clock_stepped(step, self.clock.now(), &mut actions);
+            }
+            self.follow_skew(&mut actions);
+            // Wake at least every second, so that a step of the wall clock is noticed promptly.
             let wake = self
                 .state
                 .next_wakeup()
                 .map_or_else(far_future, |t| self.clock.instant_at(t))
                 .min(self.clock.instant() + crate::clock::STEP_TOLERANCE);
-            if let Some(step) = steps.observe(self.clock.as_ref()) {
-                tracing::warn!(
-                    step_ms = step.as_millis() as i64,
-                    "the wall clock stepped; every node gets a fresh grace period"
-                );
-                self.state.clock_stepped(self.clock.now());
-            }
             tokio::select! {
                 _ = &mut stopping => return Ok(()),
                 _ = tokio::time::sleep_until(wake) => {
@@ -296,6 +321,27 @@ impl Task {
                 self.executor.submit(action);
             }
             self.after_turn();
+        }
+    }
+
+    /// The measured skew to the API server: exported, and handed to the state when it is
+    /// known to better than half a second and moved by more than 100 ms.
+    fn follow_skew(&mut self, actions: &mut Vec<Action>) {
+        let Some((skew, precision)) = self.skew.get() else { return };
+        self.metrics.clock.skew.set(skew.as_secs_f64());
+        self.metrics.clock.precision.set(precision.as_secs_f64());
+        if precision > jiff::SignedDuration::from_millis(500) {
+            return;
+        }
+        if (skew - self.applied_skew).abs() > jiff::SignedDuration::from_millis(100) {
+            if skew.abs() > jiff::SignedDuration::from_secs(1) {
+                tracing::warn!(
+                    skew_ms = skew.as_millis() as i64,
+                    "this process's clock differs from the API server's by more than a second; evictions wait out the difference"
+                );
+            }
+            self.applied_skew = skew;
+            self.state.set_clock_skew(skew, self.clock.now(), actions);
         }
     }
 

@@ -12,7 +12,7 @@ use crate::error::Result;
 #[derive(Debug, Args)]
 pub struct EvictionArgs {
     /// Run the taint eviction controller (evict pods that do not tolerate NoExecute taints).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NLC_ENABLE_TAINT_EVICTION")]
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_TAINT_EVICTION")]
     pub enable_taint_eviction: bool,
     /// How pods are removed.
     #[arg(long, value_enum, default_value = "delete", env = "NLC_EVICTION_MODE")]
@@ -29,7 +29,7 @@ pub struct EvictionArgs {
     #[arg(long, default_value_t = 1, env = "NLC_POD_EVICTION_BURST")]
     pub pod_eviction_burst: u32,
     /// Leave pods in phase Succeeded or Failed alone (upstream deletes them: kubernetes issue 96363).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NLC_SKIP_TERMINAL_PODS")]
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_SKIP_TERMINAL_PODS")]
     pub skip_terminal_pods: bool,
     /// Evictions carried out concurrently.
     #[arg(long, default_value_t = 32, env = "NLC_EVICTION_CONCURRENCY")]

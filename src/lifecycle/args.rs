@@ -14,7 +14,7 @@ use crate::error::Result;
 #[derive(Debug, Args)]
 pub struct LifecycleArgs {
     /// Run the node lifecycle controller (heartbeats, conditions, taints).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NLC_ENABLE_NODE_LIFECYCLE")]
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_NODE_LIFECYCLE")]
     pub enable_node_lifecycle: bool,
     /// The period of the safety-net pass over all nodes; a node is judged the moment its grace
     /// period runs out, not on this period.
@@ -43,7 +43,7 @@ pub struct LifecycleArgs {
     pub unhealthy_zone_threshold: f64,
     /// Set the Ready condition of a node's pods to False when the node stops being ready
     /// (upstream's MarkPodsNotReady).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NLC_MARK_PODS_NOT_READY")]
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_MARK_PODS_NOT_READY")]
     pub mark_pods_not_ready: bool,
     /// Pace MarkPodsNotReady writes, in pods per second; 0 means unlimited.
     #[arg(long, default_value_t = 50.0, env = "NLC_MARK_PODS_NOT_READY_QPS")]
@@ -63,6 +63,10 @@ pub struct LifecycleArgs {
     /// `KernelDeadlock=True:example.com/kernel-deadlock:NoExecute`.
     #[arg(long = "taint-rule", value_parser = rules::parse_rule_flag, env = "NLC_TAINT_RULES", value_delimiter = ',')]
     pub taint_rules: Vec<RuleSpec>,
+    /// Accept a NoExecute rule on the healthy state of a built-in condition (e.g.
+    /// `Ready=True:...:NoExecute`), which taints every healthy node NoExecute: refused without it.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ALLOW_NO_EXECUTE_ON_HEALTHY_NODES")]
+    pub allow_no_execute_on_healthy_nodes: bool,
 }
 
 /// What the flags turn into: the decisions' configuration (`None`: not run here) and the
@@ -93,6 +97,7 @@ impl LifecycleArgs {
             node_taint_burst,
             config,
             taint_rules,
+            allow_no_execute_on_healthy_nodes,
         } = self;
         check_duration("--node-monitor-period", node_monitor_period, Duration::from_millis(100), HOUR)?;
         check_duration("--node-monitor-grace-period", node_monitor_grace_period, SECOND, DAY)?;
@@ -112,6 +117,14 @@ impl LifecycleArgs {
         let mut extra = file.taint_rules;
         extra.extend(taint_rules);
         let rules = rules::build(file.default_taint_rules.unwrap_or(true), &extra)?;
+        if let Some(r) = rules.iter().find(|r| r.evicts_healthy_nodes()).filter(|_| !allow_no_execute_on_healthy_nodes)
+        {
+            let problem = format!(
+                "{}={}:{}:{} taints every healthy node NoExecute and evicts nearly every pod; pass --allow-no-execute-on-healthy-nodes if that is meant",
+                r.condition, r.status, r.key, r.effect
+            );
+            return Err(nlc_core::Error::invalid("--taint-rule", problem).into());
+        }
         if node_monitor_grace_period < Duration::from_secs(45) {
             tracing::warn!(grace = ?node_monitor_grace_period, "--node-monitor-grace-period is below upstream's guidance (more than 45s: the kubelet's HTTP/2 ping and read-idle timeouts)");
         }

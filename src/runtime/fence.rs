@@ -72,10 +72,15 @@ mod tests {
         };
         tokio::task::yield_now().await;
         assert!(fence.is_sealed());
-        assert_eq!(fence.write(async { 1 }).await, None, "nothing starts once sealing began");
+        let late = {
+            let fence = fence.clone();
+            tokio::spawn(async move { fence.write(async { 1 }).await })
+        };
+        tokio::task::yield_now().await;
         let _ = release_tx.send(());
         assert_eq!(slow.await.ok().flatten(), Some(true), "the write in flight completed");
         assert!(sealing.await.unwrap_or(false), "the seal saw it finish");
+        assert_eq!(late.await.ok().flatten(), None, "nothing starts once sealing began");
         // A write that never answers is given up on at the deadline.
         let (_gate_tx, gate) = watch::channel(true);
         let fence = Arc::new(Fence::new(gate));

@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 pub struct LeaderArgs {
     /// Elect a leader among the replicas; only the leader writes. Without it, this process writes
     /// as soon as it starts (one replica only).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NLC_LEADER_ELECT")]
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_LEADER_ELECT")]
     pub leader_elect: bool,
     /// How long a standby waits, after it last saw the lease change, before it takes over.
     #[arg(long, default_value = "15s", value_parser = parse_duration, env = "NLC_LEADER_ELECT_LEASE_DURATION")]

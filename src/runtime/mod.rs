@@ -58,12 +58,13 @@ pub struct Runtime {
     failed_rx: mpsc::UnboundedReceiver<Error>,
     watch_metrics: watch::WatchMetrics,
     http_metrics: http::HttpMetrics,
+    skew: client::Skew,
 }
 
 impl Runtime {
     /// Builds the client (no request is made yet) and binds the admin address.
     pub async fn build(client: &ClientArgs, admin: &AdminArgs) -> Result<Self> {
-        let client = client::client(client).await?;
+        let (client, skew) = client::client_with_skew(client).await?;
         let addr = admin.metrics_bind_address;
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Bind {
             flag: "--metrics-bind-address",
@@ -98,7 +99,13 @@ impl Runtime {
             failed_rx,
             watch_metrics,
             http_metrics,
+            skew,
         })
+    }
+
+    /// The clock skew to the API server, as the client's answers measure it.
+    pub fn skew(&self) -> client::Skew {
+        self.skew.clone()
     }
 
     /// The metrics every listener records into (one set per process).

@@ -47,16 +47,16 @@ pub struct WebhookArgs {
     #[arg(long, allow_negative_numbers = true, default_value_t = DEFAULT_TOLERATION_SECONDS, env = "NLC_DEFAULT_UNREACHABLE_TOLERATION_SECONDS")]
     pub default_unreachable_toleration_seconds: i64,
     /// Serve DefaultTolerationSeconds (the not-ready / unreachable NoExecute tolerations).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NLC_ENABLE_DEFAULT_TOLERATION_SECONDS")]
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_DEFAULT_TOLERATION_SECONDS")]
     pub enable_default_toleration_seconds: bool,
     /// Serve ExtendedResourceToleration: a pod requesting an extended resource gets
     /// `{key: <resource>, operator: Exists, effect: NoSchedule}`.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, env = "NLC_ENABLE_EXTENDED_RESOURCE_TOLERATION")]
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_EXTENDED_RESOURCE_TOLERATION")]
     pub enable_extended_resource_toleration: bool,
     /// Serve PodTolerationRestriction: the namespaces' `scheduler.alpha.kubernetes.io/defaultTolerations`
     /// merged on create, memory-pressure for pods that are not BestEffort, and their
     /// `tolerationsWhitelist` enforced at `POST /validate`.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, env = "NLC_ENABLE_POD_TOLERATION_RESTRICTION")]
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_POD_TOLERATION_RESTRICTION")]
     pub enable_pod_toleration_restriction: bool,
     /// PodTolerationRestriction's cluster-wide defaults and whitelist: upstream's
     /// `podtolerationrestriction.admission.k8s.io/v1alpha1` Configuration file (YAML or JSON).
@@ -65,7 +65,7 @@ pub struct WebhookArgs {
     /// Serve the rules of the `TolerationRule` resources (cluster-scoped,
     /// node-lifecycle-controller.io/v1alpha1; the CRD must be installed): tolerations and a required
     /// node affinity for the pods they match.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, env = "NLC_ENABLE_TOLERATION_RULES")]
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_TOLERATION_RULES")]
     pub enable_toleration_rules: bool,
     /// A pod with more tolerations than this is admitted unchanged, with a warning: the
     /// plugins' merge is quadratic in them. `/validate` still checks every toleration (in linear
@@ -104,7 +104,7 @@ pub struct WebhookHttpArgs {
     pub webhook_max_requests_in_flight: usize,
     /// Serve HTTP/2 (off by default since the HTTP/2 Rapid Reset advisories, as kubebuilder
     /// does); when on, streams per connection are capped and reset floods close the connection.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "NLC_WEBHOOK_ENABLE_HTTP2")]
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_WEBHOOK_ENABLE_HTTP2")]
     pub webhook_enable_http2: bool,
     /// With HTTP/2: concurrent streams per connection.
     #[arg(long, default_value_t = 250, env = "NLC_WEBHOOK_MAX_CONCURRENT_STREAMS")]

@@ -10,6 +10,7 @@
 //! Missing binaries are an error that names the command that builds them: tests never skip.
 
 pub mod demo;
+pub mod fault;
 pub mod pki;
 
 use std::io::Write;
@@ -82,6 +83,24 @@ pub struct Options {
     /// Keep running after this process exits (for `controlplane start`); stop with
     /// [`stop_detached`].
     pub detached: bool,
+    /// Write an audit log of every write (metadata level) to `<dir>/audit.log`
+    /// ([`ControlPlane::audit_writes`]).
+    pub audit: bool,
+}
+
+/// One write as the API server's audit log records it.
+#[derive(Clone, Debug)]
+pub struct AuditedWrite {
+    pub user: String,
+    pub user_agent: String,
+    pub verb: String,
+    /// `pods`, `nodes`, `leases`, ... with `/status`, `/eviction` for subresources.
+    pub resource: String,
+    pub namespace: String,
+    pub name: String,
+    pub code: u16,
+    pub received: jiff::Timestamp,
+    pub completed: jiff::Timestamp,
 }
 
 pub struct ControlPlane {
@@ -168,6 +187,18 @@ impl ControlPlane {
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let mut etcd = spawn_etcd(assets, &dir, &etcd_url, etcd_peer)?;
         let mut args = apiserver_args(&pki, &dir, &etcd_url, api_port);
+        if opts.audit {
+            let policy = dir.join("audit-policy.yaml");
+            std::fs::write(
+                &policy,
+                "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
+                 - level: None\n  verbs: [get, list, watch]\n- level: Metadata\n",
+            )?;
+            args.push(format!("--audit-policy-file={}", policy.display()));
+            args.push(format!("--audit-log-path={}", dir.join("audit.log").display()));
+            args.push("--audit-log-format=json".into());
+            args.push("--audit-log-mode=blocking".into());
+        }
         args.extend(opts.apiserver_args.iter().cloned());
         let apiserver_cmd = (assets.join("kube-apiserver"), args);
         let apiserver = match spawn_apiserver(&apiserver_cmd, &dir) {
@@ -251,6 +282,41 @@ impl ControlPlane {
             Some(msg) => Err(anyhow!(msg)),
             None => result,
         }
+    }
+
+    /// Every write the audit log has recorded so far (with [`Options::audit`]), in the order
+    /// the API server received them.
+    pub fn audit_writes(&self) -> Result<Vec<AuditedWrite>> {
+        let text = std::fs::read_to_string(self.dir.join("audit.log")).context("no audit log (Options::audit)")?;
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+            if v["stage"] != "ResponseComplete" {
+                continue;
+            }
+            let s = |p: &str| v.pointer(p).and_then(|x| x.as_str()).unwrap_or_default().to_owned();
+            let t = |p: &str| s(p).parse::<jiff::Timestamp>().unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+            let sub = s("/objectRef/subresource");
+            let resource =
+                if sub.is_empty() { s("/objectRef/resource") } else { format!("{}/{sub}", s("/objectRef/resource")) };
+            out.push(AuditedWrite {
+                user: s("/user/username"),
+                user_agent: s("/userAgent"),
+                verb: s("/verb"),
+                resource,
+                namespace: s("/objectRef/namespace"),
+                name: s("/objectRef/name"),
+                code: v
+                    .pointer("/responseStatus/code")
+                    .and_then(|c| c.as_u64())
+                    .and_then(|c| u16::try_from(c).ok())
+                    .unwrap_or(0),
+                received: t("/requestReceivedTimestamp"),
+                completed: t("/stageTimestamp"),
+            });
+        }
+        out.sort_by_key(|w| w.received);
+        Ok(out)
     }
 
     /// A fresh admin client, bound to the calling runtime.

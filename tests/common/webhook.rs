@@ -15,6 +15,8 @@ use super::{BIN, START_ATTEMPTS, free_ports, http_get};
 pub struct Webhook {
     pub child: tokio::process::Child,
     pub port: u16,
+    /// The admin endpoint (`/metrics`, `/readyz`).
+    pub admin: u16,
     pub log: std::path::PathBuf,
 }
 
@@ -26,13 +28,34 @@ impl Webhook {
     }
 
     pub async fn start_with(env: &ControlPlane, cert: &Path, key: &Path, extra: &[&str]) -> Self {
+        Self::start_as(env, &env.kubeconfig, cert, key, extra, &[]).await
+    }
+
+    /// With another kubeconfig (another identity, or through a proxy), and a command prefix
+    /// (e.g. `prlimit --nofile=64`).
+    pub async fn start_as(
+        env: &ControlPlane,
+        kubeconfig: &Path,
+        cert: &Path,
+        key: &Path,
+        extra: &[&str],
+        prefix: &[&str],
+    ) -> Self {
         for attempt in 1..=START_ATTEMPTS {
             let [port, admin] = free_ports::<2>();
             let log = env.dir.join(format!("webhook-{port}.log"));
-            let child = tokio::process::Command::new(BIN)
+            let mut cmd = match prefix.split_first() {
+                Some((first, rest)) => {
+                    let mut c = tokio::process::Command::new(first);
+                    c.args(rest).arg(BIN);
+                    c
+                }
+                None => tokio::process::Command::new(BIN),
+            };
+            let child = cmd
                 .arg("webhook")
                 .arg("--kubeconfig")
-                .arg(&env.kubeconfig)
+                .arg(kubeconfig)
                 .args(["--webhook-bind-address", &format!("127.0.0.1:{port}")])
                 .args(["--metrics-bind-address", &format!("127.0.0.1:{admin}")])
                 .arg("--tls-cert-file")
@@ -45,7 +68,7 @@ impl Webhook {
                 .kill_on_drop(true)
                 .spawn()
                 .expect("spawn webhook");
-            let mut w = Self { child, port, log };
+            let mut w = Self { child, port, admin, log };
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {
                 if let Some((200, _)) = http_get(admin, "/readyz").await {
@@ -69,6 +92,23 @@ impl Webhook {
 
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub async fn metrics(&self) -> String {
+        http_get(self.admin, "/metrics").await.map(|r| r.1).unwrap_or_default()
+    }
+
+    /// Resident memory (kB) and open file descriptors of the process.
+    pub fn footprint(&self) -> (u64, usize) {
+        let pid = self.child.id().unwrap_or(0);
+        let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            })
+            .unwrap_or(0);
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0);
+        (rss, fds)
     }
 }
 

@@ -31,7 +31,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use crate::action::{Action, Cause, EvictPod, EvictionMode, EvictionResult, Op, PodEvent, PodEventKind};
 use crate::index::{Index, PodKey, SlimNode, SlimPod};
-use crate::taints::{self, MatchOptions, Taint, TaintId};
+use crate::taints::{self, MatchOptions, Taint, TaintDue, TaintId};
 use crate::time::backoff;
 use crate::timer_queue::TimerQueue;
 use crate::uid::Uid;
@@ -159,29 +159,6 @@ pub enum PendingState {
     Retrying,
 }
 
-/// Which NoExecute taint makes `pod` due soonest on `node`, and the `tolerationSeconds` of the
-/// toleration used for it (`None`: not tolerated at all). For explanations (`status`).
-pub fn soonest_cause(pod: &SlimPod, node: &SlimNode, opts: MatchOptions) -> Option<(TaintId, Option<i64>)> {
-    let mut best: Option<(Timestamp, TaintId, Option<i64>)> = None;
-    for taint in node.no_execute_taints() {
-        let (at, seconds) = match taints::first_tolerating(&pod.tolerations, taint, opts) {
-            None => (Timestamp::MIN, None),
-            Some(j) => match pod.tolerations[j].toleration_seconds {
-                None => continue,
-                Some(s) if s <= 0 => (Timestamp::MIN, Some(s)),
-                Some(s) => {
-                    let anchor = taints::pod_anchor(taint.time_added.unwrap_or(Timestamp::MIN), pod.bound);
-                    (taints::add_seconds(anchor, s), Some(s))
-                }
-            },
-        };
-        if best.as_ref().is_none_or(|(b, _, _)| at < *b) {
-            best = Some((at, TaintId::of(taint), seconds));
-        }
-    }
-    best.map(|(_, id, s)| (id, s))
-}
-
 /// What the controller should do about one pod right now.
 #[derive(Debug, PartialEq)]
 enum Verdict {
@@ -208,9 +185,17 @@ pub struct TaintEviction {
     tracked: HashMap<PodKey, Tracked>,
     /// Pods whose last verdict was held back by the gate: looked at again after each batch.
     held: HashSet<PodKey>,
-    /// When each NoExecute taint (node, key) was first observed: the anchor of taints without
-    /// `timeAdded`, and the clamp for a `timeAdded` in the future.
-    first_seen: HashMap<String, Vec<(String, Timestamp)>>,
+    /// When each NoExecute taint (node, key) was first observed, and the wall-clock steps
+    /// counted by then: the anchor of taints without `timeAdded`, the clamp for a `timeAdded`
+    /// in the future, and how far its deadline moves with later steps.
+    first_seen: HashMap<String, Vec<(String, Timestamp, SignedDuration)>>,
+    /// The wall-clock steps seen since the start (forward positive): a deadline keeps the
+    /// monotonic time it had left when the clock jumps (an NTP step, a VM resumed).
+    steps: SignedDuration,
+    /// How far this process's clock is ahead of the API server's (never negative): an
+    /// eviction waits that long past its deadline, so that it is never early by the server's
+    /// clock.
+    skew: SignedDuration,
     /// Pods we evicted, until the watch shows them terminating or gone (uid).
     evicted: HashMap<PodKey, String>,
     next_op: u64,
@@ -308,6 +293,17 @@ impl TaintEviction {
 
     /// A pod was added or changed (tolerations, node, phase, deletion).
     pub fn pod_changed(&mut self, key: &PodKey, old: Option<&SlimPod>, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        if let Some(new) = cx.index.pods.get(key)
+            && new.truncated
+            && old.is_none_or(|o| !o.truncated || o.uid != new.uid)
+        {
+            out.push(Action::PodEvent(PodEvent {
+                namespace: new.namespace().to_owned(),
+                name: new.name().to_owned(),
+                uid: new.uid.to_string(),
+                kind: PodEventKind::TolerationsTruncated,
+            }));
+        }
         if let (Some(old), Some(new)) = (old, cx.index.pods.get(key))
             && old.tolerations == new.tolerations
             && old.node_name == new.node_name
@@ -315,6 +311,7 @@ impl TaintEviction {
             && old.terminating == new.terminating
             && old.uid == new.uid
             && old.bound == new.bound
+            && old.truncated == new.truncated
         {
             return;
         }
@@ -408,16 +405,73 @@ impl TaintEviction {
     }
 
     fn observe_taints(&mut self, node: &SlimNode, now: Timestamp) {
+        let steps = self.steps;
         let seen = self.first_seen.entry(node.name.clone()).or_default();
-        seen.retain(|(k, _)| node.no_execute_taints().any(|t| t.key == *k));
+        seen.retain(|(k, _, _)| node.no_execute_taints().any(|t| t.key == *k));
         for t in node.no_execute_taints() {
-            if !seen.iter().any(|(k, _)| *k == t.key) {
-                seen.push((t.key.clone(), now));
+            if !seen.iter().any(|(k, _, _)| *k == t.key) {
+                seen.push((t.key.clone(), now, steps));
             }
         }
         if seen.is_empty() {
             self.first_seen.remove(&node.name);
         }
+    }
+
+    /// Each NoExecute taint of `node` with what it means for `pod`, by the one rule
+    /// ([`taints::taint_due`]), its deadline moved by the clock steps seen since the taint was
+    /// first observed and by the measured skew to the API server.
+    fn taint_dues<'a>(
+        &'a self,
+        pod: &'a SlimPod,
+        node: &'a SlimNode,
+        bound: Option<Timestamp>,
+        now: Timestamp,
+    ) -> impl Iterator<Item = (&'a Taint, Due)> + 'a {
+        let seen = self.first_seen.get(&node.name);
+        node.no_execute_taints().map(move |taint| {
+            let (first, steps_then) = seen
+                .and_then(|s| s.iter().find(|(k, _, _)| *k == taint.key))
+                .map_or((now, self.steps), |(_, at, steps)| (*at, *steps));
+            let anchor = taints::anchor(taint.time_added, first);
+            let due =
+                taints::taint_due(taint, &pod.tolerations, self.cfg.match_options, Some(anchor), bound, pod.truncated);
+            let due = match due {
+                TaintDue::Untolerated | TaintDue::NonPositive { .. } => Due::Now,
+                TaintDue::Unknown | TaintDue::Forever { .. } => Due::Never,
+                TaintDue::After { at, .. } => {
+                    let moved = self.steps.saturating_sub(steps_then).saturating_add(self.skew);
+                    Due::At(crate::time::shift(at.unwrap_or(now), moved))
+                }
+            };
+            (taint, due)
+        })
+    }
+
+    /// When `pod` became (or becomes) bound, as the deadlines count it: a binding time in the
+    /// future (clock skew) counts from when we first saw the pod.
+    fn bound(&self, key: &PodKey, pod: &SlimPod, now: Timestamp) -> Option<Timestamp> {
+        let tracked = self.tracked.get(key).filter(|t| t.uid == pod.uid);
+        pod.bound.map(|b| if b > now { tracked.and_then(|t| t.bound_seen).unwrap_or(now) } else { b })
+    }
+
+    /// Which NoExecute taint makes `key` due soonest, and the `tolerationSeconds` that decides
+    /// it (`None`: not tolerated at all): what `status` shows, from the same rule the controller
+    /// follows.
+    pub fn cause(&self, key: &PodKey, cx: Ctx<'_>) -> Option<(TaintId, Option<i64>)> {
+        let pod = cx.index.pods.get(key)?;
+        let node = cx.index.nodes.get(&*pod.node_name)?;
+        let bound = self.bound(key, pod, cx.now);
+        let mut best: Option<(Due, &Taint)> = None;
+        for (taint, due) in self.taint_dues(pod, node, bound, cx.now) {
+            if due != Due::Never && best.as_ref().is_none_or(|(b, _)| due < *b) {
+                best = Some((due, taint));
+            }
+        }
+        let (_, taint) = best?;
+        let seconds = taints::first_tolerating(&pod.tolerations, taint, self.cfg.match_options)
+            .and_then(|j| pod.tolerations[j].toleration_seconds);
+        Some((TaintId::of(taint), seconds))
     }
 
     fn verdict(&self, key: &PodKey, pod: &SlimPod, cx: Ctx<'_>) -> Verdict {
@@ -431,25 +485,10 @@ impl TaintEviction {
         let Some(node) = cx.index.nodes.get(&*pod.node_name).filter(|n| n.selected) else {
             return Verdict::Moot;
         };
-        // A binding time in the future (clock skew) counts from when we first saw the pod.
-        let tracked = self.tracked.get(key).filter(|t| t.uid == pod.uid);
-        let bound = pod.bound.map(|b| if b > now { tracked.and_then(|t| t.bound_seen).unwrap_or(now) } else { b });
-        let seen = self.first_seen.get(&node.name);
-        let anchor = |t: &Taint| {
-            let first = seen.and_then(|s| s.iter().find(|(k, _)| *k == t.key)).map_or(now, |(_, at)| *at);
-            taints::pod_anchor(taints::anchor(t.time_added, first), bound)
-        };
+        let bound = self.bound(key, pod, now);
         let (mut confirmed, mut unconfirmed) = (Due::Never, Due::Never);
         let mut dues: Vec<(&Taint, Due)> = Vec::new();
-        for taint in node.no_execute_taints() {
-            let due = match taints::first_tolerating(&pod.tolerations, taint, self.cfg.match_options) {
-                None => Due::Now,
-                Some(j) => match pod.tolerations[j].toleration_seconds {
-                    None => Due::Never,
-                    Some(s) if s <= 0 => Due::Now,
-                    Some(s) => Due::At(taints::add_seconds(anchor(taint), s)),
-                },
-            };
+        for (taint, due) in self.taint_dues(pod, node, bound, now) {
             if due == Due::Never {
                 continue;
             }
@@ -477,6 +516,27 @@ impl TaintEviction {
             }
         };
         Verdict::Plan { fire, held }
+    }
+
+    /// The wall clock stepped by `by` (forward positive): every pending deadline keeps the
+    /// monotonic time it had left, and is set again.
+    pub fn clock_stepped(&mut self, by: SignedDuration, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        self.steps = self.steps.saturating_add(by);
+        self.recheck_all(cx, out);
+    }
+
+    /// How far this process's clock is ahead of the API server's (a negative skew counts as
+    /// none); pending deadlines move with it.
+    pub fn set_clock_skew(&mut self, skew: SignedDuration, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        let skew = skew.max(SignedDuration::ZERO);
+        if skew != self.skew {
+            self.skew = skew;
+            self.recheck_all(cx, out);
+        }
+    }
+
+    pub fn clock_skew(&self) -> SignedDuration {
+        self.skew
     }
 
     /// Brings one pod's tracking in line with what its node and tolerations say now.

@@ -74,6 +74,12 @@ impl ZoneLimiter {
         }
     }
 
+    /// The same rate on a new clock (after the wall clock stepped), starting full: a backward
+    /// step would otherwise leave the old bucket empty for the size of the step.
+    pub fn rebuilt(&self, clock: SetClock) -> Self {
+        Self::new(self.qps, clock)
+    }
+
     /// Upstream's `SwapLimiter`: a new bucket at `qps` (0 stops the zone); if the old one had no
     /// token left, the new one starts empty too.
     pub fn set_qps(&mut self, qps: f64, now: Timestamp) {

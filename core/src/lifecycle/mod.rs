@@ -481,6 +481,13 @@ impl NodeLifecycle {
     /// probe's observation time is off by the step, so every node gets a fresh grace period
     /// rather than being judged by it.
     pub fn clock_stepped(&mut self, now: Timestamp) {
+        // The zones' buckets count time on a clock that only moves forward: after a backward
+        // step they would stay empty for the size of the step.
+        self.clock = SetClock::default();
+        for z in self.zones.values_mut() {
+            z.limiter = z.limiter.rebuilt(self.clock.clone());
+            z.wake_at = None;
+        }
         for (name, st) in self.nodes.iter_mut() {
             st.probe.restart(now);
             st.expired_at = None;

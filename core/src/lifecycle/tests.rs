@@ -503,7 +503,7 @@ fn a_wall_clock_step_gives_every_node_a_fresh_grace_period() {
     heartbeat(&mut w, &["n0", "n1", "n2"], 0.0, 40.0);
     // The clock is set an hour ahead: measured across the step, every node would be overdue.
     w.now = ts(3645.0);
-    w.state.clock_stepped(w.now);
+    w.state.clock_stepped(jiff::SignedDuration::from_hours(1), w.now, &mut Vec::new());
     w.advance_to(3650.0);
     assert!(w.writes_since(0).is_empty(), "{:?}", w.writes_since(0));
     // Nodes that really stay silent are judged a grace period after the step.

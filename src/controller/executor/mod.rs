@@ -285,9 +285,11 @@ impl Executor {
                 }
             }
             Action::PodEvent(e) => {
-                if e.kind == PodEventKind::CancellingDeletion {
-                    inner.metrics.cancelled.inc();
-                }
+                match e.kind {
+                    PodEventKind::CancellingDeletion => inner.metrics.cancelled.inc(),
+                    PodEventKind::TolerationsTruncated => inner.metrics.truncated.inc(),
+                    _ => 0,
+                };
                 inner.events.push(QueuedEvent::Pod(e));
             }
             Action::NodeEvent(e) => inner.events.push(QueuedEvent::Node(e)),

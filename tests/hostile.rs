@@ -1,0 +1,394 @@
+//! The webhook's edge, which any pod can reach: slow clients, floods, oversized and slow
+//! bodies, too many requests at once, running out of file descriptors, HTTP/2 offered. In every
+//! case the webhook keeps answering a real kube-apiserver's admission calls within their
+//! timeout, with bounded memory and file descriptors, and says in its metrics what it did.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::webhook::{Webhook, register_mutating};
+use common::{metric_sum, webhook};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, PostParams};
+use nlc_testenv::{Options, shared_with, unique};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn env() -> &'static nlc_testenv::ControlPlane {
+    shared_with(Options {
+        apiserver_args: vec!["--disable-admission-plugins=ServiceAccount,DefaultTolerationSeconds".into()],
+        ..Options::default()
+    })
+}
+
+async fn namespace(client: &kube::Client, scope: &str) -> String {
+    let name = unique(scope);
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": {"nlc-hostile": scope}}})).expect("ns");
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("namespace");
+    name
+}
+
+/// Creates a pod through the API server; whether the webhook added the default tolerations, and
+/// how long the API server took.
+async fn mutated(client: &kube::Client, ns: &str) -> (bool, Duration) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"generateName": "p-"},
+        "spec": {"nodeName": "nowhere", "containers": [{"name": "c", "image": "x"}]}
+    }))
+    .expect("pod");
+    let start = Instant::now();
+    let created =
+        Api::<Pod>::namespaced(client.clone(), ns).create(&PostParams::default(), &pod).await.expect("create");
+    let took = start.elapsed();
+    let tolerations = created.spec.and_then(|s| s.tolerations).unwrap_or_default();
+    (tolerations.iter().any(|t| t.key.as_deref() == Some("node.kubernetes.io/unreachable")), took)
+}
+
+async fn until_mutated(client: &kube::Client, ns: &str) {
+    for _ in 0..100 {
+        if mutated(client, ns).await.0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the webhook never took effect");
+}
+
+/// A TLS client trusting the test CA (the webhook serves the API server's certificate).
+fn tls_connector(alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_file_iter(&env().pki.ca_cert).expect("ca") {
+        roots.add(c.expect("cert")).expect("root");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("tls")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+}
+
+async fn tls(port: u16, alpn: &[&[u8]]) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").ok()?.to_owned();
+    tls_connector(alpn).connect(name, tcp).await.ok()
+}
+
+/// Whether the server closed the connection (EOF or reset) within `within`.
+async fn closed_within<S: tokio::io::AsyncRead + Unpin>(s: &mut S, within: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_slowloris_and_a_connection_flood_leave_the_api_servers_calls_answered() {
+    let env = env();
+    let client = env.client().await;
+    let w = Webhook::start(env, &["--webhook-header-read-timeout", "3s", "--webhook-idle-timeout", "4s"]).await;
+    let scope = unique("hostile-flood");
+    register_mutating(&client, "nlc-hostile", &scope, w.port, &env.pki.ca_cert).await;
+    let ns = namespace(&client, &scope).await;
+    until_mutated(&client, &ns).await;
+    let (rss_before, fds_before) = w.footprint();
+
+    // 300 idle TLS connections and 300 half-sent request heads.
+    let mut idle = Vec::new();
+    let mut slow = Vec::new();
+    for _ in 0..300 {
+        if let Some(s) = tls(w.port, &[b"http/1.1"]).await {
+            idle.push(s);
+        }
+        if let Some(mut s) = tls(w.port, &[b"http/1.1"]).await {
+            let _ = s.write_all(b"POST /mutate HTTP/1.1\r\nHost: x\r\nX-Slow: ").await;
+            slow.push(s);
+        }
+    }
+    assert!(idle.len() >= 290 && slow.len() >= 290, "the flood did not connect: {} {}", idle.len(), slow.len());
+    // The API server's calls are answered meanwhile, well within their 2 s timeout.
+    for _ in 0..10 {
+        let (ok, took) = mutated(&client, &ns).await;
+        assert!(ok, "a pod created during the flood was not mutated:\n{}", w.logs());
+        assert!(took < Duration::from_secs(2), "took {took:?}");
+    }
+    // A slow client sending one byte a second does not keep its head open past the timeout.
+    let mut dribble = tls(w.port, &[b"http/1.1"]).await.expect("connect");
+    let started = Instant::now();
+    let mut closed = false;
+    for b in b"POST /mutate HTTP/1.1\r\nHost: x\r\n".iter().take(8) {
+        if dribble.write_all(&[*b]).await.is_err() {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    closed = closed || closed_within(&mut dribble, Duration::from_secs(3)).await;
+    assert!(closed, "a dribbling head was held {:?}", started.elapsed());
+    // Every flood connection is closed by the server: heads after 3 s, idle ones after 4 s.
+    for s in slow.iter_mut() {
+        assert!(closed_within(s, Duration::from_secs(6)).await, "a half-sent head was held");
+    }
+    for s in idle.iter_mut() {
+        assert!(closed_within(s, Duration::from_secs(6)).await, "an idle connection was held");
+    }
+    let m = w.metrics().await;
+    assert!(metric_sum(&m, "nlc_http_connections_closed_total", &["reason=\"header_timeout\""]) >= 300.0, "{m}");
+    assert!(metric_sum(&m, "nlc_http_connections_closed_total", &["reason=\"idle_timeout\""]) >= 300.0, "{m}");
+    let (rss_after, fds_after) = w.footprint();
+    assert!(fds_after <= fds_before + 20, "file descriptors {fds_before} -> {fds_after}");
+    assert!(rss_after <= rss_before + 30_000, "RSS {rss_before} kB -> {rss_after} kB");
+    eprintln!("RSS {rss_before} -> {rss_after} kB, fds {fds_before} -> {fds_after}");
+}
+
+#[tokio::test]
+async fn past_the_connection_cap_new_connections_are_closed_at_once() {
+    let env = env();
+    let w = Webhook::start(env, &["--webhook-max-connections", "50"]).await;
+    let mut held = Vec::new();
+    for _ in 0..50 {
+        held.push(tokio::net::TcpStream::connect(("127.0.0.1", w.port)).await.expect("connect"));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut extra = tokio::net::TcpStream::connect(("127.0.0.1", w.port)).await.expect("connect");
+    assert!(closed_within(&mut extra, Duration::from_secs(1)).await, "the 51st connection hangs");
+    let m = w.metrics().await;
+    assert!(metric_sum(&m, "nlc_http_connections_closed_total", &["reason=\"over_capacity\""]) >= 1.0, "{m}");
+    drop(held);
+}
+
+/// Sends `head` and `body` on a fresh TLS connection; the status code of the answer.
+async fn exchange(port: u16, head: &str, body: &[u8], pause: Duration) -> Option<u16> {
+    let mut s = tls(port, &[b"http/1.1"]).await?;
+    s.write_all(head.as_bytes()).await.ok()?;
+    tokio::time::sleep(pause).await;
+    let _ = s.write_all(body).await;
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf)).await;
+    let text = String::from_utf8_lossy(&buf);
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[tokio::test]
+async fn bodies_are_bounded_in_size_and_time_and_requests_in_number() {
+    let env = env();
+    let w = Webhook::start(
+        env,
+        &[
+            "--webhook-body-timeout",
+            "1s",
+            "--webhook-max-body-bytes",
+            "100000",
+            "--webhook-max-requests-in-flight",
+            "1",
+        ],
+    )
+    .await;
+    // Too large, declared: 413 without reading it.
+    let head = "POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4000000\r\nConnection: close\r\n\r\n";
+    assert_eq!(exchange(w.port, head, b"", Duration::ZERO).await, Some(413));
+    // A body that does not arrive in time: 408.
+    let head = "POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\nConnection: close\r\n\r\n";
+    assert_eq!(exchange(w.port, head, b"{", Duration::ZERO).await, Some(408));
+    // One request in flight at most: while a slow body holds the one place, another is 429.
+    let port = w.port;
+    let holder = tokio::spawn(async move { exchange(port, head, b"", Duration::from_millis(900)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    assert_eq!(exchange(w.port, second, b"", Duration::ZERO).await, Some(429));
+    let _ = holder.await;
+    let m = w.metrics().await;
+    for reason in ["body_too_large", "body_timeout", "too_many_requests"] {
+        assert!(
+            metric_sum(&m, "nlc_http_requests_rejected_total", &[&format!("reason=\"{reason}\"")]) >= 1.0,
+            "{reason}: {m}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn http2_is_off_unless_asked_for() {
+    let env = env();
+    let off = Webhook::start(env, &[]).await;
+    let s = tls(off.port, &[b"h2", b"http/1.1"]).await.expect("connect");
+    assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let on = Webhook::start(env, &["--webhook-enable-http2"]).await;
+    let s = tls(on.port, &[b"h2", b"http/1.1"]).await.expect("connect");
+    assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+}
+
+#[tokio::test]
+async fn out_of_file_descriptors_the_accept_loop_backs_off_and_recovers() {
+    let env = env();
+    let client = env.client().await;
+    let w = webhook::Webhook::start_as(
+        env,
+        &env.kubeconfig,
+        &env.pki.serving_cert,
+        &env.pki.serving_key,
+        &["--webhook-header-read-timeout", "2s"],
+        &["prlimit", "--nofile=128"],
+    )
+    .await;
+    let scope = unique("hostile-fds");
+    register_mutating(&client, "nlc-hostile", &scope, w.port, &env.pki.ca_cert).await;
+    let ns = namespace(&client, &scope).await;
+    until_mutated(&client, &ns).await;
+    // More connections than the process may hold open: accepts fail.
+    let mut flood = Vec::new();
+    for _ in 0..200 {
+        if let Ok(s) = tokio::net::TcpStream::connect(("127.0.0.1", w.port)).await {
+            flood.push(s);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let lines = w.logs().lines().filter(|l| l.contains("accept failed")).count();
+    assert!(lines <= 10, "{lines} 'accept failed' lines in 3 s");
+    let m = w.metrics().await;
+    assert!(metric_sum(&m, "nlc_http_accept_errors_total", &[]) >= 1.0, "{m}");
+    // The flood's connections time out and the webhook serves the API server again.
+    drop(flood);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (ok, _) = mutated(&client, &ns).await;
+    assert!(ok, "not serving after the flood:\n{}", w.logs());
+}
+
+fn review(namespace: &str, tolerations: serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": namespace, "operation": "CREATE", "userInfo": {"username": "someone"},
+            "object": {"metadata": {"name": "p", "namespace": namespace},
+                       "spec": {"containers": [{"name": "c", "image": "x"}], "tolerations": tolerations}}
+        }
+    }))
+    .expect("review")
+}
+
+async fn post(port: u16, path: &str, body: &[u8]) -> Option<u16> {
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    exchange(port, &head, body, Duration::ZERO).await
+}
+
+#[tokio::test]
+async fn a_namespace_that_cannot_be_read_fails_the_request_so_the_failure_policy_decides() {
+    use nlc_testenv::fault::{Fault, FaultProxy, Rule};
+    let env = env();
+    let client = env.client().await;
+    let proxy = FaultProxy::start(env).await.expect("proxy");
+    // The webhook lists the namespaces, then never hears of new ones.
+    proxy.add(Rule::new("GET", &["/api/v1/namespaces", "watch=true"], Fault::Hold));
+    let kubeconfig = proxy.kubeconfig(env).expect("kubeconfig");
+    let w = Webhook::start_as(
+        env,
+        &kubeconfig,
+        &env.pki.serving_cert,
+        &env.pki.serving_key,
+        &["--enable-pod-toleration-restriction"],
+        &[],
+    )
+    .await;
+    let scope = unique("hostile-ptr");
+    let ns = unique(&scope);
+    let whitelist = r#"[{"key": "allowed", "operator": "Exists"}]"#;
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": ns, "labels": {"nlc-hostile": scope},
+        "annotations": {"scheduler.alpha.kubernetes.io/tolerationsWhitelist": whitelist}}}))
+        .expect("ns");
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.expect("namespace");
+    let outside = json!([{"key": "forbidden", "operator": "Exists", "effect": "NoSchedule"}]);
+
+    // Its live read of the namespace fails: the request fails (500), it is not decided on the
+    // cluster whitelist alone (which is empty: everything allowed).
+    let failing = proxy.add(Rule::new("GET", &[&format!("/api/v1/namespaces/{ns}")], Fault::Status(500)));
+    assert_eq!(post(w.port, "/validate", &review(&ns, outside.clone())).await, Some(500));
+    // The same when the read is slower than the webhook allows itself.
+    proxy.remove(&failing);
+    let slow =
+        proxy.add(Rule::new("GET", &[&format!("/api/v1/namespaces/{ns}")], Fault::Delay(Duration::from_secs(3))));
+    assert_eq!(post(w.port, "/validate", &review(&ns, outside.clone())).await, Some(500));
+    proxy.remove(&slow);
+    // Readable: decided, and refused by the namespace's whitelist.
+    let body = review(&ns, outside);
+    assert_eq!(post(w.port, "/validate", &body).await, Some(200));
+    let m = w.metrics().await;
+    assert!(metric_sum(&m, "nlc_webhook_namespace_lookups_total", &["outcome=\"failed\""]) >= 2.0, "{m}");
+    assert!(metric_sum(&m, "nlc_webhook_namespace_lookups_total", &["outcome=\"fetched\""]) >= 1.0, "{m}");
+
+    // Unknown namespaces cannot drive one API read per request: single flight and a negative
+    // cache.
+    let counting = proxy.add(Rule::new("GET", &["/api/v1/namespaces/nope-"], Fault::Delay(Duration::from_millis(300))));
+    let mut asks = Vec::new();
+    for _ in 0..20 {
+        let port = w.port;
+        asks.push(tokio::spawn(async move { post(port, "/validate", &review("nope-x", json!([]))).await }));
+    }
+    for a in asks {
+        assert_eq!(a.await.ok().flatten(), Some(200));
+    }
+    for _ in 0..5 {
+        assert_eq!(post(w.port, "/validate", &review("nope-x", json!([]))).await, Some(200));
+    }
+    assert!(counting.hits() <= 2, "{} reads for one unknown namespace", counting.hits());
+}
+
+#[tokio::test]
+async fn with_failure_policy_fail_the_refusal_is_the_api_servers() {
+    use nlc_testenv::fault::{Fault, FaultProxy, Rule};
+    let env = env();
+    let client = env.client().await;
+    let proxy = FaultProxy::start(env).await.expect("proxy");
+    proxy.add(Rule::new("GET", &["/api/v1/namespaces", "watch=true"], Fault::Hold));
+    let kubeconfig = proxy.kubeconfig(env).expect("kubeconfig");
+    let w = Webhook::start_as(
+        env,
+        &kubeconfig,
+        &env.pki.serving_cert,
+        &env.pki.serving_key,
+        &["--enable-pod-toleration-restriction"],
+        &[],
+    )
+    .await;
+    let scope = unique("hostile-fail");
+    common::webhook::register_validating(&client, "nlc-hostile", &scope, w.port, &env.pki.ca_cert, "Fail").await;
+    let ns = unique(&scope);
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": ns, "labels": {"nlc-hostile": scope}}})).expect("ns");
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.expect("namespace");
+    let read = proxy.add(Rule::new("GET", &[&format!("/api/v1/namespaces/{ns}")], Fault::Status(500)));
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"generateName": "p-"},
+        "spec": {"nodeName": "nowhere", "containers": [{"name": "c", "image": "x"}]}
+    }))
+    .expect("pod");
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let mut refused = None;
+    for _ in 0..50 {
+        match pods.create(&PostParams::default(), &pod).await {
+            Err(kube::Error::Api(s)) if s.message.contains("failed calling webhook") => {
+                refused = Some(s.message);
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    assert!(refused.is_some(), "the pod was admitted while the webhook could not know its namespace");
+    proxy.remove(&read);
+    pods.create(&PostParams::default(), &pod).await.expect("admitted once the namespace can be read");
+}
