@@ -155,3 +155,30 @@ async fn a_partitioned_leader_stops_writing_before_its_lease_expires() {
     assert!(secs_between(cut, exited) <= 3.5, "exited {:.3}s after the cut", secs_between(cut, exited));
     assert!(exited < took_over, "split brain: the standby led before the old leader stopped");
 }
+
+/// A leader killed with SIGKILL and started again (the kubelet restarting its container, or a
+/// single replica): its identity is stable, so it finds itself holding the Lease and takes it
+/// back at once instead of waiting out its own lease (15 s), and the countdown ends on time.
+#[tokio::test]
+async fn a_killed_leader_restarted_takes_its_lease_back_and_evicts_at_the_original_deadline() {
+    let env = shared();
+    let s = Scope::new(env, "le-restart").await;
+    let lease = "le-restart";
+    let node = s.node("n", json!([])).await;
+    s.pod("p", &node, json!([toleration(KEY, Some(10))]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    // Default durations: lease 15 s.
+    let args = election(lease, &["--instance", "le-restart-a"]);
+    let a = Controller::start(env, &s.scope, &args).await;
+    assert!(wait_leading(&a, lease, Duration::from_secs(5)).await.is_some());
+    let added = now_s();
+    s.set_taints(&node, json!([no_execute(KEY, added)])).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    a.kill().await;
+    let again = Controller::start(env, &s.scope, &args).await;
+    let at = evictions.wait("p", Duration::from_secs(20)).await.unwrap_or_else(|| panic!("{}", again.logs()));
+    let late = secs_between(added + Duration::from_secs(10), at);
+    eprintln!("restarted leader evicted {late:.3}s after the original deadline");
+    assert!(late.abs() <= 1.5, "evicted {late:.3}s after the original deadline:\n{}", again.logs());
+    assert_eq!(markings(&s, "p").await, 1, "a duplicate eviction");
+}

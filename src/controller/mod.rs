@@ -166,6 +166,7 @@ fn spawn(
     // caches may sync first (a streaming list takes milliseconds), and a pause set before the
     // start must hold from the first decision. Nothing is cached yet, so nothing is dropped.
     state.set_pause(nlc_core::brakes::Pause::All, clock.now(), &mut Vec::new());
+    let steps = StepDetector::new(clock.as_ref());
     let task = Task {
         state,
         leading,
@@ -180,6 +181,7 @@ fn spawn(
         reported_zones: HashSet::new(),
         skew: rt.skew(),
         applied_skew: jiff::SignedDuration::ZERO,
+        steps,
     };
     let stop = rt.shutdown();
     rt.spawn("controller", task.run(stop));
@@ -266,24 +268,17 @@ struct Task {
     reported_zones: HashSet<String>,
     skew: crate::runtime::client::Skew,
     applied_skew: jiff::SignedDuration,
+    steps: StepDetector,
 }
 
 impl Task {
     async fn run(mut self, stop: shutdown::Signal) -> Result<()> {
         let mut actions = Vec::new();
-        let mut steps = StepDetector::new(self.clock.as_ref());
         let stopping = stop.signaled();
         tokio::pin!(stopping);
         loop {
             self.heartbeat.beat();
-            if let Some(step) = steps.observe(self.clock.as_ref()) {
-                tracing::warn!(
-                    step_ms = step.as_millis() as i64,
-                    "the wall clock stepped; every node gets a fresh grace period, pending evictions keep the time they had left, zone limiters start afresh"
-                );
-                self.metrics.clock.steps.inc();
-                self.state.clock_stepped(step, self.clock.now(), &mut actions);
-            }
+            self.observe_clock(&mut actions);
             self.follow_skew(&mut actions);
             // Wake at least every second, so that a step of the wall clock is noticed promptly.
             let wake = self
@@ -294,11 +289,15 @@ impl Task {
             tokio::select! {
                 _ = &mut stopping => return Ok(()),
                 _ = tokio::time::sleep_until(wake) => {
+                    // A step of the wall clock while asleep is taken in before any deadline is
+                    // judged against the stepped clock.
+                    self.observe_clock(&mut actions);
                     self.state.tick(self.clock.now(), &mut actions);
                     self.report_zones();
                 }
                 input = self.rx.recv() => {
                     let Some(input) = input else { return Ok(()) };
+                    self.observe_clock(&mut actions);
                     self.handle_batch(input, &mut actions);
                 }
                 // Only while not leading: a pause of everything is not a lost election (and
@@ -321,6 +320,19 @@ impl Task {
                 self.executor.submit(action);
             }
             self.after_turn();
+        }
+    }
+
+    /// A step of the wall clock since the last look: every node gets a fresh grace period,
+    /// pending evictions keep the monotonic time they had left, zone limiters start afresh.
+    fn observe_clock(&mut self, actions: &mut Vec<Action>) {
+        if let Some(step) = self.steps.observe(self.clock.as_ref()) {
+            tracing::warn!(
+                step_ms = step.as_millis() as i64,
+                "the wall clock stepped; every node gets a fresh grace period, pending evictions keep the time they had left, zone limiters start afresh"
+            );
+            self.metrics.clock.steps.inc();
+            self.state.clock_stepped(step, self.clock.now(), actions);
         }
     }
 

@@ -71,6 +71,17 @@ impl Controller {
         scope: &str,
         extra: &[&str],
     ) -> Self {
+        Self::start_full(kubeconfig, env, scope, extra, &[]).await
+    }
+
+    /// The same, with environment variables for the process.
+    pub async fn start_full(
+        kubeconfig: &std::path::Path,
+        env: &ControlPlane,
+        scope: &str,
+        extra: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Self {
         for attempt in 1..=START_ATTEMPTS {
             let port = free_port();
             let log = env.dir.join(format!("controller-{scope}-{port}.log"));
@@ -93,6 +104,7 @@ impl Controller {
                 .args(lease)
                 .args(instance)
                 .args(extra)
+                .envs(vars.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(Stdio::from(file))
                 .kill_on_drop(true)
@@ -122,6 +134,14 @@ impl Controller {
 
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn metrics_port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
     }
 
     pub async fn metrics(&self) -> String {

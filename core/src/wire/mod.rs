@@ -212,8 +212,80 @@ pub struct WirePod(pub Pod, pub Option<String>);
 struct PodSpecIn {
     #[serde(deserialize_with = "lenient::leaf")]
     node_name: Option<String>,
-    #[serde(deserialize_with = "lenient::list")]
+    #[serde(deserialize_with = "eviction_tolerations")]
     tolerations: Option<Vec<WireToleration>>,
+}
+
+/// A pod's tolerations as the cache keeps them, filtered while they are parsed: only those
+/// eviction reads (effect `NoExecute` or empty), in order, and one more than the cache keeps
+/// (so that it knows the list was cut): a tenant's 30,000 tolerations never exist in memory at
+/// once.
+fn eviction_tolerations<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<WireToleration>>, D::Error> {
+    struct Visitor;
+    impl<'de> serde::de::Visitor<'de> for Visitor {
+        type Value = Option<Vec<WireToleration>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a list of tolerations")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let keep = crate::index::MAX_KEPT_TOLERATIONS + 1;
+            let mut out = Vec::new();
+            while let Some(t) = seq.next_element_seed(Element)? {
+                match t {
+                    Some(t)
+                        if out.len() < keep && matches!(t.effect.as_deref(), None | Some("") | Some("NoExecute")) =>
+                    {
+                        out.push(t)
+                    }
+                    Some(_) => {}
+                    None => lenient::note(|| "a null or odd toleration".to_owned()),
+                }
+            }
+            Ok(Some(out))
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(self)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+            lenient::note(|| "expected a list of tolerations, got an object".to_owned());
+            Ok(None)
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            lenient::note(|| format!("expected a list of tolerations, got {v:?}"));
+            Ok(None)
+        }
+        fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+            lenient::note(|| format!("expected a list of tolerations, got {v}"));
+            Ok(None)
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            lenient::note(|| format!("expected a list of tolerations, got {v}"));
+            Ok(None)
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            lenient::note(|| format!("expected a list of tolerations, got {v}"));
+            Ok(None)
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            lenient::note(|| format!("expected a list of tolerations, got {v}"));
+            Ok(None)
+        }
+    }
+    struct Element;
+    impl<'de> serde::de::DeserializeSeed<'de> for Element {
+        type Value = Option<WireToleration>;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            lenient::object::<D, WireToleration>(d)
+        }
+    }
+    d.deserialize_any(Visitor)
 }
 
 impl Lenient for PodSpecIn {

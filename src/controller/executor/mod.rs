@@ -283,6 +283,8 @@ impl Executor {
                 {
                     c.cancel();
                 }
+                inner.exec_metrics.queued("evictions", inner.evictions.len());
+                inner.exec_metrics.queued("marks", inner.marks.len());
             }
             Action::PodEvent(e) => {
                 match e.kind {

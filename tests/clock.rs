@@ -1,0 +1,115 @@
+//! The controller's clock against the API server's, with the controller's process alone under
+//! libfaketime (the machine's clock, the API server's and the test's are untouched):
+//! - a forward step of its wall clock (an NTP step, a VM resumed) does not make pending
+//!   evictions due early: each keeps the monotonic time it had left;
+//! - a clock running ahead of the API server's is measured from the `Date` of its answers and
+//!   waited out, so that no eviction is early by the server's clock.
+//!
+//! libfaketime comes from Debian's `faketime` package (CI installs it); without it these tests
+//! fail, naming it.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use nlc_testenv::shared;
+use serde_json::json;
+
+const KEY: &str = "example.com/clock";
+const LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// The environment that puts the controller under libfaketime, its offset read from `file`
+/// (in seconds, e.g. `+3600`) at every clock read; its monotonic clock is left alone.
+fn faketime(file: &std::path::Path) -> Vec<(&'static str, String)> {
+    assert!(
+        std::path::Path::new(LIB).exists(),
+        "{LIB} is missing: install Debian's faketime package (apt-get install faketime)"
+    );
+    vec![
+        ("LD_PRELOAD", LIB.to_owned()),
+        ("FAKETIME_TIMESTAMP_FILE", file.display().to_string()),
+        ("FAKETIME_NO_CACHE", "1".to_owned()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_owned()),
+    ]
+}
+
+async fn start_faked(
+    env: &nlc_testenv::ControlPlane,
+    s: &Scope,
+    offset: &str,
+    extra: &[&str],
+) -> (Controller, std::path::PathBuf) {
+    let file = env.dir.join(format!("faketime-{}", s.scope));
+    std::fs::write(&file, offset).expect("offset file");
+    let vars = faketime(&file);
+    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let c = Controller::start_full(&env.kubeconfig, env, &s.scope, extra, &vars).await;
+    (c, file)
+}
+
+#[tokio::test]
+async fn a_forward_step_of_the_wall_clock_does_not_make_evictions_early() {
+    let env = shared();
+    let s = Scope::new(env, "clock-step").await;
+    let node = s.node("n", json!([])).await;
+    s.pod("p", &node, json!([toleration(KEY, Some(20))]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let (c, file) = start_faked(env, &s, "+0", &["--leader-elect=false"]).await;
+    let added = now_s();
+    s.set_taints(&node, json!([no_execute(KEY, added)])).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The controller's wall clock jumps an hour ahead: measured on it, the deadline has passed.
+    std::fs::write(&file, "+3600").expect("step");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(evictions.at("p").is_none(), "evicted at once after the step:\n{}", c.logs());
+    let at = evictions.wait("p", Duration::from_secs(30)).await.unwrap_or_else(|| panic!("{}", c.logs()));
+    let late = secs_between(added + Duration::from_secs(20), at);
+    eprintln!("evicted {late:.3}s after the deadline, across a +1h step of the controller's clock");
+    assert!(late.abs() <= 1.5, "evicted {late:.3}s after the deadline:\n{}", c.logs());
+    assert!(metric(&c.metrics().await, "nlc_clock_steps_total").unwrap_or(0.0) >= 1.0);
+}
+
+#[tokio::test]
+async fn a_clock_ahead_of_the_api_servers_is_measured_and_waited_out() {
+    let env = shared();
+    let s = Scope::new(env, "clock-skew").await;
+    let node = s.node("n", json!([])).await;
+    s.pod("p", &node, json!([toleration(KEY, Some(12))]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    // Three seconds ahead; leader election's renewals every 500 ms give the estimate samples.
+    let (c, _file) = start_faked(
+        env,
+        &s,
+        "+3",
+        &[
+            "--leader-elect-resource-name",
+            "clock-skew",
+            "--leader-elect-lease-duration",
+            "4s",
+            "--leader-elect-renew-deadline",
+            "3s",
+            "--leader-elect-retry-period",
+            "500ms",
+        ],
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let skew = loop {
+        let m = c.metrics().await;
+        let skew = metric(&m, "nlc_clock_skew_seconds").unwrap_or(0.0);
+        let precision = metric(&m, "nlc_clock_skew_precision_seconds").unwrap_or(10.0);
+        if precision <= 0.3 {
+            break skew;
+        }
+        assert!(std::time::Instant::now() < deadline, "no precise estimate: {skew} +/- {precision}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!((skew - 3.0).abs() <= 0.4, "measured {skew:.3}s, the clock is 3 s ahead");
+    let added = now_s();
+    s.set_taints(&node, json!([no_execute(KEY, added)])).await;
+    let at = evictions.wait("p", Duration::from_secs(30)).await.unwrap_or_else(|| panic!("{}", c.logs()));
+    let late = secs_between(added + Duration::from_secs(12), at);
+    eprintln!("skew measured {skew:.3}s; evicted {late:.3}s after the deadline by the API server's clock");
+    assert!((-0.3..=1.5).contains(&late), "evicted {late:.3}s after the deadline (3 s early without the skew)");
+}

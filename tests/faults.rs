@@ -1,0 +1,152 @@
+//! Faults a controller must ride through without missed or wrongful evictions, against a real
+//! kube-apiserver (through a fault-injecting proxy where the fault is the API server's): a
+//! write that never gets an answer, a tenant's pod with 30,000 tolerations, a NoExecute taint
+//! that makes hundreds of pods due while deletions are paced.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::PostParams;
+use nlc_testenv::fault::{Fault, FaultProxy, Rule};
+use nlc_testenv::shared;
+use serde_json::json;
+
+const KEY: &str = "example.com/fault";
+
+#[tokio::test]
+async fn a_write_without_an_answer_times_out_and_is_retried() {
+    let env = shared();
+    let s = Scope::new(env, "fault-timeout").await;
+    let node = s.node("n", json!([])).await;
+    s.pod("p", &node, json!([]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let proxy = FaultProxy::start(env).await.expect("proxy");
+    let kubeconfig = proxy.kubeconfig(env).expect("kubeconfig");
+    // Every delete of the pod hangs for a minute (a slow etcd), until the rule goes.
+    let stall = proxy.add(Rule::new(
+        "DELETE",
+        &[&format!("/namespaces/{}/pods/p", s.ns)],
+        Fault::Delay(Duration::from_secs(60)),
+    ));
+    let c = Controller::start_with_kubeconfig(
+        &kubeconfig,
+        env,
+        &s.scope,
+        &["--leader-elect=false", "--api-write-timeout", "2s", "--eviction-retry-delay", "100ms"],
+    )
+    .await;
+    let tainted = jiff::Timestamp::now();
+    s.set_taints(&node, json!([no_execute(KEY, now_s())])).await;
+    // The first delete hangs; it is given up after 2 s, and its retry goes through.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while stall.hits() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the delete never came:\n{}", c.logs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.remove(&stall);
+    let at = evictions.wait("p", Duration::from_secs(15)).await.unwrap_or_else(|| panic!("{}", c.logs()));
+    let took = secs_between(tainted, at);
+    assert!(took < 6.0, "evicted {took:.1}s after the taint: the hanging write held it");
+    let m = c.metrics().await;
+    assert!(metric(&m, "nlc_api_write_timeouts_total").unwrap_or(0.0) >= 1.0, "{m}");
+}
+
+/// Resident memory of a process, in kB.
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_pod_with_thirty_thousand_tolerations_costs_a_bounded_amount_and_is_never_wrongly_evicted() {
+    let env = shared();
+    let s = Scope::new(env, "fault-tolerations").await;
+    let node = s.node("n", json!([])).await;
+    let c = Controller::start(env, &s.scope, &["--leader-elect=false"]).await;
+    let pid = c.pid();
+    let before = rss_kb(pid);
+    // 30,000 distinct NoExecute tolerations (short keys: etcd takes 1.5 MiB per object); the
+    // one for KEY is the 20,000th.
+    let mut tolerations: Vec<serde_json::Value> =
+        (0..30_000).map(|i| json!({"key": format!("t{i}"), "operator": "Exists", "effect": "NoExecute"})).collect();
+    tolerations[20_000] = json!({"key": KEY, "operator": "Exists", "effect": "NoExecute"});
+    let create = |name: &'static str| {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "tolerations": tolerations, "containers": [{"name": "c", "image": "x"}]}
+        }))
+        .expect("pod");
+        let pods = s.pods();
+        async move { pods.create(&PostParams::default(), &pod).await.expect("the API server takes it") }
+    };
+    // The first few such pods cost the watch's buffers for their 1.8 MB of JSON, once (glibc
+    // keeps them); after that each costs next to nothing (each is 6 MB kept whole).
+    for name in ["many", "many-2", "many-3"] {
+        create(name).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let three = rss_kb(pid);
+    for name in ["many-4", "many-5", "many-6", "many-7", "many-8", "many-9"] {
+        create(name).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    s.pod("few", &node, json!([]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let nine = rss_kb(pid);
+    eprintln!("RSS {before} kB; with three pods of 30,000 tolerations {three} kB, with nine {nine} kB");
+    assert!(nine < three + 3_000, "RSS grew from {three} to {nine} kB for six more pods (6 MB each kept whole)");
+    assert!(nine < before + 12_000, "RSS grew from {before} to {nine} kB");
+    // A taint only its 20,000th toleration tolerates: the untolerated pod goes, it stays.
+    s.set_taints(&node, json!([no_execute(KEY, now_s())])).await;
+    assert!(evictions.wait("few", Duration::from_secs(10)).await.is_some(), "{}", c.logs());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(evictions.at("many").is_none(), "evicted for a taint it tolerates:\n{}", c.logs());
+    assert!(evictions.at("many-9").is_none(), "evicted for a taint it tolerates:\n{}", c.logs());
+    let m = c.metrics().await;
+    assert!(metric(&m, "nlc_pods_tolerations_truncated_total").unwrap_or(0.0) >= 1.0, "{m}");
+    let events = pod_events(&s.client, &s.ns, "many").await;
+    assert!(events.iter().any(|(reason, _)| reason == "TolerationsTruncated"), "{events:?}");
+}
+
+#[tokio::test]
+async fn paced_evictions_wait_in_a_bounded_queue_and_leave_it_when_called_off() {
+    let env = shared();
+    let s = Scope::new(env, "fault-queue").await;
+    let node = s.node("n", json!([])).await;
+    for i in 0..300 {
+        s.pod(&format!("p{i}"), &node, json!([]), json!({})).await;
+    }
+    let evictions = Evictions::watch(s.pods()).await;
+    let c = Controller::start(env, &s.scope, &["--leader-elect=false", "--pod-eviction-qps", "2"]).await;
+    s.set_taints(&node, json!([no_execute(KEY, now_s())])).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut queued = 0.0;
+    while queued < 250.0 {
+        assert!(std::time::Instant::now() < deadline, "never queued:\n{}", c.metrics().await);
+        queued = metric(&c.metrics().await, "nlc_executor_queue_depth{queue=\"evictions\"}").unwrap_or(0.0);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The taint goes: every queued eviction is called off at once.
+    s.set_taints(&node, json!([])).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let left = metric(&c.metrics().await, "nlc_executor_queue_depth{queue=\"evictions\"}").unwrap_or(0.0);
+        if left == 0.0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{left} still queued");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let evicted = (0..300).filter(|i| evictions.at(&format!("p{i}")).is_some()).count();
+    assert!(evicted <= 20, "{evicted} evicted after the taint went");
+}

@@ -1,0 +1,70 @@
+//! No second writer around a leader change, judged by the API server's own audit log: a leader
+//! stopped with SIGTERM in the middle of an eviction storm seals its write fence, waits for its
+//! writes in flight, and only then releases its Lease, so that nothing it sends lands after the
+//! new leader's first write. Own control plane (the audit log is the whole API server's).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use nlc_testenv::{ControlPlane, Options};
+use serde_json::json;
+
+const KEY: &str = "example.com/storm";
+
+#[tokio::test]
+async fn sigterm_under_an_eviction_storm_leaves_no_write_after_the_new_leaders_first() {
+    let env = tokio::task::spawn_blocking(|| ControlPlane::start(Options { audit: true, ..Options::default() }))
+        .await
+        .expect("join")
+        .expect("control plane");
+    let a_config = env.kubeconfig_for("leader-a", &["system:masters"]).expect("kubeconfig a");
+    let b_config = env.kubeconfig_for("leader-b", &["system:masters"]).expect("kubeconfig b");
+    let s = Scope::new(&env, "fence").await;
+    let nodes = [s.node("n1", json!([])).await, s.node("n2", json!([])).await];
+    for i in 0..160 {
+        s.pod(&format!("p{i}"), &nodes[i % 2], json!([]), json!({})).await;
+    }
+    // Paced writes, so that many are queued or in flight when the leader is stopped; default
+    // election durations (only the release explains a fast hand-over).
+    let paced = ["--leader-elect-resource-name", "fence", "--kube-api-qps", "10", "--kube-api-burst", "2"];
+    let a = Controller::start_with_kubeconfig(&a_config, &env, &s.scope, &paced).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !a.leads("fence").await {
+        assert!(std::time::Instant::now() < deadline, "never led:\n{}", a.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut b = Controller::start_with_kubeconfig(&b_config, &env, &s.scope, &paced).await;
+    for n in &nodes {
+        s.set_taints(n, json!([no_execute(KEY, now_s())])).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    a.terminate();
+    let mut a = a;
+    let exited = a.wait_exit(Duration::from_secs(30)).await.unwrap_or_else(|| panic!("{}", a.logs()));
+    assert!(exited.success(), "{exited:?}:\n{}", a.logs());
+    // The new leader goes on with the storm.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    b.terminate();
+    let _ = b.wait_exit(Duration::from_secs(30)).await;
+
+    let writes = env.audit_writes().expect("audit log");
+    let by = |user: &str| writes.iter().filter(move |w| w.user == user).collect::<Vec<_>>();
+    let (a_writes, b_writes) = (by("leader-a"), by("leader-b"));
+    let a_evictions = a_writes.iter().filter(|w| w.resource == "pods" && w.verb == "delete").count();
+    let b_evictions = b_writes.iter().filter(|w| w.resource == "pods" && w.verb == "delete").count();
+    assert!(a_evictions > 0 && b_evictions > 0, "a storm on both sides: {a_evictions} and {b_evictions} deletes");
+    let b_first = b_writes.first().expect("the new leader wrote").received;
+    let late: Vec<_> = a_writes.iter().filter(|w| w.completed >= b_first).collect();
+    assert!(late.is_empty(), "the old leader wrote after the new leader's first write ({b_first}): {late:#?}");
+    eprintln!(
+        "old leader: {} writes ({a_evictions} deletes), the last done at {}; new leader's first at {b_first}",
+        a_writes.len(),
+        a_writes.last().map(|w| w.completed.to_string()).unwrap_or_default()
+    );
+    // Every write names us.
+    for w in a_writes.iter().chain(&b_writes) {
+        assert!(w.user_agent.starts_with("node-lifecycle-controller/"), "{w:?}");
+    }
+}
