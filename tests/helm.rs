@@ -86,6 +86,84 @@ fn helm_lint_passes_and_broken_values_are_refused_clearly() {
     assert!(e.contains("needs webhook.tls.caBundle"), "{e}");
     let e = refused(&["--set=controller.flags.Bad_Flag=1"]);
     assert!(e.contains("Bad_Flag"), "{e}");
+    // failurePolicy Fail without the exclusions could deadlock a cluster.
+    let e = refused(&[
+        "--set=webhook.enabled=true",
+        "--set=webhook.failurePolicy=Fail",
+        "--set=webhook.exclusions.mirrorPods=false",
+    ]);
+    assert!(e.contains("failurePolicy Fail needs webhook.exclusions"), "{e}");
+    let e = refused(&[
+        "--set=webhook.enabled=true",
+        "--set=webhook.plugins.podTolerationRestriction.enabled=true",
+        "--set=webhook.plugins.podTolerationRestriction.failurePolicy=Fail",
+        "--set=webhook.exclusions.systemNamespaces=false",
+    ]);
+    assert!(e.contains("failurePolicy Fail needs webhook.exclusions"), "{e}");
+}
+
+/// With `failurePolicy: Fail` and the webhook down (its Service does not exist here), the
+/// chart's configuration refuses ordinary pods but never the ones that could bring it back:
+/// pods in kube-system, in a namespace that opted out, and mirror pods created by a kubelet.
+#[tokio::test]
+async fn with_failure_policy_fail_a_webhook_outage_spares_the_system_pods() {
+    let env = shared();
+    let client = env.client().await;
+    let release = nlc_testenv::unique("fail-safe");
+    let docs = template(
+        &release,
+        "nlc-fail-safe",
+        &[
+            "--set=webhook.enabled=true",
+            "--set=webhook.failurePolicy=Fail",
+            "--set=webhook.certManager.enabled=false",
+            "--set=webhook.tls.caBundle=Zm9v",
+        ],
+    )
+    .expect("renders");
+    let mut config = docs
+        .into_iter()
+        .find(|d| d["kind"] == "MutatingWebhookConfiguration")
+        .expect("a mutating webhook configuration");
+    // Only this test's pods (the control plane is shared with the other tests of this binary).
+    config["webhooks"][0]["objectSelector"] = json!({"matchLabels": {"nlc-fail-safe": release}});
+    apply(&client, &config).await.expect("apply the configuration");
+    let opted_out = nlc_testenv::unique("fail-safe-out");
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": opted_out,
+        "labels": {"node-lifecycle-controller.io/webhook": "disabled"}}}))
+    .expect("ns");
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("namespace");
+    let ordinary = nlc_testenv::unique("fail-safe-in");
+    create_namespace(&client, &ordinary).await;
+    let node_config = env.kubeconfig_for("system:node:fail-safe-node", &["system:masters"]).expect("kubeconfig");
+    let kubelet = nlc_testenv::client_from(&node_config).await.expect("client");
+    let pod = |name: &str| -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"nlc-fail-safe": release}},
+            "spec": {"nodeName": "fail-safe-node", "containers": [{"name": "c", "image": "x"}]}
+        }))
+        .expect("pod")
+    };
+    let create = |client: &kube::Client, ns: &str, name: &str| {
+        let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+        let p = pod(name);
+        async move { api.create(&PostParams::default(), &p).await }
+    };
+    // The API server loads webhook configurations asynchronously: wait until it refuses.
+    let mut refused = false;
+    for i in 0..100 {
+        match create(&client, &ordinary, &format!("ordinary-{i}")).await {
+            Err(kube::Error::Api(s)) if s.message.contains("failed calling webhook") => {
+                refused = true;
+                break;
+            }
+            _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+        }
+    }
+    assert!(refused, "an ordinary pod was admitted with the webhook down and failurePolicy Fail");
+    create(&client, "kube-system", &format!("{release}-system")).await.expect("kube-system is spared");
+    create(&client, &opted_out, "opted-out").await.expect("an opted-out namespace is spared");
+    create(&kubelet, &ordinary, "mirror").await.expect("a kubelet's mirror pod is spared");
 }
 
 /// The set of objects, with what matters of each, for comparing the two renderings.

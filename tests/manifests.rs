@@ -113,7 +113,13 @@ async fn every_overlay_renders_and_applies_as_users_apply_it() {
             find("PodDisruptionBudget", "node-lifecycle-controller-webhook");
             let config = find("MutatingWebhookConfiguration", "node-lifecycle-controller-default-toleration-seconds");
             let excluded = &config["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"];
-            assert_eq!(excluded, &json!([NAMESPACE]), "only the controller's own namespace is left out");
+            assert_eq!(
+                excluded,
+                &json!([NAMESPACE, "kube-system", "kube-node-lease", "kube-public"]),
+                "the controller's and the system namespaces are left out (failurePolicy Fail must never stop them)"
+            );
+            let condition = &config["webhooks"][0]["matchConditions"][0]["expression"];
+            assert_eq!(condition, "!request.userInfo.username.startsWith('system:node:')", "mirror pods are left out");
         }
     }
     apply_overlays(&client).await;
