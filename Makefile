@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test e2e image controlplane lint bench-semantics bench-admission bench-memory bench-eviction bench-lifecycle bench-compare release
+.PHONY: run test e2e image controlplane lint bench-semantics bench-admission bench-memory bench-eviction bench-lifecycle bench-compare bench-chaos release
 
 E2E_IMAGE ?= node-lifecycle-controller:dev
 
@@ -64,3 +64,13 @@ bench-eviction: controlplane release
 # and the zone limiter's taint rate.
 bench-lifecycle: controlplane release
 	$${CARGO_TARGET_DIR:-target}/release/bench lifecycle --controller $${CARGO_TARGET_DIR:-target}/release/node-lifecycle-controller $(BENCH_ARGS)
+
+# 1,000 nodes x 30 pods, a node failing every 4 s for 10 minutes, while a proxy injects 429s,
+# 500s, resets and 2 s stalls, the API server restarts twice and a slowloris client holds the
+# webhook's connections; then the same without faults: docs/bench/chaos.md (see bench/src/chaos.rs).
+BIN_DIR = $${CARGO_TARGET_DIR:-target}/release
+bench-chaos: controlplane release
+	mkdir -p docs/bench/runs
+	$(BIN_DIR)/bench chaos --controller $(BIN_DIR)/node-lifecycle-controller $(BENCH_ARGS) > docs/bench/runs/chaos-faults.json
+	$(BIN_DIR)/bench chaos --no-faults --controller $(BIN_DIR)/node-lifecycle-controller $(BENCH_ARGS) > docs/bench/runs/chaos-no-faults.json
+	$(BIN_DIR)/bench chaos-report --with docs/bench/runs/chaos-faults.json --without docs/bench/runs/chaos-no-faults.json > docs/bench/chaos.md

@@ -292,6 +292,16 @@ pub fn watch_deletions(client: &kube::Client) -> (Seen, tokio::task::JoinHandle<
     (seen, task)
 }
 
+/// The sum of every series of `name` whose labels contain all of `labels`.
+pub fn metric_sum(metrics: &str, name: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
+}
+
 /// p50/p99 upper bounds from a Prometheus histogram's cumulative buckets (the bucket bound at
 /// which the cumulative count first reaches the quantile).
 pub fn histogram_quantiles(metrics: &str, name: &str, label: &str) -> serde_json::Value {

@@ -49,7 +49,7 @@ pub struct LifecycleArgs {
 }
 
 /// The heartbeat generator: renews each live node's Lease every lease period, spread evenly.
-struct Heartbeats {
+pub(crate) struct Heartbeats {
     /// Per node: whether its Lease is still renewed.
     alive: Arc<Mutex<Vec<bool>>>,
     /// Per node: when its Lease was last renewed.
@@ -120,10 +120,16 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
     }))
 }
 
+impl Drop for Heartbeats {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 impl Heartbeats {
     /// Starts renewing every node's Lease: one renewal per `period / nodes` tick (at least
     /// 100 µs), going round the nodes.
-    fn start(client: &kube::Client, nodes: &[String], period: Duration) -> Self {
+    pub(crate) fn start(client: &kube::Client, nodes: &[String], period: Duration) -> Self {
         let alive: Arc<Mutex<Vec<bool>>> = Arc::new(Mutex::new(vec![true; nodes.len()]));
         let last_renew: Arc<Mutex<Vec<Timestamp>>> = Arc::new(Mutex::new(vec![Timestamp::now(); nodes.len()]));
         let renewals = Arc::new(AtomicU64::new(0));
@@ -156,10 +162,19 @@ impl Heartbeats {
     }
 
     /// Stops the heartbeats of the nodes at these indices.
-    fn stop(&self, stopped: &[usize]) {
+    pub(crate) fn stop(&self, stopped: &[usize]) {
         if let Ok(mut a) = self.alive.lock() {
             for i in stopped {
                 a[*i] = false;
+            }
+        }
+    }
+
+    /// Starts the heartbeats of the nodes at these indices again.
+    pub(crate) fn resume(&self, nodes: &[usize]) {
+        if let Ok(mut a) = self.alive.lock() {
+            for i in nodes {
+                a[*i] = true;
             }
         }
     }

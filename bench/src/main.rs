@@ -15,6 +15,10 @@
 //!            minus grace).
 //! webhook:   admission requests per second against the webhook pinned to one core (taskset -c 0),
 //!            from CONNECTIONS keep-alive HTTPS connections, for STEADY seconds.
+//! chaos:     NODES x PODS pods, a node failing every few seconds while a proxy injects 429s,
+//!            500s, resets and stalls, the API server restarts and a slowloris client holds the
+//!            webhook's connections: wrongful and missed evictions, lateness, RSS, relists
+//!            (chaos.rs). `chaos-report` turns a run with and one without faults into a table.
 //!
 //! The controller under test is `--controller BIN` (default target/release/node-lifecycle-controller)
 //! or, for eviction and lifecycle, with `--upstream`, kube-controller-manager from the same build
@@ -29,8 +33,11 @@
 //! bench webhook [--connections N] [--steady SECS] [--all-plugins | --rules N] [--controller BIN]
 //! bench eviction --floor [--nodes N] [--pods N] [--target N]
 //! bench compare --runs DIR --out DIR
+//! bench chaos [--nodes N] [--pods N] [--duration DUR] [--no-faults] [--controller BIN]
+//! bench chaos-report --with FILE --without FILE
 //! ```
 
+mod chaos;
 mod common;
 mod compare;
 mod eviction;
@@ -71,6 +78,16 @@ enum Scenario {
     /// Turns `make bench-compare`'s eviction reports into a markdown table and an SVG chart
     /// (no control plane).
     Compare(compare::CompareArgs),
+    /// Node failures under injected API faults, API server restarts and a slowloris client:
+    /// wrongful and missed evictions (chaos.rs).
+    Chaos(chaos::ChaosArgs),
+    /// The markdown table of a chaos run with faults beside one without (no control plane).
+    ChaosReport {
+        #[arg(long)]
+        with: std::path::PathBuf,
+        #[arg(long)]
+        without: std::path::PathBuf,
+    },
 }
 
 impl Scenario {
@@ -80,16 +97,19 @@ impl Scenario {
             Self::Eviction(a) => a.binary(),
             Self::Lifecycle(a) => a.under_test.binary(),
             Self::Webhook(a) => Some(a.controller.as_path()),
-            Self::Compare(_) => None,
+            Self::Chaos(a) => Some(a.controller.as_path()),
+            Self::Compare(_) | Self::ChaosReport { .. } => None,
         }
     }
 
-    async fn run(&self, cp: &ControlPlane) -> Result<serde_json::Value> {
+    async fn run(&self, cp: &mut ControlPlane) -> Result<serde_json::Value> {
         match self {
             Self::Eviction(a) => eviction::run(cp, a).await,
             Self::Lifecycle(a) => lifecycle::run(cp, a).await,
             Self::Webhook(a) => webhook::run(cp, a).await,
+            Self::Chaos(a) => chaos::run(cp, a).await,
             Self::Compare(a) => compare::run(a),
+            Self::ChaosReport { .. } => Ok(serde_json::Value::Null),
         }
     }
 }
@@ -106,12 +126,17 @@ async fn main() -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&compare::run(a)?)?);
         return Ok(());
     }
-    let cp = ControlPlane::start(Options {
+    if let Scenario::ChaosReport { with, without } = &cli.scenario {
+        let read = |p: &Path| -> Result<serde_json::Value> { Ok(serde_json::from_str(&std::fs::read_to_string(p)?)?) };
+        print!("{}", chaos::report(&read(with)?, &read(without)?));
+        return Ok(());
+    }
+    let mut cp = ControlPlane::start(Options {
         apiserver_args: vec!["--watch-cache-sizes=pods#50000,nodes#10000,leases.coordination.k8s.io#10000".into()],
         ..Options::default()
     })?;
     eprintln!("bench: kube-apiserver {} at {}", cp.version, cp.server);
-    let report = cli.scenario.run(&cp).await?;
+    let report = cli.scenario.run(&mut cp).await?;
     let text = serde_json::to_string_pretty(&report)?;
     println!("{text}");
     Ok(())

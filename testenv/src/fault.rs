@@ -179,12 +179,15 @@ impl FaultProxy {
                     let (rules, requests) = (rules.clone(), requests.clone());
                     tokio::spawn(async move {
                         let Ok(tls) = acceptor.accept(stream).await else { return };
+                        // One upstream connection per client connection, kept alive: a client's
+                        // requests on one connection come one after the other.
+                        let pooled: Upstream = Arc::default();
                         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                             let (rules, requests) = (rules.clone(), requests.clone());
-                            let (client_tls, upstream) = (client_tls.clone(), upstream.clone());
+                            let (client_tls, upstream, pooled) = (client_tls.clone(), upstream.clone(), pooled.clone());
                             async move {
                                 requests.fetch_add(1, Ordering::Relaxed);
-                                Ok::<_, Infallible>(handle(req, rules, client_tls, upstream).await)
+                                Ok::<_, Infallible>(handle(req, rules, client_tls, upstream, pooled).await)
                             }
                         });
                         let _ = auto::Builder::new(TokioExecutor::new())
@@ -246,11 +249,15 @@ impl FaultProxy {
     }
 }
 
+/// A client connection's upstream connection, reused while it is ready.
+type Upstream = Arc<tokio::sync::Mutex<Option<hyper::client::conn::http1::SendRequest<Incoming>>>>;
+
 async fn handle(
     req: Request<Incoming>,
     rules: Arc<Mutex<Rules>>,
     client_tls: Arc<rustls::ClientConfig>,
     upstream: String,
+    pooled: Upstream,
 ) -> Response<Body> {
     let pq = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
     let method = req.method().as_str().to_owned();
@@ -287,7 +294,7 @@ async fn handle(
         }
         None => {}
     }
-    match forward(req, &client_tls, &upstream, &pq).await {
+    match forward(req, &client_tls, &upstream, &pq, &pooled).await {
         Ok(r) => r,
         Err(_) => reset(),
     }
@@ -301,22 +308,40 @@ fn reset() -> Response<Body> {
     Response::new(BodyExt::boxed(body))
 }
 
+async fn connect(
+    client_tls: &Arc<rustls::ClientConfig>,
+    upstream: &str,
+) -> Result<hyper::client::conn::http1::SendRequest<Incoming>> {
+    let tcp = tokio::net::TcpStream::connect(upstream).await?;
+    let connector = tokio_rustls::TlsConnector::from(client_tls.clone());
+    let tls = connector.connect(ServerName::try_from("127.0.0.1")?.to_owned(), tcp).await?;
+    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(send)
+}
+
 async fn forward(
     req: Request<Incoming>,
     client_tls: &Arc<rustls::ClientConfig>,
     upstream: &str,
     pq: &str,
+    pooled: &Upstream,
 ) -> Result<Response<Body>> {
-    let tcp = tokio::net::TcpStream::connect(upstream).await?;
-    let connector = tokio_rustls::TlsConnector::from(client_tls.clone());
-    let tls = connector.connect(ServerName::try_from("127.0.0.1")?.to_owned(), tcp).await?;
-    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let mut slot = pooled.lock().await;
+    let reusable = match slot.take() {
+        Some(mut s) => s.ready().await.is_ok().then_some(s),
+        None => None,
+    };
+    let mut send = match reusable {
+        Some(s) => s,
+        None => connect(client_tls, upstream).await?,
+    };
     let (mut parts, body) = req.into_parts();
     parts.uri = pq.parse()?;
     parts.headers.remove("authorization");
     let resp = send.send_request(Request::from_parts(parts, body)).await?;
+    *slot = Some(send);
     Ok(resp.map(|b| b.map_err(BoxError::from).boxed()))
 }
