@@ -644,5 +644,5 @@ pub fn report(with: &serde_json::Value, without: &serde_json::Value) -> String {
 }
 
 fn num_at(v: &serde_json::Value, k: &str) -> String {
-    v.get("injected").and_then(|i| i.get(k)).map(|x| x.to_string()).unwrap_or_default()
+    v.get("injected").and_then(|i| i.get(k)).filter(|x| !x.is_null()).map_or_else(|| "-".to_owned(), |x| x.to_string())
 }
