@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test e2e image controlplane lint bench-semantics bench-admission bench-memory bench-eviction bench-lifecycle bench-compare bench-chaos release
+.PHONY: run test test-differential e2e image controlplane lint bench-semantics bench-admission bench-memory bench-eviction bench-lifecycle bench-compare bench-chaos release
 
 E2E_IMAGE ?= node-lifecycle-controller:dev
 
@@ -15,8 +15,14 @@ run:
 	scripts/run.sh $(ARGS)
 
 test: controlplane
+	scripts/test-deps.sh
 	$(CARGO) build --locked -p nlc-testenv --bin controlplane
 	$(CARGO) test --workspace --locked
+
+# Our admission plugins against kube-apiserver's own, case by case (two API servers, seeded
+# random pods and namespaces): NLC_DIFFERENTIAL_CASES=1000 NLC_DIFFERENTIAL_SEED=7 for more.
+test-differential: controlplane
+	$(CARGO) test --locked --test differential -- --nocapture
 
 # The container image from the real Dockerfile (local stand-ins for the base images; see the script).
 image:
