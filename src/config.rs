@@ -44,6 +44,10 @@ pub enum Command {
     /// Print the CustomResourceDefinitions the webhook's toleration rules use (TolerationRule), as
     /// YAML for `kubectl apply -f -`.
     Crds,
+    /// Before switching back to kube-controller-manager: remove from the nodes the taints that
+    /// only this controller's own rules manage (kube-controller-manager never removes them, and
+    /// its taint manager would evict for them for ever). `--dry-run` prints them.
+    Uninstall(crate::uninstall::UninstallArgs),
 }
 
 #[cfg(test)]

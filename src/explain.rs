@@ -12,7 +12,6 @@ use nlc_core::admission::toleration_rules::{RuleSet, TolerationRule};
 use nlc_core::admission::{Context, NamespaceInfo, Plugins};
 use nlc_core::default_tolerations::DefaultTolerationSeconds;
 use nlc_core::explain::{explain, parse_manifest, render_text};
-use nlc_core::taints::MatchOptions;
 
 use crate::error::Result;
 use crate::runtime::args::ClientArgs;
@@ -37,8 +36,8 @@ pub struct ExplainArgs {
     pub from_cluster: bool,
     /// Honour the `Lt` / `Gt` toleration operators (feature gate
     /// TaintTolerationComparisonOperators, off by default upstream).
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub enable_comparison_operators: bool,
+    #[arg(long, value_enum, default_value = "auto", num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_COMPARISON_OPERATORS")]
+    pub enable_comparison_operators: nlc_core::taints::ComparisonOperators,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
     pub output: OutputFormat,
@@ -91,7 +90,7 @@ pub async fn run(args: ExplainArgs) -> Result<()> {
         }
         (read_manifest(&node, "Node")?, read_manifest(&pod, "Pod")?)
     };
-    let opts = MatchOptions { comparison_operators: enable_comparison_operators };
+    let opts = enable_comparison_operators.options();
     let e = explain(&node, &pod, opts, jiff::Timestamp::now());
     match output {
         OutputFormat::Text => print!("{}", render_text(&e)),

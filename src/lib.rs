@@ -23,6 +23,8 @@
 //! - [`lifecycle`], [`eviction`]: the controllers' flags (their decisions live in the core).
 //! - [`webhook`]: the admission webhook server (decisions: [`nlc_core::admission`]).
 //! - [`explain`]: the `explain` command's reading of files and the cluster.
+//! - [`uninstall`]: the `uninstall` command: the taints only our own rules manage, removed before
+//!   a rollback.
 //! - [`status`]: the `status` command (`kubectl nlc status`): the controller's pure code over the
 //!   cluster as listed.
 //! - [`clock`]: the one clock (wall time that follows the system, monotonic sleeps, step
@@ -39,6 +41,7 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod runtime;
 pub mod status;
+pub mod uninstall;
 pub mod webhook;
 
 pub use error::{Error, Result};

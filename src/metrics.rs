@@ -5,6 +5,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 pub use crate::runtime::watch::{ResourceLabels, WatchMetrics};
@@ -133,6 +134,58 @@ pub struct ExecutorMetrics {
     pub events_dropped: Counter,
     pub timeouts: Counter,
     pub queue_depth: Family<QueueLabels, Gauge>,
+    pub workqueue: WorkQueueMetrics,
+}
+
+/// client-go's work queue families (`workqueue_*{name}`) for the executor's queues
+/// (`name`: evictions, marks), so that dashboards built for kube-controller-manager read them.
+#[derive(Clone)]
+pub struct WorkQueueMetrics {
+    pub depth: Family<NameLabels, Gauge>,
+    pub adds: Family<NameLabels, Counter>,
+    pub retries: Family<NameLabels, Counter>,
+    pub queue_duration: Family<NameLabels, Histogram, fn() -> Histogram>,
+    pub work_duration: Family<NameLabels, Histogram, fn() -> Histogram>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NameLabels {
+    pub name: &'static str,
+}
+
+/// client-go's buckets: 1 us to 10 s, by tens.
+fn workqueue_buckets() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(1e-6, 10.0, 8))
+}
+
+impl Default for WorkQueueMetrics {
+    fn default() -> Self {
+        Self {
+            depth: Family::default(),
+            adds: Family::default(),
+            retries: Family::default(),
+            queue_duration: Family::new_with_constructor(workqueue_buckets as fn() -> Histogram),
+            work_duration: Family::new_with_constructor(workqueue_buckets as fn() -> Histogram),
+        }
+    }
+}
+
+impl WorkQueueMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register("workqueue_depth", "Current depth of workqueue", self.depth.clone());
+        registry.register("workqueue_adds", "Total number of adds handled by workqueue", self.adds.clone());
+        registry.register("workqueue_retries", "Total number of retries handled by workqueue", self.retries.clone());
+        registry.register(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested.",
+            self.queue_duration.clone(),
+        );
+        registry.register(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes.",
+            self.work_duration.clone(),
+        );
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -166,11 +219,28 @@ impl ExecutorMetrics {
             "Pod writes waiting for a worker, by queue (evictions, marks)",
             m.queue_depth.clone(),
         );
+        m.workqueue.register(registry);
         m
     }
 
     pub fn queued(&self, queue: &'static str, n: usize) {
         self.queue_depth.get_or_create(&QueueLabels { queue }).set(n as i64);
+        self.workqueue.depth.get_or_create(&NameLabels { name: queue }).set(n as i64);
+    }
+
+    /// A job added to `queue` (a retry when `retry`).
+    pub fn added(&self, queue: &'static str, retry: bool) {
+        self.workqueue.adds.get_or_create(&NameLabels { name: queue }).inc();
+        if retry {
+            self.workqueue.retries.get_or_create(&NameLabels { name: queue }).inc();
+        }
+    }
+
+    /// A job of `queue` waited `waited`, then took `worked`.
+    pub fn worked(&self, queue: &'static str, waited: std::time::Duration, worked: std::time::Duration) {
+        let name = NameLabels { name: queue };
+        self.workqueue.queue_duration.get_or_create(&name).observe(waited.as_secs_f64());
+        self.workqueue.work_duration.get_or_create(&name).observe(worked.as_secs_f64());
     }
 }
 
@@ -189,6 +259,8 @@ pub struct LifecycleMetrics {
     pub detection_delay: prometheus_client::metrics::histogram::Histogram,
     pub all_zones_disrupted: Gauge,
     pub pods_marked_not_ready: Counter,
+    pub update_node_health: prometheus_client::metrics::histogram::Histogram,
+    pub update_all_nodes_health: prometheus_client::metrics::histogram::Histogram,
 }
 
 impl Default for LifecycleMetrics {
@@ -203,6 +275,9 @@ impl Default for LifecycleMetrics {
             detection_delay: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
             all_zones_disrupted: Gauge::default(),
             pods_marked_not_ready: Counter::default(),
+            // Upstream's buckets: 1 ms -> ~15 s, and 10 ms -> ~3 min.
+            update_node_health: Histogram::new(exponential_buckets(0.001, 4.0, 8)),
+            update_all_nodes_health: Histogram::new(exponential_buckets(0.01, 4.0, 8)),
         }
     }
 }
@@ -236,6 +311,16 @@ impl LifecycleMetrics {
             m.detection_delay.clone(),
         );
         registry.register(
+            "node_collector_update_node_health_duration_seconds",
+            "Duration in seconds for NodeController to update the health of a single node. Here: a silent node's status write (judging without a write takes microseconds and is not observed)",
+            m.update_node_health.clone(),
+        );
+        registry.register(
+            "node_collector_update_all_nodes_health_duration_seconds",
+            "Duration in seconds for NodeController to update the health of all nodes. Here (no 5 s pass: a timer per node): each wake-up that judged the nodes whose grace ran out, without their writes",
+            m.update_all_nodes_health.clone(),
+        );
+        registry.register(
             "nlc_all_zones_disrupted",
             "1 while every zone is in FullDisruption (NoExecute tainting stopped)",
             m.all_zones_disrupted.clone(),
@@ -260,6 +345,14 @@ pub struct WebhookMetrics {
     >,
     pub rules: Family<RuleStateLabels, Gauge>,
     pub namespace_lookups: Family<OutcomeLabels, Counter>,
+    pub denials: Family<DenialLabels, Counter>,
+    pub certificate_expiry: Gauge<f64, std::sync::atomic::AtomicU64>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DenialLabels {
+    pub endpoint: &'static str,
+    pub plugin: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -297,6 +390,8 @@ impl Default for WebhookMetrics {
             duration: Family::new_with_constructor(webhook_buckets as fn() -> _),
             rules: Family::default(),
             namespace_lookups: Family::default(),
+            denials: Family::default(),
+            certificate_expiry: Gauge::default(),
         }
     }
 }
@@ -324,7 +419,25 @@ impl WebhookMetrics {
             "How the webhook learnt each request's namespace, by outcome: cached, fetched (one live read), shared (waited for another request's read), absent, absent_cached, failed (the request fails and the failurePolicy decides), not_synced (503)",
             m.namespace_lookups.clone(),
         );
+        registry.register(
+            "nlc_webhook_denials",
+            "Admission requests refused, by endpoint and the plugin that refused them",
+            m.denials.clone(),
+        );
+        registry.register(
+            "nlc_webhook_certificate_expiry_timestamp_seconds",
+            "When the serving certificate in use expires (its notAfter, Unix seconds); follows reloads",
+            m.certificate_expiry.clone(),
+        );
         m
+    }
+
+    pub fn denied(&self, endpoint: nlc_core::admission::Endpoint) {
+        let endpoint = match endpoint {
+            nlc_core::admission::Endpoint::Mutate => "mutate",
+            nlc_core::admission::Endpoint::Validate => "validate",
+        };
+        self.denials.get_or_create(&DenialLabels { endpoint, plugin: nlc_core::admission::DENYING_PLUGIN }).inc();
     }
 
     pub fn namespace_lookup(&self, outcome: &'static str) {
@@ -405,6 +518,7 @@ impl BrakeMetrics {
             Action::PodEvent(_) => "pod_event",
             Action::SetConditions(_) => "set_conditions",
             Action::SetTaints(_) => "set_taints",
+            Action::SetLabels(_) => "set_labels",
             Action::NodeEvent(_) => "node_event",
             Action::MarkPodNotReady(_) => "mark_pod_not_ready",
             Action::Cancel(_) => "cancel",

@@ -52,8 +52,8 @@ pub struct StatusArgs {
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
     pub output: OutputFormat,
     /// Honour the `Lt` / `Gt` toleration operators, as the controller does with the same flag.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub enable_comparison_operators: bool,
+    #[arg(long, value_enum, default_value = "auto", num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_COMPARISON_OPERATORS")]
+    pub enable_comparison_operators: nlc_core::taints::ComparisonOperators,
     /// The controller's node lifecycle flags (its taint rules, grace periods and rates shape
     /// what it decides).
     #[command(flatten)]
@@ -63,7 +63,7 @@ pub struct StatusArgs {
 pub async fn run(args: StatusArgs) -> Result<()> {
     let StatusArgs { client, namespace, within, watch, interval, output, enable_comparison_operators, lifecycle } =
         args;
-    let opts = MatchOptions { comparison_operators: enable_comparison_operators };
+    let opts = enable_comparison_operators.options();
     let lifecycle = lifecycle.into_config()?.decisions;
     let client = crate::runtime::client::client(&client).await?;
     loop {
@@ -137,6 +137,19 @@ async fn snapshot(
     state.after_batch(now, &mut actions);
     let mut r = report(&state, now, within);
     r.evicted = evicted_rows(pods.items.iter().filter_map(evicted_by_taint), now, within);
+    let nodes_written = nodes.items.iter().flat_map(|n| {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        nlc_core::writers::node_writes(n).into_iter().map(move |s| (name.clone(), s))
+    });
+    let pods_written = pods.items.iter().flat_map(|p| {
+        let key = format!(
+            "{}/{}",
+            p.metadata.namespace.as_deref().unwrap_or_default(),
+            p.metadata.name.as_deref().unwrap_or_default()
+        );
+        nlc_core::writers::pod_writes(p).into_iter().map(move |s| (key.clone(), s))
+    });
+    r.second_writers = nlc_core::status::writer_rows(nodes_written.chain(pods_written), now, within);
     Ok(r)
 }
 

@@ -333,3 +333,27 @@ fn explain_admission_says_what_each_plugin_and_rule_would_add() {
     assert!(!ok && err.contains("bad.yaml") && !err.contains("panicked"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `make run` writes to a cluster only when it is named on the command line; an exported
+/// KUBECONFIG alone (most shells have one) gets shadow mode, said loudly.
+#[test]
+fn make_run_writes_only_to_a_cluster_named_on_the_command_line() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/run.sh");
+    let run = |args: &[&str], kubeconfig: Option<&str>| {
+        let mut c = Command::new("bash");
+        c.arg(&script).args(args).env("NLC_RUN_BIN", "echo").env("HOME", "/nonexistent");
+        match kubeconfig {
+            Some(k) => c.env("KUBECONFIG", k),
+            None => c.env_remove("KUBECONFIG"),
+        };
+        let out = c.output().expect("run.sh");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (argv, err) = run(&[], Some("/some/kubeconfig"));
+    assert!(argv.contains("run --dry-run"), "an exported KUBECONFIG must not be written to: {argv}");
+    assert!(err.contains("SHADOW MODE"), "{err}");
+    let (argv, _) = run(&["--context", "prod"], Some("/some/kubeconfig"));
+    assert!(argv.starts_with("run --context prod") && !argv.contains("--dry-run"), "{argv}");
+    let (argv, _) = run(&["--kubeconfig", "/k"], None);
+    assert!(!argv.contains("--dry-run"), "{argv}");
+}

@@ -62,6 +62,15 @@ async fn untolerated_pod_is_evicted_right_after_the_taint_appears() {
 
     let pod = s.pods().get("p").await.expect("pod still terminating");
     assert!(has_disruption_condition(&pod), "{:?}", pod.status);
+    // With the pod's generation as observedGeneration, as upstream writes it.
+    let json = serde_json::to_value(&pod).expect("json");
+    // (The deletion that followed bumped the generation once more.)
+    let generation = json["metadata"]["generation"].as_i64().expect("the API server sets a pod's generation");
+    let observed = json["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "DisruptionTarget"))
+        .and_then(|c| c["observedGeneration"].as_i64());
+    assert_eq!(observed, Some(generation - 1), "{json}");
     let grace = pod.metadata.deletion_grace_period_seconds;
     assert_eq!(grace, Some(30), "the pod's own grace period is used");
     let note = format!("Marking for deletion Pod {}/p", s.ns);
@@ -315,4 +324,38 @@ async fn a_denied_delete_is_retried_until_it_succeeds() {
         .await;
     let _ =
         Api::<ValidatingAdmissionPolicy>::all(s.client.clone()).delete(&policy_name, &DeleteParams::default()).await;
+}
+
+/// Eviction-only mode: kube-controller-manager's node lifecycle swaps not-ready and unreachable
+/// with a fresh `timeAdded` each time (`SwapNodeControllerTaint`); the pod is still evicted on
+/// its first countdown, as upstream's taint manager keeps its first timer (reproduced before
+/// the fix: not evicted within 22 s).
+#[tokio::test]
+async fn eviction_only_a_swap_with_fresh_time_added_keeps_the_first_countdown() {
+    const NR: &str = "node.kubernetes.io/not-ready";
+    const UN: &str = "node.kubernetes.io/unreachable";
+    let env = shared();
+    let s = Scope::new(env, "evict-swap").await;
+    let node = s.node("n", json!([])).await;
+    s.pod("p", &node, json!([toleration(NR, Some(12)), toleration(UN, Some(12))]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let c = Controller::start(env, &s.scope, &["--enable-node-lifecycle=false"]).await;
+    let first = now_s();
+    s.set_taints(&node, json!([no_execute(NR, first)])).await;
+    let swapper = {
+        let s = Scope { client: s.client.clone(), ns: s.ns.clone(), scope: s.scope.clone() };
+        let node = node.clone();
+        tokio::spawn(async move {
+            for i in 1.. {
+                tokio::time::sleep(Duration::from_secs(4)).await;
+                let key = if i % 2 == 1 { UN } else { NR };
+                s.set_taints(&node, json!([no_execute(key, now_s())])).await;
+            }
+        })
+    };
+    let at = evictions.wait("p", Duration::from_secs(22)).await;
+    swapper.abort();
+    let at = at.unwrap_or_else(|| panic!("not evicted within 22 s:\n{}", c.logs()));
+    let after = secs_between(first, at);
+    assert!((10.5..=13.5).contains(&after), "evicted {after:.1} s after the first taint");
 }

@@ -392,3 +392,103 @@ async fn with_failure_policy_fail_the_refusal_is_the_api_servers() {
     proxy.remove(&read);
     pods.create(&PostParams::default(), &pod).await.expect("admitted once the namespace can be read");
 }
+
+/// A rollout: on SIGTERM readiness fails at once, the listener keeps answering for the shutdown
+/// delay (endpoints stop sending traffic meanwhile), requests in flight finish, then it exits.
+#[tokio::test]
+async fn a_stream_of_requests_across_sigterm_loses_none() {
+    let env = env();
+    let client = env.client().await;
+    let ns = namespace(&client, "hostile-drain").await;
+    let mut w = webhook::Webhook::start(env, &["--webhook-shutdown-delay=3s", "--webhook-shutdown-timeout=5s"]).await;
+    let (port, admin) = (w.port, w.admin);
+    let stream = {
+        let ns = ns.clone();
+        tokio::spawn(async move {
+            let mut answers = Vec::new();
+            let start = Instant::now();
+            // Until a second before the delay ends: every one must be answered.
+            while start.elapsed() < Duration::from_millis(3_500) {
+                answers.push(post(port, "/mutate", &review(&ns, json!([]))).await);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            answers
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let sent = Instant::now();
+    if let Some(pid) = w.child.id() {
+        let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    }
+    let mut unready = None;
+    while sent.elapsed() < Duration::from_secs(2) {
+        if !matches!(common::http_get(admin, "/readyz").await, Some((200, _))) {
+            unready = Some(sent.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let unready = unready.expect("readiness still passes 2 s after SIGTERM");
+    assert!(unready < Duration::from_millis(500), "readiness failed {unready:?} after SIGTERM");
+    let answers = stream.await.expect("stream");
+    let lost = answers.iter().filter(|a| **a != Some(200)).count();
+    assert!(answers.len() > 20, "{} requests", answers.len());
+    assert_eq!(lost, 0, "{lost} of {} requests not answered 200:\n{}", answers.len(), w.logs());
+    let status = tokio::time::timeout(Duration::from_secs(10), w.child.wait()).await.expect("exits").expect("status");
+    let took = sent.elapsed();
+    assert!(status.success(), "{status}:\n{}", w.logs());
+    assert!(took >= Duration::from_secs(3), "exited {took:?} after SIGTERM, before the delay");
+}
+
+/// Denials are counted by plugin; the serving certificate's expiry is exported.
+#[tokio::test]
+async fn denials_by_plugin_and_the_certificates_expiry_are_metrics() {
+    let env = env();
+    let client = env.client().await;
+    let scope = unique("hostile-deny");
+    let ns = unique(&scope);
+    let whitelist = r#"[{"key": "allowed", "operator": "Exists"}]"#;
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": ns, "labels": {"nlc-hostile": scope},
+        "annotations": {"scheduler.alpha.kubernetes.io/tolerationsWhitelist": whitelist}}}))
+        .expect("ns");
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.expect("namespace");
+    let w = webhook::Webhook::start(env, &["--enable-pod-toleration-restriction"]).await;
+    let outside = json!([{"key": "forbidden", "operator": "Exists", "effect": "NoSchedule"}]);
+    let mut refused = 0;
+    for _ in 0..50 {
+        let (code, body) = post_body(w.port, "/validate", &review(&ns, outside.clone())).await;
+        assert_eq!(code, Some(200));
+        if body.contains("\"allowed\":false") {
+            refused += 1;
+            if refused == 3 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(refused, 3, "never refused");
+    let m = w.metrics().await;
+    let denied =
+        metric_sum(&m, "nlc_webhook_denials_total", &["endpoint=\"validate\"", "plugin=\"PodTolerationRestriction\""]);
+    assert_eq!(denied, 3.0, "{m}");
+    // rcgen's default notAfter, which the test PKI keeps.
+    let expected = "4096-01-01T00:00:00Z".parse::<jiff::Timestamp>().expect("time").as_second() as f64;
+    assert_eq!(common::metric(&m, "nlc_webhook_certificate_expiry_timestamp_seconds"), Some(expected), "{m}");
+}
+
+async fn post_body(port: u16, path: &str, body: &[u8]) -> (Option<u16>, String) {
+    let Some(mut s) = tls(port, &[]).await else { return (None, String::new()) };
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    if s.write_all(head.as_bytes()).await.is_err() || s.write_all(body).await.is_err() {
+        return (None, String::new());
+    }
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok());
+    (code, text)
+}

@@ -324,3 +324,76 @@ fn broken_configuration_is_a_clear_error() {
     }
     let _ = std::fs::remove_file(&dir);
 }
+
+/// Upstream's `reconcileNodeLabels`: the beta OS/arch labels follow the current ones (added when
+/// missing, corrected when different); a node without the current label is left alone.
+#[tokio::test]
+async fn the_beta_os_and_arch_labels_follow_the_current_ones() {
+    let env = shared();
+    let s = Scope::new(env, "lc-labels").await;
+    let both = make_node_labelled(
+        &s,
+        "z1",
+        json!([]),
+        json!({"kubernetes.io/os": "linux", "beta.kubernetes.io/os": "windows", "kubernetes.io/arch": "arm64"}),
+    )
+    .await;
+    let bare = make_node_labelled(&s, "z1", json!([]), json!({"beta.kubernetes.io/arch": "amd64"})).await;
+    let kubelets = Kubelets::start(&s.client, &[both.clone(), bare.clone()]).await;
+    let c = Controller::start(env, &s.scope, &flags(&[])).await;
+    let label =
+        |n: &k8s_openapi::api::core::v1::Node, k: &str| n.metadata.labels.as_ref().and_then(|l| l.get(k)).cloned();
+    let (n, _) = wait_node(&s, &both, Duration::from_secs(10), |n| {
+        label(n, "beta.kubernetes.io/os").as_deref() == Some("linux")
+            && label(n, "beta.kubernetes.io/arch").as_deref() == Some("arm64")
+    })
+    .await
+    .unwrap_or_else(|| panic!("labels not reconciled:\n{}", c.logs()));
+    assert_eq!(label(&n, "kubernetes.io/os").as_deref(), Some("linux"));
+    let n = node_now(&s, &bare).await;
+    assert_eq!(label(&n, "beta.kubernetes.io/arch").as_deref(), Some("amd64"), "no current label: left alone");
+    assert_eq!(label(&n, "beta.kubernetes.io/os"), None);
+    drop(kubelets);
+}
+
+/// `uninstall` (a rollback to kube-controller-manager): the taints only our own rules manage go,
+/// with `--dry-run` first changing nothing; upstream's taints and other owners' stay.
+#[tokio::test]
+async fn uninstall_removes_only_the_taints_of_our_own_rules() {
+    let env = shared();
+    let s = Scope::new(env, "lc-uninstall").await;
+    let added = now_s();
+    let taints = json!([
+        {"key": "example.com/kernel-deadlock", "effect": "NoExecute", "timeAdded": added},
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": added},
+        {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    ]);
+    let node = make_node(&s, "z1", taints).await;
+    let run = |dry: bool| {
+        let mut c = std::process::Command::new(BIN);
+        c.arg("uninstall")
+            .arg("--kubeconfig")
+            .arg(&env.kubeconfig)
+            .arg("--taint-rule=KernelDeadlock=True:example.com/kernel-deadlock:NoExecute")
+            .arg(format!("--node-selector=nlc-test={}", s.scope));
+        if dry {
+            c.arg("--dry-run");
+        }
+        let out = c.output().expect("uninstall");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let keys = |n: &k8s_openapi::api::core::v1::Node| -> Vec<String> {
+        n.spec.iter().flat_map(|s| s.taints.iter().flatten()).map(|t| t.key.clone()).collect()
+    };
+    // (The API server's TaintNodesByCondition added not-ready:NoSchedule at creation.)
+    let before = keys(&node_now(&s, &node).await);
+    assert!(before.contains(&"example.com/kernel-deadlock".to_owned()), "{before:?}");
+    let out = run(true);
+    assert!(out.contains(&format!("node {node}: would remove example.com/kernel-deadlock:NoExecute")), "{out}");
+    assert_eq!(keys(&node_now(&s, &node).await), before, "a dry run changes nothing");
+    let out = run(false);
+    assert!(out.contains("removed 1 taint(s)"), "{out}");
+    let after: Vec<String> = before.into_iter().filter(|k| k != "example.com/kernel-deadlock").collect();
+    assert_eq!(keys(&node_now(&s, &node).await), after);
+}

@@ -191,3 +191,56 @@ async fn the_rendered_rbac_is_enough_for_the_whole_job() {
     assert_eq!(metric_sum(&metrics, "nlc_task_failures_total", &[]), 0.0, "{metrics}\n{}", c.logs());
     assert_eq!(metric_sum(&metrics, "nlc_leader_election_errors_total", &[]), 0.0, "{metrics}\n{}", c.logs());
 }
+
+/// The optional cap on tolerations per pod (`manifests/components/limit-tolerations`) is
+/// enforced by the API server itself: 100 tolerations pass, 101 are refused with its message.
+#[tokio::test]
+async fn the_toleration_cap_policy_refuses_a_pod_with_too_many() {
+    let env = shared();
+    let client = env.client().await;
+    let component = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/components/limit-tolerations/policy.yaml");
+    let text = std::fs::read_to_string(&component).expect("policy");
+    let ns = nlc_testenv::unique("cap");
+    let namespace: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": ns, "labels": {"nlc-cap": ns}}})).expect("ns");
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&kube::api::PostParams::default(), &namespace)
+        .await
+        .expect("namespace");
+    for mut doc in common::yaml::documents(&text, "policy.yaml") {
+        let name = format!("{}-{ns}", doc["metadata"]["name"].as_str().unwrap_or_default());
+        doc["metadata"]["name"] = json!(name);
+        if doc["kind"] == "ValidatingAdmissionPolicyBinding" {
+            // Only this test's namespace: the control plane is shared.
+            doc["spec"]["policyName"] = json!(format!("node-lifecycle-controller-limit-tolerations-{ns}"));
+            doc["spec"]["matchResources"] = json!({"namespaceSelector": {"matchLabels": {"nlc-cap": ns}}});
+        }
+        apply(&client, &doc).await.expect("apply");
+    }
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns);
+    let pod = |name: &str, n: usize| -> k8s_openapi::api::core::v1::Pod {
+        // The two the API server's DefaultTolerationSeconds would add are among them, so that
+        // the pod carries exactly `n`.
+        let defaults = ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"]
+            .map(|k| json!({"key": k, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+        let tolerations: Vec<serde_json::Value> =
+            defaults.into_iter().chain((2..n).map(|i| json!({"key": format!("t{i}"), "operator": "Exists"}))).collect();
+        serde_json::from_value(json!({"metadata": {"name": name},
+            "spec": {"tolerations": tolerations, "containers": [{"name": "c", "image": "x"}]}}))
+        .expect("pod")
+    };
+    // Policies are loaded asynchronously: wait until the cap bites.
+    let mut refused = None;
+    for i in 0..100 {
+        match pods.create(&kube::api::PostParams::default(), &pod(&format!("over-{i}"), 101)).await {
+            Err(kube::Error::Api(s)) => {
+                refused = Some(s.message);
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let message = refused.expect("a pod with 101 tolerations was admitted");
+    assert!(message.contains("at most 100 tolerations"), "{message}");
+    pods.create(&kube::api::PostParams::default(), &pod("at-the-cap", 100)).await.expect("100 pass");
+}

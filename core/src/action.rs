@@ -54,6 +54,8 @@ pub struct EvictPod {
     pub namespace: String,
     pub name: String,
     pub uid: String,
+    /// The pod's `metadata.generation` (0: not set): the condition's `observedGeneration`.
+    pub generation: i64,
     pub node: String,
     /// When the eviction became due (the deadline, or the moment it was decided for an
     /// immediate one): the start of the deletion-duration and lateness metrics.
@@ -85,6 +87,9 @@ pub enum PodEventKind {
     /// `taint-eviction-controller`, Warning `TolerationsTruncated` (ours): the pod has more
     /// tolerations than the cache keeps.
     TolerationsTruncated,
+    /// `taint-eviction-controller`, Warning `SecondTaintEvictionController` (ours):
+    /// kube-controller-manager's taint eviction controller evicted the pod ([`crate::writers`]).
+    EvictedByOtherController,
 }
 
 /// An event about a pod (`regarding` the pod).
@@ -102,6 +107,7 @@ impl PodEvent {
             PodEventKind::MarkingForDeletion | PodEventKind::CancellingDeletion => "TaintManagerEviction",
             PodEventKind::NodeNotReady => "NodeNotReady",
             PodEventKind::TolerationsTruncated => "TolerationsTruncated",
+            PodEventKind::EvictedByOtherController => "SecondTaintEvictionController",
         }
     }
 
@@ -116,11 +122,18 @@ impl PodEvent {
                 crate::index::MAX_KEPT_TOLERATIONS,
                 crate::index::MAX_KEPT_TOLERATIONS
             ),
+            PodEventKind::EvictedByOtherController => format!(
+                "Pod {ns}/{name} was evicted by {}'s taint-eviction-controller, which runs beside this controller: turn it off",
+                crate::writers::UPSTREAM_MANAGER
+            ),
         }
     }
 
     pub fn warning(&self) -> bool {
-        matches!(self.kind, PodEventKind::NodeNotReady | PodEventKind::TolerationsTruncated)
+        matches!(
+            self.kind,
+            PodEventKind::NodeNotReady | PodEventKind::TolerationsTruncated | PodEventKind::EvictedByOtherController
+        )
     }
 }
 
@@ -162,12 +175,15 @@ pub struct SetTaints {
     pub counted_zone: Option<String>,
 }
 
-/// What an event on a node says (`node-controller`, Normal). Texts are upstream's.
+/// What an event on a node says (`node-controller`). Texts are upstream's, but for ours.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeEventKind {
     RegisteredNode,
     RemovingNode,
     NodeNotReady,
+    /// Warning `SecondNodeLifecycleController` (ours): kube-controller-manager's node
+    /// lifecycle controller wrote the node's taints or Ready condition ([`crate::writers`]).
+    SecondWriter(crate::writers::Wrote),
 }
 
 /// An event about a node.
@@ -184,7 +200,12 @@ impl NodeEvent {
             NodeEventKind::RegisteredNode => "RegisteredNode",
             NodeEventKind::RemovingNode => "RemovingNode",
             NodeEventKind::NodeNotReady => "NodeNotReady",
+            NodeEventKind::SecondWriter(_) => "SecondNodeLifecycleController",
         }
+    }
+
+    pub fn warning(&self) -> bool {
+        matches!(self.kind, NodeEventKind::SecondWriter(_))
     }
 
     pub fn note(&self) -> String {
@@ -193,6 +214,11 @@ impl NodeEvent {
             NodeEventKind::RegisteredNode => format!("Node {n} event: Registered Node {n} in Controller"),
             NodeEventKind::RemovingNode => format!("Node {n} event: Removing Node {n} from Controller"),
             NodeEventKind::NodeNotReady => format!("Node {n} status is now: NodeNotReady"),
+            NodeEventKind::SecondWriter(what) => format!(
+                "{} wrote node {n}'s {}: its node-lifecycle-controller runs beside this controller; turn it off",
+                crate::writers::UPSTREAM_MANAGER,
+                if what == crate::writers::Wrote::NodeTaints { "taints" } else { "Ready condition" },
+            ),
         }
     }
 }
@@ -209,6 +235,13 @@ pub struct MarkPodNotReady {
     pub uid: String,
 }
 
+/// Set labels on a node (upstream's `reconcileNodeLabels`): a merge patch of these labels only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetLabels {
+    pub node: String,
+    pub labels: Vec<(String, String)>,
+}
+
 /// A queued write that may be called off while it waits for its turn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
@@ -222,6 +255,7 @@ pub enum Action {
     PodEvent(PodEvent),
     SetConditions(SetConditions),
     SetTaints(SetTaints),
+    SetLabels(SetLabels),
     NodeEvent(NodeEvent),
     MarkPodNotReady(MarkPodNotReady),
     /// Call off a queued write: it reports [`EvictionResult::Cancelled`] (or

@@ -268,6 +268,7 @@ mod tests {
             taints: vec![],
             conditions: vec![],
             selected: true,
+            label_fixes: vec![],
         }
     }
 

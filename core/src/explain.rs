@@ -60,6 +60,10 @@ pub struct Explanation {
     pub scheduling: Scheduling,
     pub eviction: EvictionReport,
     pub warnings: Vec<String>,
+    /// Whether `Lt`/`Gt` tolerations are honoured for this pod, and why (`None`: the pod has
+    /// none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comparison_operators: Option<String>,
     /// Why the eviction decision is what it is, in words (text output).
     #[serde(skip)]
     pub reason: String,
@@ -105,7 +109,18 @@ pub fn explain(node: &Node, pod: &Pod, opts: MatchOptions, now: Timestamp) -> Ex
         }
     }
 
+    let comparison_operators = tolerations.iter().any(Toleration::compares).then(|| {
+        let resolved = opts.for_tolerations(&tolerations);
+        match (resolved.comparison_operators, opts.infer_from_pod) {
+            (true, true) if !opts.comparison_operators => {
+                "honoured: the pod carries Lt/Gt tolerations, which the API server admitted (its TaintTolerationComparisonOperators gate is on)".to_owned()
+            }
+            (true, _) => "honoured (--enable-comparison-operators=true)".to_owned(),
+            (false, _) => "ignored (--enable-comparison-operators=false): an Lt/Gt toleration tolerates nothing".to_owned(),
+        }
+    });
     Explanation {
+        comparison_operators,
         node: node.metadata.name.clone().unwrap_or_default(),
         pod: format!(
             "{}/{}",
@@ -237,6 +252,9 @@ pub fn render_text(e: &Explanation) -> String {
         Scheduling::Forbidden => "Forbidden (an untolerated NoSchedule or NoExecute taint)",
     };
     let _ = writeln!(out, "Scheduling: {sched}");
+    if let Some(c) = &e.comparison_operators {
+        let _ = writeln!(out, "Comparison operators: {c}");
+    }
     let ev = &e.eviction;
     let verdict = match ev.decision {
         Decision::None => format!("None ({})", e.reason),

@@ -59,6 +59,7 @@ pub fn node(name: &str) -> NodeBuilder {
         taints: vec![],
         conditions: vec![cond("Ready", "True", -1.0)],
         selected: true,
+        label_fixes: vec![],
     })
 }
 
@@ -70,10 +71,13 @@ impl NodeBuilder {
         self
     }
 
-    /// The Ready condition's status (`True`, `False`, `Unknown`).
+    /// The Ready condition's status (`True`, `False`, `Unknown`). An `Unknown` one keeps the
+    /// silent kubelet's last heartbeat, long ago (-1000 s), as the controller that wrote it did;
+    /// the others were written a second ago.
     pub fn ready(mut self, status: &str) -> Self {
         self.0.conditions.retain(|c| c.type_ != "Ready");
-        self.0.conditions.push(cond("Ready", status, -1.0));
+        let heartbeat = if status == "Unknown" { -1000.0 } else { -1.0 };
+        self.0.conditions.push(cond("Ready", status, heartbeat));
         self
     }
 
@@ -142,6 +146,7 @@ pub fn pod(name: &str) -> PodBuilder {
         terminating: false,
         ready: Some(true),
         bound: None,
+        generation: 0,
     })
 }
 
@@ -222,6 +227,17 @@ impl World {
         nodes: Vec<SlimNode>,
         pods: Vec<SlimPod>,
     ) -> Self {
+        Self::with_leases(cfg, eviction, nodes, pods, vec![])
+    }
+
+    /// With node Leases in the initial list too (`(node, renewTime in seconds)`).
+    pub fn with_leases(
+        cfg: LifecycleConfig,
+        eviction: Option<crate::eviction::TaintEviction>,
+        nodes: Vec<SlimNode>,
+        pods: Vec<SlimPod>,
+        leases: Vec<(&str, f64)>,
+    ) -> Self {
         let mut w =
             Self { state: State::new(eviction, Some(NodeLifecycle::new(cfg))), now: ts(0.0), rv: 100, log: vec![] };
         w.input(Input::Node(WatchEvent::Init));
@@ -235,6 +251,12 @@ impl World {
         }
         w.input(Input::Pod(WatchEvent::InitDone));
         w.input(Input::Lease(WatchEvent::Init));
+        for (name, renewed) in leases {
+            w.input(Input::Lease(WatchEvent::InitApply(SlimLease {
+                name: name.into(),
+                renew_time: Some(ts(renewed)),
+            })));
+        }
         w.input(Input::Lease(WatchEvent::InitDone));
         w
     }

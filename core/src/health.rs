@@ -87,6 +87,12 @@ impl Probe {
         newer
     }
 
+    /// The latest heartbeat the kubelet wrote (its Lease's `renewTime`, its Ready
+    /// `lastHeartbeatTime`), by the kubelet's clock.
+    pub fn written_heartbeat(&self) -> Option<Timestamp> {
+        self.lease_renew.max(self.ready_heartbeat)
+    }
+
     /// Starts a fresh grace period (recovery from an all-zones outage).
     pub fn refresh(&mut self, now: Timestamp) {
         self.at = self.at.max(now);
@@ -194,6 +200,7 @@ mod tests {
             taints: vec![],
             conditions,
             selected: true,
+            label_fixes: vec![],
         }
     }
 

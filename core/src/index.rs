@@ -56,6 +56,9 @@ pub struct SlimNode {
     /// Matches `--node-selector`: ours to write to and to evict from. Nodes that do not match
     /// are still cached, read-only, so that zone states are judged over every node.
     pub selected: bool,
+    /// The beta OS/arch labels to set so that they follow the current ones
+    /// ([`crate::lifecycle::labels`]); empty nearly always.
+    pub label_fixes: Vec<(String, String)>,
 }
 
 impl SlimNode {
@@ -102,6 +105,7 @@ impl From<&Node> for SlimNode {
                 })
                 .collect(),
             selected: true,
+            label_fixes: crate::lifecycle::labels::fixes(labels),
         }
     }
 }
@@ -138,6 +142,9 @@ pub struct SlimPod {
     /// When the pod was bound to its node: its `PodScheduled=True` condition's
     /// `lastTransitionTime`, else its `creationTimestamp` (a pod created with `nodeName` set).
     pub bound: Option<Timestamp>,
+    /// `metadata.generation` (0 when the API server does not set it): the `observedGeneration`
+    /// of the `DisruptionTarget` condition.
+    pub generation: i64,
 }
 
 impl SlimPod {
@@ -182,6 +189,7 @@ impl From<&Pod> for SlimPod {
             terminating: p.metadata.deletion_timestamp.is_some(),
             ready: conditions().find(|c| c.type_ == "Ready").map(|c| c.status == "True"),
             bound: scheduled.or_else(|| p.metadata.creation_timestamp.as_ref().map(|t| t.0)),
+            generation: p.metadata.generation.unwrap_or_default(),
         }
     }
 }
@@ -304,6 +312,7 @@ mod tests {
             terminating: false,
             ready: None,
             bound: None,
+            generation: 0,
         }
     }
 

@@ -32,6 +32,7 @@
 //! - [`flags`]: durations and the ranges flags must fall in.
 //! - [`time`]: saturating time arithmetic, backoff, and times read as Go reads them.
 //! - [`wire`]: what the watches decode, leniently: one odd object is skipped, never a page.
+//! - [`writers`]: kube-controller-manager's own controllers left running beside this one.
 //! - [`fixtures`] (tests): builders for nodes and pods, and a fake API server for the state.
 
 pub mod action;
@@ -59,6 +60,8 @@ pub mod time;
 pub mod timer_queue;
 pub mod uid;
 pub mod wire;
+pub mod writers;
+pub mod x509;
 pub mod zone;
 
 pub use error::{Error, Result};

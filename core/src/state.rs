@@ -69,7 +69,10 @@ pub struct State {
 
 impl State {
     /// Deciding from the start (no leader election).
-    pub fn new(eviction: Option<TaintEviction>, lifecycle: Option<NodeLifecycle>) -> Self {
+    pub fn new(mut eviction: Option<TaintEviction>, lifecycle: Option<NodeLifecycle>) -> Self {
+        if let Some(e) = eviction.as_mut() {
+            e.set_eviction_only(lifecycle.is_none());
+        }
         Self { cache: Cache::default(), eviction, lifecycle, leading: true, pause: Pause::None, changes: Vec::new() }
     }
 
@@ -357,7 +360,7 @@ impl State {
             Action::MarkPodNotReady(m) => {
                 Some(Input::MarkResult { key: m.key.clone(), op: m.op, result: MarkResult::Done })
             }
-            Action::PodEvent(_) | Action::NodeEvent(_) | Action::Cancel(_) => None,
+            Action::SetLabels(_) | Action::PodEvent(_) | Action::NodeEvent(_) | Action::Cancel(_) => None,
         }
     }
 }

@@ -31,6 +31,47 @@ pub struct Report {
     /// Pods the taint eviction controller deleted within the window that are still terminating
     /// (their `DisruptionTarget` condition says when), newest first.
     pub evicted: Vec<EvictedRow>,
+    /// kube-controller-manager's node lifecycle or taint eviction writes within the window
+    /// ([`crate::writers`]), newest first: a second writer.
+    pub second_writers: Vec<WriterRow>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WriterRow {
+    pub manager: String,
+    /// `node_taints`, `node_ready` or `taint_eviction`.
+    pub what: &'static str,
+    /// The node's name, or the pod's `namespace/name`.
+    pub object: String,
+    /// RFC 3339.
+    pub at: String,
+    pub seconds_ago: i64,
+}
+
+/// The `second_writers` rows: `(object, sighting)` within `within` before `now`.
+pub fn writer_rows(
+    sightings: impl IntoIterator<Item = (String, crate::writers::Sighting)>,
+    now: Timestamp,
+    within: std::time::Duration,
+) -> Vec<WriterRow> {
+    let window = i64::try_from(within.as_secs()).unwrap_or(i64::MAX);
+    let mut rows: Vec<(Timestamp, WriterRow)> = sightings
+        .into_iter()
+        .map(|(object, s)| {
+            let row = WriterRow {
+                manager: s.manager,
+                what: s.what.as_str(),
+                object,
+                at: rfc3339(s.at),
+                seconds_ago: now.duration_since(s.at).as_secs(),
+            };
+            (s.at, row)
+        })
+        .filter(|(_, r)| r.seconds_ago <= window)
+        .collect();
+    rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.object.cmp(&b.1.object)));
+    rows.into_iter().map(|(_, r)| r).collect()
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -195,6 +236,7 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
         held_nodes,
         evictions: evictions.into_iter().map(|(_, r)| r).collect(),
         evicted: Vec::new(),
+        second_writers: Vec::new(),
     }
 }
 
@@ -212,6 +254,17 @@ fn countdown(secs: Option<i64>) -> String {
 pub fn render_text(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "node-lifecycle-controller status at {}   pause: {}", r.generated_at, r.pause);
+    if let Some(w) = r.second_writers.first() {
+        let _ = writeln!(
+            out,
+            "SECOND WRITER: {} wrote {} of {} {}s ago ({} writes in the window): turn its node-lifecycle-controller and taint-eviction-controller off",
+            w.manager,
+            w.what,
+            w.object,
+            w.seconds_ago.max(0),
+            r.second_writers.len()
+        );
+    }
     if r.all_zones_disrupted {
         let _ =
             writeln!(out, "EVERY ZONE IS DOWN: no NoExecute taint is added (the control plane is the likely fault)");

@@ -211,11 +211,56 @@ impl fmt::Display for Toleration {
     }
 }
 
-/// Switches that change matching. `comparison_operators` enables `Lt`/`Gt`, off by default as
-/// upstream (feature gate `TaintTolerationComparisonOperators`).
+/// Switches that change matching. `comparison_operators` enables `Lt`/`Gt` (upstream's feature
+/// gate `TaintTolerationComparisonOperators`, off by default). With `infer_from_pod`, a pod that
+/// carries an `Lt`/`Gt` toleration has it honoured: the API server admitted it, so the gate is
+/// on in the cluster, and evicting for a toleration the API server admitted would be wrong.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MatchOptions {
     pub comparison_operators: bool,
+    pub infer_from_pod: bool,
+}
+
+/// `--enable-comparison-operators`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum ComparisonOperators {
+    /// Honour `Lt`/`Gt` on the pods that carry them (the API server admitted them, so its
+    /// TaintTolerationComparisonOperators gate is on).
+    #[default]
+    Auto,
+    /// Always honour them.
+    True,
+    /// Never (a toleration with them tolerates nothing, as with the gate off).
+    False,
+}
+
+impl ComparisonOperators {
+    pub fn options(self) -> MatchOptions {
+        match self {
+            Self::Auto => MatchOptions::AUTO,
+            Self::True => MatchOptions::on(),
+            Self::False => MatchOptions::default(),
+        }
+    }
+}
+
+impl MatchOptions {
+    /// `--enable-comparison-operators=auto`: honoured where a pod carries them.
+    pub const AUTO: Self = Self { comparison_operators: false, infer_from_pod: true };
+
+    pub fn on() -> Self {
+        Self { comparison_operators: true, infer_from_pod: false }
+    }
+
+    /// The options that apply to a pod with `tolerations`.
+    pub fn for_tolerations(self, tolerations: &[Toleration]) -> Self {
+        if self.infer_from_pod && !self.comparison_operators && tolerations.iter().any(Toleration::compares) {
+            Self { comparison_operators: true, ..self }
+        } else {
+            self
+        }
+    }
 }
 
 /// Parses a canonical decimal int64: `0`, or an optional `-` followed by a digit 1-9 and more
@@ -235,6 +280,11 @@ pub fn parse_canonical_i64(s: &str) -> Option<i64> {
 }
 
 impl Toleration {
+    /// An `Lt` or `Gt` toleration.
+    pub fn compares(&self) -> bool {
+        matches!(self.operator, Operator::Lt | Operator::Gt)
+    }
+
     /// Whether this toleration tolerates `taint`. `timeAdded` plays no part.
     pub fn tolerates(&self, taint: &Taint, opts: MatchOptions) -> bool {
         if self.effect.as_ref().is_some_and(|e| *e != taint.effect) {
@@ -265,6 +315,7 @@ impl Toleration {
 
 /// The index of the first toleration (pod-spec order) that tolerates `taint`.
 pub fn first_tolerating(tolerations: &[Toleration], taint: &Taint, opts: MatchOptions) -> Option<usize> {
+    let opts = opts.for_tolerations(tolerations);
     tolerations.iter().position(|t| t.tolerates(taint, opts))
 }
 
@@ -505,6 +556,7 @@ pub enum Scheduling {
 /// PreferNoSchedule taint is untolerated, else `Allowed`. Taints with unknown effects are
 /// ignored, as the scheduler ignores them.
 pub fn scheduling(taints: &[Taint], tolerations: &[Toleration], opts: MatchOptions) -> Scheduling {
+    let opts = opts.for_tolerations(tolerations);
     let untolerated = |effect: &Effect| {
         taints.iter().filter(|t| t.effect == *effect).any(|t| first_tolerating(tolerations, t, opts).is_none())
     };
@@ -520,6 +572,7 @@ pub fn scheduling(taints: &[Taint], tolerations: &[Toleration], opts: MatchOptio
 /// Human-readable problems with a pod's tolerations and a node's taints: things that are legal
 /// to write (or were, on an older server) but almost certainly do not do what their author meant.
 pub fn warnings(taints: &[Taint], tolerations: &[Toleration], opts: MatchOptions) -> Vec<String> {
+    let opts = opts.for_tolerations(tolerations);
     let mut out = Vec::new();
     for (i, t) in tolerations.iter().enumerate() {
         match keys::legacy_replacement(&t.key) {

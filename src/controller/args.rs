@@ -45,8 +45,8 @@ pub struct ControllerArgs {
     pub node_selector: String,
     /// Honour the `Lt` / `Gt` toleration operators (feature gate
     /// TaintTolerationComparisonOperators, off by default upstream).
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_COMPARISON_OPERATORS")]
-    pub enable_comparison_operators: bool,
+    #[arg(long, value_enum, default_value = "auto", num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_COMPARISON_OPERATORS")]
+    pub enable_comparison_operators: nlc_core::taints::ComparisonOperators,
     /// Limit on all API writes, in requests per second; 0 means unlimited (the API server's
     /// priority and fairness still applies). kube-controller-manager's client default is 20.
     #[arg(long, default_value_t = 0.0, env = "NLC_KUBE_API_QPS")]
@@ -103,7 +103,7 @@ impl ControllerArgs {
         } = self;
         Ok(Config {
             selector: node_selector.parse()?,
-            match_options: MatchOptions { comparison_operators: enable_comparison_operators },
+            match_options: enable_comparison_operators.options(),
             kube_api_qps: check_rate("--kube-api-qps", kube_api_qps)?,
             kube_api_burst,
             instance: instance_name(instance),

@@ -170,7 +170,7 @@ fn pod_event(e: &PodEvent) -> Event {
 
 fn node_event(e: &NodeEvent) -> Event {
     Event {
-        type_: EventType::Normal,
+        type_: if e.warning() { EventType::Warning } else { EventType::Normal },
         reason: e.reason().into(),
         note: Some(e.note()),
         action: e.reason().into(),

@@ -7,6 +7,7 @@ pub mod args;
 mod events;
 pub mod executor;
 pub mod watch;
+mod writers;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -112,6 +113,7 @@ fn spawn(
         brakes: BrakeMetrics::register(rt.registry()),
         clock: ClockMetrics::register(rt.registry()),
     };
+    let second_writers = writers::SecondWriters::new(jiff::Timestamp::now(), writers::Metrics::register(rt.registry()));
     let (tx, rx) = mpsc::channel::<Input>(4096);
     // Only the leader decides and writes; without leader election this process does from the
     // start (one replica).
@@ -154,7 +156,7 @@ fn spawn(
         }
         None => drop(leading_tx),
     }
-    spawn_watches(rt, selector, streaming_lists, &tx, &metrics.watch);
+    spawn_watches(rt, selector, streaming_lists, &tx, &metrics.watch, &second_writers);
     let pause =
         watch::pause(rt.client(), namespace, tx.clone(), metrics.watch.clone(), metrics.brakes.available.clone());
     spawn_until_shutdown(rt, "watch-pause", pause);
@@ -182,6 +184,7 @@ fn spawn(
         skew: rt.skew(),
         applied_skew: jiff::SignedDuration::ZERO,
         steps,
+        second_writers,
     };
     let stop = rt.shutdown();
     rt.spawn("controller", task.run(stop));
@@ -195,6 +198,7 @@ fn spawn_watches(
     streaming: bool,
     tx: &mpsc::Sender<Input>,
     metrics: &WatchMetrics,
+    writers: &writers::SecondWriters,
 ) {
     let client = rt.client();
     // Only bound pods matter here: pending pods are no node's business.
@@ -204,23 +208,29 @@ fn spawn_watches(
     let strategy = |c: watcher::Config| if streaming { c.streaming_lists() } else { c };
     let pods = strategy(watcher::Config::default().fields("spec.nodeName!="));
     let all = || strategy(watcher::Config::default());
-    let (t, m) = (tx.clone(), metrics.clone());
+    let (t, m, w) = (tx.clone(), metrics.clone(), writers.clone());
     let nodes = watch::run(
         Api::<WireNode>::all(client.clone()),
         all(),
         "nodes",
-        move |n: &WireNode| SlimNode::new(&n.0, &selector),
+        move |n: &WireNode| {
+            w.node(&n.0);
+            SlimNode::new(&n.0, &selector)
+        },
         Input::Node,
         t,
         m,
     );
     spawn_until_shutdown(rt, "watch-nodes", nodes);
-    let (t, m) = (tx.clone(), metrics.clone());
+    let (t, m, w) = (tx.clone(), metrics.clone(), writers.clone());
     let pods = watch::run(
         Api::<WirePod>::all(client.clone()),
         pods,
         "pods",
-        |p: &WirePod| SlimPod::from(&p.0),
+        move |p: &WirePod| {
+            w.pod(&p.0);
+            SlimPod::from(&p.0)
+        },
         Input::Pod,
         t,
         m,
@@ -269,6 +279,8 @@ struct Task {
     skew: crate::runtime::client::Skew,
     applied_skew: jiff::SignedDuration,
     steps: StepDetector,
+    /// kube-controller-manager's controllers seen writing: their Warning events.
+    second_writers: writers::SecondWriters,
 }
 
 impl Task {
@@ -292,7 +304,13 @@ impl Task {
                     // A step of the wall clock while asleep is taken in before any deadline is
                     // judged against the stepped clock.
                     self.observe_clock(&mut actions);
+                    let started = std::time::Instant::now();
+                    let before = actions.len();
                     self.state.tick(self.clock.now(), &mut actions);
+                    // A wake-up that judged nodes (upstream's pass over all nodes).
+                    if actions[before..].iter().any(|a| matches!(a, Action::SetConditions(_) | Action::SetTaints(_))) {
+                        self.metrics.lifecycle.update_all_nodes_health.observe(started.elapsed().as_secs_f64());
+                    }
                     self.report_zones();
                 }
                 input = self.rx.recv() => {
@@ -313,9 +331,16 @@ impl Task {
                     }
                 }
             }
+            let reports = self.second_writers.take_events();
+            if self.state.is_leading() {
+                actions.extend(reports);
+            }
             if self.dry_run {
                 self.simulate(&mut actions);
             }
+            // The write gate first: the actions of the turn that made this process the leader
+            // (or lifted a pause) must find the fence open.
+            self.update_gate();
             for action in actions.drain(..) {
                 self.executor.submit(action);
             }
@@ -363,10 +388,16 @@ impl Task {
             self.metrics.eviction.pending.set(ev.pending() as i64);
             self.metrics.eviction.held.set(ev.held() as i64);
         }
+        self.update_gate();
         let pause = self.state.pause();
-        let open = *self.leading.borrow() && pause != Pause::All && !self.dry_run;
-        self.writes.send_if_modified(|w| std::mem::replace(w, open) != open);
         self.metrics.brakes.set(pause, self.state.cache.index.nodes.values().filter(|n| n.held).count());
+    }
+
+    /// Opens the executor's write fence while this process leads, is not paused altogether and
+    /// not in shadow mode; closes it otherwise.
+    fn update_gate(&mut self) {
+        let open = *self.leading.borrow() && self.state.pause() != Pause::All && !self.dry_run;
+        self.writes.send_if_modified(|w| std::mem::replace(w, open) != open);
     }
 
     /// Shadow mode: every action is counted and logged, then answered as the API would have

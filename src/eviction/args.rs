@@ -79,6 +79,8 @@ impl EvictionArgs {
             pdb_max_wait: (!pdb_max_wait.is_zero()).then_some(pdb_max_wait),
             retry_base: eviction_retry_delay,
             retry_cap: eviction_retry_max_delay,
+            // Set by the state from whether node lifecycle runs in this process.
+            eviction_only: false,
         });
         Ok(Config { decisions, pod_eviction_qps, pod_eviction_burst, concurrency: eviction_concurrency })
     }

@@ -61,6 +61,19 @@ pub fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey> {
     Ok(certified)
 }
 
+/// The gauge of the serving certificate's expiry.
+pub type Expiry = prometheus_client::metrics::gauge::Gauge<f64, std::sync::atomic::AtomicU64>;
+
+/// Sets the gauge to the leaf certificate's notAfter (logged if it cannot be read).
+fn report_expiry(k: &CertifiedKey, expiry: &Expiry) {
+    match k.cert.first().and_then(|c| nlc_core::x509::not_after(c.as_ref())) {
+        Some(at) => {
+            expiry.set(at.as_millisecond() as f64 / 1000.0);
+        }
+        None => tracing::warn!("cannot read the serving certificate's expiry"),
+    }
+}
+
 /// Serves whatever certificate was loaded last.
 #[derive(Debug)]
 struct Reloading(RwLock<Arc<CertifiedKey>>);
@@ -109,7 +122,11 @@ async fn decide_request(s: &AppState, endpoint: Endpoint, body: &[u8]) -> (u16, 
     };
     let rules = s.knowledge.rules();
     let cx = Context { namespace: namespace.as_ref(), rules: &rules };
-    encode(decide(&req, endpoint, &s.plugins, cx))
+    let resp = decide(&req, endpoint, &s.plugins, cx);
+    if !resp.allowed {
+        s.metrics.denied(endpoint);
+    }
+    encode(resp)
 }
 
 async fn handle(s: AppState, endpoint: Endpoint, body: Bytes) -> Response {
@@ -158,8 +175,10 @@ pub async fn listen(
     cfg: &Config,
     app: Router,
     metrics: HttpMetrics,
+    expiry: Expiry,
 ) -> Result<(crate::runtime::http::Server, tokio::task::JoinHandle<()>)> {
     let first = load_certified_key(&cfg.cert_file, &cfg.key_file)?;
+    report_expiry(&first, &expiry);
     let resolver = Arc::new(Reloading(RwLock::new(Arc::new(first))));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
@@ -176,7 +195,7 @@ pub async fn listen(
     })?;
     tracing::info!(address = %cfg.bind, http2 = cfg.limits.http2, "serving the admission webhook (POST /mutate, /validate)");
     let reloader = tokio::spawn(
-        reload_certificates(cfg.cert_file.clone(), cfg.key_file.clone(), cfg.reload_every, resolver)
+        reload_certificates(cfg.cert_file.clone(), cfg.key_file.clone(), cfg.reload_every, resolver, expiry)
             .instrument(tracing::info_span!("certificate-reload")),
     );
     let server = crate::runtime::http::Server {
@@ -192,7 +211,7 @@ pub async fn listen(
 
 /// Reloads the certificate when its files change; keeps the old one while the new files do not
 /// load (cert-manager writes the two files one after the other).
-async fn reload_certificates(cert: PathBuf, key: PathBuf, every: Duration, resolver: Arc<Reloading>) {
+async fn reload_certificates(cert: PathBuf, key: PathBuf, every: Duration, resolver: Arc<Reloading>, expiry: Expiry) {
     let mut stamp = file_stamp(&[&cert, &key]);
     loop {
         tokio::time::sleep(every).await;
@@ -202,6 +221,7 @@ async fn reload_certificates(cert: PathBuf, key: PathBuf, every: Duration, resol
         }
         match load_certified_key(&cert, &key) {
             Ok(k) => {
+                report_expiry(&k, &expiry);
                 if let Ok(mut cur) = resolver.0.write() {
                     *cur = Arc::new(k);
                 }
@@ -260,6 +280,7 @@ pub async fn start(cfg: Config, h: Handles) -> Result<Vec<(&'static str, BoxFutu
         ));
     }
     tracing::info!(plugins = ?cfg.plugins, "admission plugins");
+    let expiry = metrics.certificate_expiry.clone();
     let state = AppState {
         knowledge,
         client,
@@ -268,7 +289,7 @@ pub async fn start(cfg: Config, h: Handles) -> Result<Vec<(&'static str, BoxFutu
         ready: receivers,
         stop: stop.clone(),
     };
-    let (server, reloader) = listen(&cfg, router(state), http).await?;
+    let (server, reloader) = listen(&cfg, router(state), http, expiry).await?;
     tasks.push((
         "webhook",
         async move {

@@ -16,6 +16,7 @@
 
 pub mod explain;
 pub mod extended;
+pub mod go_json;
 mod input;
 pub mod restriction;
 pub mod toleration_rules;
@@ -27,6 +28,7 @@ use kube_core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde::Serialize;
 
 use crate::default_tolerations::{self, DefaultTolerationSeconds};
+use crate::taints::keys;
 use restriction::{DEFAULT_TOLERATIONS_ANNOTATION, RestrictionConfig, WHITELIST_ANNOTATION};
 use toleration_rules::RuleSet;
 
@@ -250,6 +252,53 @@ pub fn admit(
     if let Some(global) = plugins.default_toleration_seconds {
         let (defaults, warnings) = defaults_for(Some(&ns.annotations), global);
         out.warnings.extend(warnings);
+        // kube-apiserver's own DefaultTolerationSeconds (kept on, so that a webhook outage
+        // degrades to upstream's 300 s, never below it) ran first: where the namespace sets its
+        // own seconds, the toleration it added is rewritten (on CREATE; it is exactly what that
+        // plugin adds, with the API server's default seconds, which the webhook's global defaults
+        // mirror).
+        let mut rewritten = Vec::new();
+        if create {
+            for (key, api_server, wanted) in [
+                (keys::NOT_READY, global.not_ready, defaults.not_ready),
+                (keys::UNREACHABLE, global.unreachable, defaults.unreachable),
+            ] {
+                if api_server == wanted {
+                    continue;
+                }
+                let added_by_api_server = |t: &Toleration| {
+                    t.key.as_deref() == Some(key)
+                        && t.operator.as_deref() == Some("Exists")
+                        && t.effect.as_deref() == Some("NoExecute")
+                        && t.value.as_deref().unwrap_or_default().is_empty()
+                        && t.toleration_seconds == Some(api_server)
+                };
+                let covering = |t: &Toleration| {
+                    let k = t.key.as_deref().unwrap_or_default();
+                    let e = t.effect.as_deref().unwrap_or_default();
+                    (k.is_empty() || k == key) && (e.is_empty() || e == "NoExecute")
+                };
+                // Only when it is the one toleration that covers the key: anything else was
+                // written by someone who meant it.
+                if tolerations.iter().filter(|t| covering(t)).count() == 1
+                    && let Some(t) = tolerations.iter_mut().find(|t| added_by_api_server(t))
+                {
+                    t.toleration_seconds = Some(wanted);
+                    rewritten.push(t.clone());
+                }
+            }
+        }
+        if !rewritten.is_empty() {
+            out.steps.push(Step {
+                plugin: "DefaultTolerationSeconds".to_owned(),
+                added: rewritten,
+                why: format!(
+                    "kube-apiserver's own plugin added the default seconds; the namespace's annotations set {} s / {} s",
+                    defaults.not_ready, defaults.unreachable
+                ),
+                ..Step::default()
+            });
+        }
         let missing = default_tolerations::missing(&tolerations, defaults);
         if !missing.is_empty() {
             tolerations.extend(missing.iter().cloned());
@@ -411,6 +460,9 @@ fn patch<'a>(pod: &Pod, d: &'a Admission) -> Vec<PatchOp<'a>> {
     }
     ops
 }
+
+/// The one plugin that refuses requests (the others only add tolerations or warn).
+pub const DENYING_PLUGIN: &str = "PodTolerationRestriction";
 
 /// Refuses a request: 403 Forbidden with `message` (what the API server passes to the client).
 fn deny(resp: AdmissionResponse, message: String) -> AdmissionResponse {

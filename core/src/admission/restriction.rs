@@ -41,16 +41,19 @@ pub struct RestrictionConfig {
 }
 
 pub const CONFIG_API_VERSION: &str = "podtolerationrestriction.admission.k8s.io/v1alpha1";
+/// The same configuration's later version, which upstream also reads.
+pub const CONFIG_API_VERSION_V1: &str = "podtolerationrestriction.admission.k8s.io/v1";
 
 impl RestrictionConfig {
-    /// Parses upstream's configuration file (YAML or JSON): `apiVersion` and `kind` must be
-    /// upstream's, and every toleration valid.
+    /// Parses upstream's configuration file (YAML or JSON): `apiVersion` (`v1` or `v1alpha1`)
+    /// and `kind` must be upstream's, and every toleration valid.
     pub fn parse(name: &str, text: &str) -> crate::Result<Self> {
         let bad = |problem: String| crate::Error::Input { source_name: name.to_owned(), problem };
         let cfg: Self = serde_saphyr::from_str(text).map_err(|e| bad(e.to_string()))?;
-        if cfg.api_version.as_deref() != Some(CONFIG_API_VERSION) || cfg.kind.as_deref() != Some("Configuration") {
+        let version_ok = matches!(cfg.api_version.as_deref(), Some(CONFIG_API_VERSION | CONFIG_API_VERSION_V1));
+        if !version_ok || cfg.kind.as_deref() != Some("Configuration") {
             return Err(bad(format!(
-                "apiVersion/kind must be {CONFIG_API_VERSION}/Configuration, got {}/{}",
+                "apiVersion/kind must be {CONFIG_API_VERSION_V1} (or v1alpha1)/Configuration, got {}/{}",
                 cfg.api_version.as_deref().unwrap_or("(none)"),
                 cfg.kind.as_deref().unwrap_or("(none)")
             )));
@@ -142,7 +145,7 @@ pub fn annotation(annotations: &BTreeMap<String, String>, key: &str) -> Result<O
     if v.is_empty() {
         return Ok(Some(Vec::new()));
     }
-    serde_json::from_str::<Vec<Toleration>>(v)
+    super::go_json::tolerations(v)
         .map(Some)
         .map_err(|e| format!("namespace annotation {key} is not a JSON list of tolerations: {e}"))
 }

@@ -330,3 +330,25 @@ mod properties {
         }
     }
 }
+
+/// kube-apiserver's own DefaultTolerationSeconds stays on (so that a webhook outage degrades to
+/// upstream's 300 s): where a namespace sets its own seconds, the webhook rewrites exactly the
+/// tolerations that plugin added, on CREATE only, and never one somebody wrote differently.
+#[test]
+fn the_api_servers_default_tolerations_are_rewritten_where_the_namespace_sets_its_own() {
+    let mut ns = Namespaces::new();
+    ns.insert("fast".into(), ns_with(&[(NOT_READY_ANNOTATION, "30"), (UNREACHABLE_ANNOTATION, "45")]));
+    // As the built-in plugin left the pod: both at the API server's 300 s.
+    let resp = response(&review_body("CREATE", "fast", Some(json!([nr(300), un(300)])), None), &ns);
+    assert_eq!(patch_of(&resp), Some(json!([{"op": "add", "path": "/spec/tolerations", "value": [nr(30), un(45)]}])));
+    // Written by hand with other seconds, or accompanied by another covering toleration: kept.
+    let resp =
+        response(&review_body("CREATE", "fast", Some(json!([nr(600), un(300), {"operator": "Exists"}])), None), &ns);
+    assert_eq!(patch_of(&resp), None);
+    // Not on UPDATE (tolerations of a running pod can only be added to).
+    let resp = response(&review_body("UPDATE", "fast", Some(json!([nr(300), un(300)])), None), &ns);
+    assert_eq!(patch_of(&resp), None);
+    // A namespace without its own seconds: nothing to rewrite.
+    let resp = response(&review_body("CREATE", "plain", Some(json!([nr(300), un(300)])), None), &ns);
+    assert_eq!(patch_of(&resp), None);
+}

@@ -31,7 +31,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use crate::action::{Action, Cause, EvictPod, EvictionMode, EvictionResult, Op, PodEvent, PodEventKind};
 use crate::index::{Index, PodKey, SlimNode, SlimPod};
-use crate::taints::{self, MatchOptions, Taint, TaintDue, TaintId};
+use crate::taints::{self, MatchOptions, Taint, TaintDue, TaintId, keys};
 use crate::time::backoff;
 use crate::timer_queue::TimerQueue;
 use crate::uid::Uid;
@@ -48,6 +48,9 @@ pub struct Config {
     /// First retry delay and cap of the exponential backoff.
     pub retry_base: Duration,
     pub retry_cap: Duration,
+    /// Node lifecycle is not run in this process (`--enable-node-lifecycle=false`): another
+    /// controller swaps the not-ready / unreachable taints (see [`TaintEviction::set_eviction_only`]).
+    pub eviction_only: bool,
 }
 
 impl Default for Config {
@@ -59,6 +62,7 @@ impl Default for Config {
             pdb_max_wait: Some(Duration::from_secs(300)),
             retry_base: Duration::from_millis(200),
             retry_cap: Duration::from_secs(30),
+            eviction_only: false,
         }
     }
 }
@@ -196,6 +200,12 @@ pub struct TaintEviction {
     /// eviction waits that long past its deadline, so that it is never early by the server's
     /// clock.
     skew: SignedDuration,
+    /// Eviction-only mode (node lifecycle is another controller's): kube-controller-manager's
+    /// node lifecycle swaps the not-ready and unreachable NoExecute taints with a fresh
+    /// `timeAdded` each time; per node, the earliest anchor of the two while one of them has
+    /// stayed on the node without a gap, so that a flapping node is still drained on time (as
+    /// upstream's taint manager keeps its first timer).
+    pair_anchor: Option<HashMap<String, Timestamp>>,
     /// Pods we evicted, until the watch shows them terminating or gone (uid).
     evicted: HashMap<PodKey, String>,
     next_op: u64,
@@ -203,11 +213,20 @@ pub struct TaintEviction {
 
 impl TaintEviction {
     pub fn new(cfg: Config) -> Self {
-        Self { cfg, ..Self::default() }
+        let pair_anchor = cfg.eviction_only.then(HashMap::new);
+        Self { cfg, pair_anchor, ..Self::default() }
     }
 
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// Eviction-only mode: node lifecycle does not run in this process (see `pair_anchor`).
+    pub fn set_eviction_only(&mut self, on: bool) {
+        self.cfg.eviction_only = on;
+        if on != self.pair_anchor.is_some() {
+            self.pair_anchor = on.then(HashMap::new);
+        }
     }
 
     /// Scheduled or retrying evictions (the "pending" gauge).
@@ -285,6 +304,9 @@ impl TaintEviction {
     /// A node disappeared: its pods are the pod garbage collector's, not ours.
     pub fn node_removed(&mut self, node: &str, cx: Ctx<'_>, out: &mut Vec<Action>) {
         self.first_seen.remove(node);
+        if let Some(p) = &mut self.pair_anchor {
+            p.remove(node);
+        }
         let keys: Vec<PodKey> = cx.index.pod_keys_on(node).cloned().collect();
         for key in keys {
             self.reconcile(&key, cx, out);
@@ -413,6 +435,25 @@ impl TaintEviction {
                 seen.push((t.key.clone(), now, steps));
             }
         }
+        if let Some(pairs) = &mut self.pair_anchor {
+            let earliest = node
+                .no_execute_taints()
+                .filter(|t| t.key == keys::NOT_READY || t.key == keys::UNREACHABLE)
+                .map(|t| {
+                    let first = seen.iter().find(|(k, _, _)| *k == t.key).map_or(now, |(_, at, _)| *at);
+                    taints::anchor(t.time_added, first)
+                })
+                .min();
+            match earliest {
+                Some(a) => {
+                    let kept = pairs.entry(node.name.clone()).or_insert(a);
+                    *kept = (*kept).min(a);
+                }
+                None => {
+                    pairs.remove(&node.name);
+                }
+            }
+        }
         if seen.is_empty() {
             self.first_seen.remove(&node.name);
         }
@@ -433,7 +474,12 @@ impl TaintEviction {
             let (first, steps_then) = seen
                 .and_then(|s| s.iter().find(|(k, _, _)| *k == taint.key))
                 .map_or((now, self.steps), |(_, at, steps)| (*at, *steps));
-            let anchor = taints::anchor(taint.time_added, first);
+            let mut anchor = taints::anchor(taint.time_added, first);
+            if (taint.key == keys::NOT_READY || taint.key == keys::UNREACHABLE)
+                && let Some(kept) = self.pair_anchor.as_ref().and_then(|p| p.get(&node.name))
+            {
+                anchor = anchor.min(*kept);
+            }
             let due =
                 taints::taint_due(taint, &pod.tolerations, self.cfg.match_options, Some(anchor), bound, pod.truncated);
             let due = match due {
@@ -654,6 +700,7 @@ impl TaintEviction {
             namespace: pod.namespace().to_owned(),
             name: pod.name().to_owned(),
             uid: pod.uid.to_string(),
+            generation: pod.generation,
             node: pod.node_name.to_string(),
             due: t.due,
             method,

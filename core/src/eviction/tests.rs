@@ -597,3 +597,41 @@ fn a_pod_held_past_its_deadline_is_evicted_as_due_at_its_deadline() {
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0].due, ts(30), "lateness counts from the deadline, not from when the pod was held");
 }
+
+/// Eviction-only mode (kube-controller-manager's node lifecycle writes the taints): its swap of
+/// not-ready and unreachable gives the new taint a fresh `timeAdded` each time; the countdown
+/// keeps the first anchor while one of the two stays on without a gap, as upstream's taint
+/// manager keeps its first timer. Both gone: the next taint starts afresh.
+#[test]
+fn eviction_only_a_swap_with_fresh_time_added_keeps_the_first_countdown() {
+    use crate::taints::keys::{NOT_READY, UNREACHABLE};
+    let tolerates_both = || {
+        pod("p").on("n1").tolerations(vec![toleration(NOT_READY, Some(12)), toleration(UNREACHABLE, Some(12))]).build()
+    };
+    let swapped = |key: &str, at: i64| node("n1").taints(vec![no_execute(key, Some(at as f64))]).build();
+    let mut w = World::new(Config { eviction_only: true, ..Config::default() });
+    w.set_node(swapped(NOT_READY, 0), 0);
+    w.set_pod(tolerates_both(), 0);
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(12)));
+    w.set_node(swapped(UNREACHABLE, 4), 4);
+    w.set_node(swapped(NOT_READY, 8), 8);
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(12)), "the first anchor is kept");
+    w.tick(12);
+    assert_eq!(w.evictions().len(), 1, "evicted 12 s after the first taint");
+
+    // The same swaps with node lifecycle in this process (it would never write a fresh
+    // timeAdded on a swap): each taint counts from its own timeAdded.
+    let mut w = World::new(Config::default());
+    w.set_node(swapped(NOT_READY, 0), 0);
+    w.set_pod(tolerates_both(), 0);
+    w.set_node(swapped(UNREACHABLE, 4), 4);
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(16)));
+
+    // A gap (the node Ready in between): the next taint starts a new countdown.
+    let mut w = World::new(Config { eviction_only: true, ..Config::default() });
+    w.set_node(swapped(NOT_READY, 0), 0);
+    w.set_pod(tolerates_both(), 0);
+    w.set_node(node("n1").build(), 3);
+    w.set_node(swapped(UNREACHABLE, 5), 5);
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(17)));
+}

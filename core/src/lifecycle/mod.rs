@@ -24,6 +24,7 @@
 //!   eviction controller acts on a managed taint only once this controller stands behind it
 //!   ([`Gate`]).
 
+pub mod labels;
 pub mod limiter;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -244,6 +245,7 @@ impl NodeLifecycle {
     }
 
     fn register(&mut self, node: &SlimNode, index: &Index, now: Timestamp, out: &mut Vec<Action>) {
+        reconcile_labels(node, None, out);
         let lease = index.leases.get(&node.name).and_then(|l| l.renew_time);
         let probe = Probe::new(node, lease, now);
         self.expiry.set(node.name.clone(), probe.deadline(self.cfg.grace));
@@ -297,6 +299,7 @@ impl NodeLifecycle {
             if st.gone_rv.as_deref().is_some_and(|rv| rv != node.resource_version) {
                 st.gone_rv = None;
             }
+            reconcile_labels(node, old, out);
         }
         let ready_status = |n: &SlimNode| n.condition("Ready").map(|c| c.status.clone());
         if old.is_none_or(|o| {
@@ -849,14 +852,45 @@ impl NodeLifecycle {
     }
 }
 
+/// Upstream's `reconcileNodeLabels` ([`labels`]), for a node of ours: asked for when the node
+/// is first judged and whenever what needs fixing changes (a failed write is asked for again
+/// at the node's next change of its labels).
+fn reconcile_labels(node: &SlimNode, old: Option<&SlimNode>, out: &mut Vec<Action>) {
+    if node.selected && !node.label_fixes.is_empty() && old.is_none_or(|o| o.label_fixes != node.label_fixes) {
+        out.push(Action::SetLabels(crate::action::SetLabels {
+            node: node.name.clone(),
+            labels: node.label_fixes.clone(),
+        }));
+    }
+}
+
 /// Node lifecycle stands behind a managed NoExecute taint only once it has judged the node in
-/// this process, from synced caches, and wants the taint there now.
+/// this process, from synced caches, and wants the taint there now. A taint that stands for a
+/// silent kubelet (a rule on an `Unknown` status of a condition this controller sets `Unknown`)
+/// is not confirmed either while the kubelet has written a heartbeat after the taint was added
+/// (its Lease renewed since) and its grace period in this process has not run out: the
+/// `Unknown` condition is stale (left by an earlier controller, at a restart or a leader change)
+/// and the kubelet is alive. Upstream restarts the countdown in that case; here nothing is
+/// evicted for it until the node is silent for a whole grace period.
 impl Gate for NodeLifecycle {
     fn confirmed(&self, node: &SlimNode, taint: &Taint, now: Timestamp) -> bool {
         if !self.managed.iter().any(|id| id.is(taint)) {
             return true;
         }
-        if !self.synced || !self.nodes.contains_key(&node.name) {
+        if !self.synced {
+            return false;
+        }
+        let Some(st) = self.nodes.get(&node.name) else { return false };
+        let silent_rule = self.cfg.rules.iter().any(|r| {
+            r.key == taint.key
+                && r.effect == taint.effect
+                && r.status == "Unknown"
+                && MONITORED_CONDITIONS.contains(&r.condition.as_str())
+        });
+        if silent_rule
+            && !st.probe.overdue(self.cfg.grace, now)
+            && st.probe.written_heartbeat().zip(taint.time_added).is_some_and(|(beat, added)| beat > added)
+        {
             return false;
         }
         self.desired(node, now).any(|r| r.key == taint.key && r.effect == taint.effect)

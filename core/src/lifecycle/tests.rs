@@ -593,3 +593,78 @@ fn a_standby_decides_nothing_until_it_leads_then_judges_from_the_warm_cache() {
     assert!(out.iter().any(|a| matches!(a, Action::NodeEvent(_))), "nodes registered");
     assert!(state.next_wakeup().is_some());
 }
+
+/// Inherited at a start or leader change: `Ready=Unknown` (the kubelet's last heartbeat long
+/// ago) and an unreachable taint two minutes old, but the node's Lease renews again. Upstream
+/// restarts the countdown; here the taint is not confirmed (nothing evicted for it) until the
+/// node has been silent for a whole grace period.
+fn inherited_unknown() -> (Vec<SlimNode>, Vec<crate::index::SlimPod>) {
+    let mut n0 = node("n0").zone("a").unknown().build();
+    n0.taints = vec![
+        Taint::new(keys::UNREACHABLE, Effect::NoExecute).added_at(ts(-120.0)),
+        Taint::new(keys::UNREACHABLE, Effect::NoSchedule).added_at(ts(-120.0)),
+    ];
+    let pods =
+        vec![pod("untolerated").on("n0").build(), pod("p").on("n0").tolerates(keys::UNREACHABLE, Some(30)).build()];
+    (vec![n0, node("n1").zone("a").build(), node("n2").zone("a").build()], pods)
+}
+
+#[test]
+fn a_stale_unknown_beside_a_renewing_lease_evicts_nobody_when_ready_comes_back_soon() {
+    let (nodes, pods) = inherited_unknown();
+    let mut w = World::with_leases(cfg(), eviction(), nodes, pods, vec![("n0", -2.0), ("n1", -2.0), ("n2", -2.0)]);
+    assert!(evicted(&w).is_empty(), "the kubelet renewed after the taint: {:?}", evicted(&w));
+    w.advance_to(5.0);
+    w.renew_lease("n0");
+    w.kubelet_posts("n0", "True");
+    heartbeat(&mut w, &["n0", "n1", "n2"], 10.0, 300.0);
+    assert!(evicted(&w).is_empty(), "{:?}", evicted(&w));
+    assert!(!w.has_taint("n0", keys::UNREACHABLE, Effect::NoExecute));
+}
+
+#[test]
+fn a_stale_unknown_beside_a_renewing_lease_evicts_nobody_while_ready_comes_only_after_the_grace_period() {
+    let (nodes, pods) = inherited_unknown();
+    let mut w = World::with_leases(cfg(), eviction(), nodes, pods, vec![("n0", -2.0), ("n1", -2.0), ("n2", -2.0)]);
+    heartbeat(&mut w, &["n0", "n1", "n2"], 0.0, 90.0);
+    assert!(evicted(&w).is_empty(), "{:?}", evicted(&w));
+    w.kubelet_posts("n0", "True");
+    heartbeat(&mut w, &["n0", "n1", "n2"], 100.0, 300.0);
+    assert!(evicted(&w).is_empty(), "{:?}", evicted(&w));
+    assert!(!w.has_taint("n0", keys::UNREACHABLE, Effect::NoExecute));
+}
+
+#[test]
+fn a_stale_unknown_whose_lease_stops_is_confirmed_once_silent_for_a_grace_period() {
+    let (nodes, pods) = inherited_unknown();
+    let mut w = World::with_leases(cfg(), eviction(), nodes, pods, vec![("n0", -2.0), ("n1", -2.0), ("n2", -2.0)]);
+    heartbeat(&mut w, &["n1", "n2"], 0.0, 40.0);
+    assert!(evicted(&w).is_empty(), "{:?}", evicted(&w));
+    heartbeat(&mut w, &["n1", "n2"], 50.0, 120.0);
+    let at =
+        w.log.iter().find_map(|(t, e)| matches!(e, Action::EvictPod(ev) if ev.name == "untolerated").then_some(*t));
+    let at = at.expect("evicted once silent for a grace period");
+    assert!(at > ts(40.0) && at <= ts(70.0), "{at}");
+    // The tolerating pod keeps its countdown from the taint's timeAdded (long past): it goes too.
+    assert!(evicted(&w).contains(&"p".to_owned()), "{:?}", evicted(&w));
+}
+
+#[test]
+fn beta_labels_are_reconciled_once_per_needed_change_for_our_nodes_only() {
+    let mut ours = node("n0").zone("a").build();
+    ours.label_fixes = vec![("beta.kubernetes.io/os".into(), "linux".into())];
+    let mut other = node("n1").zone("a").unselected().build();
+    other.label_fixes = ours.label_fixes.clone();
+    let mut w = World::new(cfg(), vec![ours.clone(), other], vec![]);
+    let asked = |w: &World| {
+        w.log.iter().filter_map(|(_, a)| if let Action::SetLabels(l) = a { Some(l.node.clone()) } else { None }).count()
+    };
+    assert_eq!(asked(&w), 1, "{:?}", w.log);
+    // A heartbeat (same fixes): not asked again; fixed: nothing more.
+    w.kubelet_posts("n0", "True");
+    assert_eq!(asked(&w), 1);
+    let mut fixed = w.node("n0").clone();
+    fixed.label_fixes.clear();
+    w.update_node(fixed);
+    assert_eq!(asked(&w), 1);
+}

@@ -18,8 +18,8 @@ fn tol(key: &str, op: &str, value: &str, effect: &str, seconds: Option<i64>) -> 
     }
 }
 
-const ON: MatchOptions = MatchOptions { comparison_operators: true };
-const OFF: MatchOptions = MatchOptions { comparison_operators: false };
+const ON: MatchOptions = MatchOptions { comparison_operators: true, infer_from_pod: false };
+const OFF: MatchOptions = MatchOptions { comparison_operators: false, infer_from_pod: false };
 
 #[test]
 fn matching_table() {
@@ -467,7 +467,7 @@ mod properties {
     proptest! {
         #[test]
         fn matching_agrees_with_model(taint in arb_taint(), tol in arb_tol(), cmp in any::<bool>()) {
-            let opts = MatchOptions { comparison_operators: cmp };
+            let opts = MatchOptions { comparison_operators: cmp, infer_from_pod: false };
             prop_assert_eq!(tol.tolerates(&taint, opts), model::tolerates(&to_model_tol(&tol), &to_model_taint(&taint), cmp));
         }
 
@@ -487,7 +487,7 @@ mod properties {
             cmp in any::<bool>(),
             seen in 0i64..4_000_000_000,
         ) {
-            let opts = MatchOptions { comparison_operators: cmp };
+            let opts = MatchOptions { comparison_operators: cmp, infer_from_pod: false };
             let seen = Timestamp::from_second(seen).expect("in range");
             let got = evaluate(&taints, &tols, opts, |_, t| Some(anchor(t.time_added, seen)));
             let mt: Vec<_> = taints.iter().map(to_model_taint).collect();
@@ -509,4 +509,24 @@ mod properties {
             let _ = warnings(&taints, &tols, opts);
         }
     }
+}
+
+#[test]
+fn auto_honours_comparison_operators_on_a_pod_that_carries_them() {
+    let taint = Taint::new("gpu-count", Effect::NoExecute).value("4");
+    let gt = Toleration::from(&k8s_openapi::api::core::v1::Toleration {
+        key: Some("gpu-count".into()),
+        operator: Some("Gt".into()),
+        value: Some("2".into()),
+        effect: Some("NoExecute".into()),
+        ..Default::default()
+    });
+    // The API server admitted a Gt toleration: its gate is on, so it is honoured.
+    assert_eq!(first_tolerating(std::slice::from_ref(&gt), &taint, MatchOptions::AUTO), Some(0));
+    assert_eq!(first_tolerating(std::slice::from_ref(&gt), &taint, OFF), None, "forced off");
+    assert_eq!(first_tolerating(std::slice::from_ref(&gt), &taint, ON), Some(0));
+    assert_eq!(
+        evaluate(std::slice::from_ref(&taint), std::slice::from_ref(&gt), MatchOptions::AUTO, |_, _| None),
+        Outcome::Never
+    );
 }

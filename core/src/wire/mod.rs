@@ -26,7 +26,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub mod lenient;
+mod managed;
 mod tolerant;
+
+pub use managed::upstream_fields;
 
 pub use tolerant::Tolerant;
 
@@ -44,12 +47,17 @@ struct Meta {
     uid: Option<String>,
     #[serde(deserialize_with = "lenient::leaf")]
     resource_version: Option<String>,
+    #[serde(deserialize_with = "lenient::leaf")]
+    generation: Option<i64>,
     #[serde(deserialize_with = "lenient::time")]
     creation_timestamp: Option<Time>,
     #[serde(deserialize_with = "lenient::time")]
     deletion_timestamp: Option<Time>,
     #[serde(deserialize_with = "lenient::string_map")]
     labels: Option<BTreeMap<String, String>>,
+    /// kube-controller-manager's writes that tell a second writer, alone ([`managed`]).
+    #[serde(deserialize_with = "managed::upstream_fields")]
+    managed_fields: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry>>,
 }
 
 impl Lenient for Meta {
@@ -58,15 +66,27 @@ impl Lenient for Meta {
 
 impl From<Meta> for ObjectMeta {
     fn from(m: Meta) -> Self {
-        let Meta { name, namespace, uid, resource_version, creation_timestamp, deletion_timestamp, labels } = m;
+        let Meta {
+            name,
+            namespace,
+            uid,
+            resource_version,
+            generation,
+            creation_timestamp,
+            deletion_timestamp,
+            labels,
+            managed_fields,
+        } = m;
         ObjectMeta {
             name,
             namespace,
             uid,
             resource_version,
+            generation,
             creation_timestamp,
             deletion_timestamp,
             labels,
+            managed_fields,
             ..ObjectMeta::default()
         }
     }
@@ -455,7 +475,9 @@ impl<'de> Deserialize<'de> for WireLease {
                 strategy,
             },
         );
-        Ok(Self(Lease { metadata: metadata.into(), spec }, problem))
+        // A Lease is written back (leader election): never with managedFields of its own.
+        let metadata = ObjectMeta { managed_fields: None, ..metadata.into() };
+        Ok(Self(Lease { metadata, spec }, problem))
     }
 }
 

@@ -135,6 +135,8 @@ struct Inner {
     recent_nodes: Mutex<HashMap<String, NodeRead>>,
     /// Pod writes taken by a worker that can still be called off while they wait.
     running: Mutex<HashMap<Op, Arc<Cancel>>>,
+    /// Pods whose `DisruptionTarget` condition is written, while their delete is retried.
+    marked: Mutex<std::collections::HashSet<String>>,
     fence: Arc<Fence>,
     metrics: EvictionMetrics,
     exec_metrics: ExecutorMetrics,
@@ -154,7 +156,7 @@ impl queue::Job for EvictJob {
     }
 }
 
-struct MarkJob(MarkPodNotReady);
+struct MarkJob(MarkPodNotReady, tokio::time::Instant);
 
 impl queue::Job for MarkJob {
     fn op(&self) -> u64 {
@@ -228,6 +230,7 @@ impl Executor {
             seq: AtomicU64::new(0),
             recent_nodes: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
+            marked: Mutex::new(std::collections::HashSet::new()),
             fence,
             metrics,
             exec_metrics,
@@ -258,13 +261,15 @@ impl Executor {
                     let late = inner.clock.now().duration_since(ev.due).as_secs_f64().max(0.0);
                     inner.metrics.fire_lateness.observe(late);
                 }
+                inner.exec_metrics.added("evictions", ev.attempt > 0);
                 if let Some(EvictJob(old, ..)) = inner.evictions.push(EvictJob(ev, seq, tokio::time::Instant::now())) {
                     inner.report_eviction(old, EvictionResult::Cancelled);
                 }
                 inner.exec_metrics.queued("evictions", inner.evictions.len());
             }
             Action::MarkPodNotReady(p) => {
-                if let Some(MarkJob(old)) = inner.marks.push(MarkJob(p)) {
+                inner.exec_metrics.added("marks", false);
+                if let Some(MarkJob(old, _)) = inner.marks.push(MarkJob(p, tokio::time::Instant::now())) {
                     inner.report_mark(old, MarkResult::Cancelled);
                 }
                 inner.exec_metrics.queued("marks", inner.marks.len());
@@ -275,7 +280,7 @@ impl Executor {
                         inner.report_eviction(ev, EvictionResult::Cancelled);
                     }),
                     Op::MarkPodNotReady(n) => {
-                        inner.marks.remove(n).map(|MarkJob(p)| inner.report_mark(p, MarkResult::Cancelled))
+                        inner.marks.remove(n).map(|MarkJob(p, _)| inner.report_mark(p, MarkResult::Cancelled))
                     }
                 };
                 if queued.is_none()
@@ -303,6 +308,11 @@ impl Executor {
                     let _ = inner.results.send(Input::NodeWriteResult { node: w.node, result }).await;
                 };
                 tokio::spawn(task.instrument(span));
+            }
+            Action::SetLabels(w) => {
+                let inner = inner.clone();
+                let span = tracing::info_span!("set-labels", node = %w.node);
+                tokio::spawn(async move { inner.set_labels(&w).await }.instrument(span));
             }
             Action::SetTaints(w) => {
                 let inner = inner.clone();
@@ -373,7 +383,9 @@ async fn evict_worker(inner: Arc<Inner>) {
         let cancel = inner.running(op);
         inner.metrics.in_flight.inc();
         let span = tracing::info_span!("evict", pod = %ev.key, op = ev.op);
+        let started = tokio::time::Instant::now();
         let result = inner.evict(&ev, seq, queued, &cancel).instrument(span).await;
+        inner.exec_metrics.worked("evictions", started.duration_since(queued), started.elapsed());
         inner.metrics.in_flight.dec();
         lock(&inner.running).remove(&op);
         inner.busy.fetch_sub(1, Ordering::SeqCst);
@@ -386,12 +398,14 @@ async fn evict_worker(inner: Arc<Inner>) {
 
 async fn mark_worker(inner: Arc<Inner>) {
     loop {
-        let MarkJob(p) = inner.marks.pop().await;
+        let MarkJob(p, queued) = inner.marks.pop().await;
         inner.exec_metrics.queued("marks", inner.marks.len());
         let op = Op::MarkPodNotReady(p.op);
         let cancel = inner.running(op);
         let span = tracing::info_span!("mark-pod-not-ready", pod = %p.key);
+        let started = tokio::time::Instant::now();
         let result = inner.mark_pod_not_ready(&p, &cancel).instrument(span).await;
+        inner.exec_metrics.worked("marks", started.duration_since(queued), started.elapsed());
         lock(&inner.running).remove(&op);
         if inner.results.send(Input::MarkResult { key: p.key, op: p.op, result }).await.is_err() {
             return;

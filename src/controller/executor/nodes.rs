@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch};
-use nlc_core::action::{NodeWriteResult, SetConditions, SetTaints};
+use nlc_core::action::{NodeWriteResult, SetConditions, SetLabels, SetTaints};
 use nlc_core::index::SlimNode;
 use nlc_core::taints;
 use serde_json::json;
@@ -13,6 +13,15 @@ use serde_json::json;
 use super::Inner;
 use super::call::Outcome;
 use crate::metrics::ZoneLabels;
+
+/// Observes the time since its start when dropped (every way out of a status write).
+struct ObserveOnDrop<'a>(&'a prometheus_client::metrics::histogram::Histogram, std::time::Instant);
+
+impl Drop for ObserveOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.observe(self.1.elapsed().as_secs_f64());
+    }
+}
 
 impl Inner {
     /// Marks a silent node's conditions Unknown: a strategic-merge patch of `status.conditions`
@@ -45,6 +54,8 @@ impl Inner {
             "status": {"conditions": conditions},
         });
         let nodes: Api<Node> = Api::all(self.client.clone());
+        let started = std::time::Instant::now();
+        let _observe = ObserveOnDrop(&self.lifecycle_metrics.update_node_health, started);
         match self
             .write(
                 "patch",
@@ -64,6 +75,31 @@ impl Inner {
             Outcome::Gone => NodeWriteResult::NotFound,
             Outcome::Fenced => NodeWriteResult::Failed("not the leader".into()),
             Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => NodeWriteResult::Failed(e),
+        }
+    }
+
+    /// Upstream's `reconcileNodeLabels`: a merge patch of the beta labels alone (nothing else
+    /// of the node is read or written). A failure is logged; the labels are asked for again at
+    /// the node's next change of them.
+    pub(super) async fn set_labels(&self, w: &SetLabels) {
+        let Ok(_permit) = self.node_permits.acquire().await else { return };
+        if !self.api_budget(1).await {
+            return;
+        }
+        let labels: serde_json::Map<String, serde_json::Value> =
+            w.labels.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+        let patch = json!({"metadata": {"labels": labels}});
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        match self
+            .write("patch", "nodes", &w.node, nodes.patch(&w.node, &crate::patch_params(), &Patch::Merge(&patch)))
+            .await
+        {
+            Outcome::Ok(_) => tracing::info!(node = %w.node, labels = ?w.labels, "beta OS/arch labels reconciled"),
+            Outcome::Gone | Outcome::Fenced => {}
+            Outcome::Conflict => tracing::warn!(node = %w.node, "reconciling labels: conflict"),
+            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => {
+                tracing::warn!(node = %w.node, error = %e, "reconciling labels failed")
+            }
         }
     }
 

@@ -16,6 +16,10 @@ use tokio::time::Instant;
 
 use super::call::Outcome;
 use super::{Cancel, Inner, lock};
+
+/// The most pods remembered as having their `DisruptionTarget` written while their delete
+/// is retried.
+const MAX_MARKED: usize = 100_000;
 use crate::controller::events::QueuedEvent;
 use crate::metrics::{ReasonLabels, RequestLabels};
 
@@ -87,7 +91,13 @@ impl Inner {
         let result = match ev.method {
             EvictionMode::Delete => match self.mark_disruption_target(&pods, ev).await {
                 Some(stop) => stop,
-                None => self.delete(&pods, ev).await,
+                None => {
+                    let result = self.delete(&pods, ev).await;
+                    if matches!(result, EvictionResult::Done { .. }) {
+                        self.marked_lock().remove(&ev.uid);
+                    }
+                    result
+                }
             },
             // The Eviction API writes its own DisruptionTarget condition when, and only when, it
             // lets the eviction go ahead: a blocked eviction leaves no false condition.
@@ -107,14 +117,23 @@ impl Inner {
     /// Upstream's order: the `DisruptionTarget` condition first, with the pod's UID as a
     /// precondition. `Some` ends the eviction (the pod is gone or was replaced, or the write
     /// failed).
+    ///
+    /// Written once per pod: a retry after a failed delete does not write it again (upstream's
+    /// `UpdatePodCondition` keeps the condition, and its time, when nothing changed), and it
+    /// carries the pod's generation as `observedGeneration` (upstream, since
+    /// PodObservedGenerationTracking; an API server without it drops the field).
     async fn mark_disruption_target(&self, pods: &Api<Pod>, ev: &EvictPod) -> Option<EvictionResult> {
-        let patch = json!({
-            "metadata": {"uid": ev.uid},
-            "status": {"conditions": [{
-                "type": DISRUPTION_TARGET, "status": "True", "reason": DELETION_BY_TAINT_MANAGER,
-                "message": TAINT_MANAGER_MESSAGE, "lastTransitionTime": self.clock.now(),
-            }]}
+        if self.marked_lock().contains(&ev.uid) {
+            return None;
+        }
+        let mut condition = json!({
+            "type": DISRUPTION_TARGET, "status": "True", "reason": DELETION_BY_TAINT_MANAGER,
+            "message": TAINT_MANAGER_MESSAGE, "lastTransitionTime": self.clock.now(),
         });
+        if ev.generation > 0 {
+            condition["observedGeneration"] = json!(ev.generation);
+        }
+        let patch = json!({"metadata": {"uid": ev.uid}, "status": {"conditions": [condition]}});
         match self
             .write(
                 "patch",
@@ -124,7 +143,15 @@ impl Inner {
             )
             .await
         {
-            Outcome::Ok(_) => None,
+            Outcome::Ok(_) => {
+                let mut marked = self.marked_lock();
+                // Bounded: a pod's entry goes when its delete is done; a backlog of failing
+                // deletes beyond this only writes the condition again.
+                if marked.len() < MAX_MARKED {
+                    marked.insert(ev.uid.clone());
+                }
+                None
+            }
             Outcome::Gone => Some(EvictionResult::Done { deleted: false }),
             // A different uid in the patch is refused as an invalid change of the immutable
             // metadata.uid (422, checked against kube-apiserver in tests/eviction.rs): the pod
@@ -136,6 +163,10 @@ impl Inner {
                 Some(self.fail("condition", format!("adding the DisruptionTarget condition: {e}")))
             }
         }
+    }
+
+    fn marked_lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        lock(&self.marked)
     }
 
     fn delete_params(ev: &EvictPod) -> DeleteParams {

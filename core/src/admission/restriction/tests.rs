@@ -401,6 +401,18 @@ fn annotations_absent_empty_or_broken() {
         annotation(&a, WHITELIST_ANNOTATION),
         Ok(Some(vec![t("dedicated-node", "Exists", "", "NoSchedule", None)]))
     );
+    // Go's encoding/json: null is an empty list (present: no cluster fallback), field names
+    // match case-insensitively.
+    a.insert(WHITELIST_ANNOTATION.to_owned(), "null".to_owned());
+    assert_eq!(annotation(&a, WHITELIST_ANNOTATION), Ok(Some(vec![])));
+    a.insert(
+        WHITELIST_ANNOTATION.to_owned(),
+        r#"[{"KEY": "dedicated-node", "Operator": "Exists", "effect": "NoSchedule"}]"#.to_owned(),
+    );
+    assert_eq!(
+        annotation(&a, WHITELIST_ANNOTATION),
+        Ok(Some(vec![t("dedicated-node", "Exists", "", "NoSchedule", None)]))
+    );
     a.insert(WHITELIST_ANNOTATION.to_owned(), "{not json".to_owned());
     let e = annotation(&a, WHITELIST_ANNOTATION).expect_err("broken");
     assert!(e.contains(WHITELIST_ANNOTATION), "{e}");
@@ -443,6 +455,8 @@ fn config_file_as_upstream_writes_it() {
                 default:\n- key: key1\n  operator: Equal\n  value: value1\nwhitelist:\n- key: key2\n  operator: Equal\n  value: value2\n";
     let cfg = RestrictionConfig::parse("cfg.yaml", text).expect("parses");
     assert_eq!(cfg.default, vec![t("key1", "Equal", "value1", "", None)]);
+    let v1 = text.replace("/v1alpha1", "/v1");
+    assert_eq!(RestrictionConfig::parse("cfg.yaml", &v1).map(|c| c.whitelist), Ok(cfg.whitelist.clone()), "v1 too");
     assert_eq!(cfg.whitelist, vec![t("key2", "Equal", "value2", "", None)]);
     let e = RestrictionConfig::parse("cfg.yaml", "kind: Configuration\n").expect_err("no apiVersion");
     assert!(e.to_string().contains("cfg.yaml") && e.to_string().contains("apiVersion"), "{e}");
