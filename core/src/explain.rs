@@ -152,17 +152,21 @@ fn eviction_report(
         Outcome::Never => {
             (none(Decision::Never), "every NoExecute taint is tolerated without tolerationSeconds".to_owned())
         }
-        Outcome::EvictNow(cause) => (
-            none(Decision::Immediate),
-            match cause {
-                EvictNowCause::Untolerated { taint } => format!("taint {} is not tolerated", taints[taint]),
-                EvictNowCause::NonPositiveSeconds { taint, toleration } => format!(
+        Outcome::EvictNow(cause) => match cause {
+            EvictNowCause::Untolerated { taint } => {
+                (none(Decision::Immediate), format!("taint {} is not tolerated", taints[taint]))
+            }
+            EvictNowCause::NonPositiveSeconds { taint, toleration } => {
+                let seconds = tolerations[toleration].toleration_seconds;
+                let report = EvictionReport { toleration_seconds: seconds, ..none(Decision::Immediate) };
+                let why = format!(
                     "taint {} is tolerated by toleration {toleration} with tolerationSeconds {} (<= 0)",
                     taints[taint],
-                    tolerations[toleration].toleration_seconds.unwrap_or_default()
-                ),
-            },
-        ),
+                    seconds.unwrap_or_default()
+                );
+                (report, why)
+            }
+        },
         Outcome::EvictAt { seconds, deadline } => {
             let all_anchored =
                 taints.iter().filter(|t| t.effect == taints::Effect::NoExecute).all(|t| t.time_added.is_some());

@@ -508,7 +508,8 @@ where
 {
     let mut any = false;
     let mut min_seconds: Option<i64> = None;
-    let mut deadline: Option<Timestamp> = None;
+    // The earliest deadline and the seconds of the toleration that sets it.
+    let mut deadline: Option<(Timestamp, i64)> = None;
     let mut deadline_known = true;
     for (i, taint) in taints.iter().enumerate() {
         if taint.effect != Effect::NoExecute {
@@ -531,7 +532,11 @@ where
             TaintDue::After { seconds, at, .. } => {
                 min_seconds = Some(min_seconds.map_or(seconds, |m| m.min(seconds)));
                 match at {
-                    Some(d) => deadline = Some(deadline.map_or(d, |cur| cur.min(d))),
+                    Some(d) => {
+                        if deadline.is_none_or(|cur| (d, seconds) < cur) {
+                            deadline = Some((d, seconds));
+                        }
+                    }
                     None => deadline_known = false,
                 }
             }
@@ -540,7 +545,12 @@ where
     match (any, min_seconds) {
         (false, _) => Outcome::NoTaints,
         (true, None) => Outcome::Never,
-        (true, Some(seconds)) => Outcome::EvictAt { seconds, deadline: deadline.filter(|_| deadline_known) },
+        // With every deadline known, the seconds of the taint that goes first; otherwise (a
+        // deadline that cannot be placed) the fewest seconds, as upstream's minimum.
+        (true, Some(min)) => match deadline.filter(|_| deadline_known) {
+            Some((at, seconds)) => Outcome::EvictAt { seconds, deadline: Some(at) },
+            None => Outcome::EvictAt { seconds: min, deadline: None },
+        },
     }
 }
 

@@ -69,7 +69,7 @@ fn decisions() {
         ("untolerated", ne.clone(), json!([]), json!({"decision": "Immediate", "tolerationSeconds": null, "deadline": null, "anchor": null}), "Forbidden"),
         ("forever", ne.clone(), json!([{"operator": "Exists"}]), json!({"decision": "Never", "tolerationSeconds": null, "deadline": null, "anchor": null}), "Allowed"),
         ("zero", ne.clone(), json!([{"key": "k", "value": "v", "effect": "NoExecute", "tolerationSeconds": 0}]),
-            json!({"decision": "Immediate", "tolerationSeconds": null, "deadline": null, "anchor": null}), "Allowed"),
+            json!({"decision": "Immediate", "tolerationSeconds": 0, "deadline": null, "anchor": null}), "Allowed"),
         ("delayed", ne.clone(), json!([{"key": "k", "operator": "Equal", "value": "v", "tolerationSeconds": 60}]),
             json!({"decision": "Delayed", "tolerationSeconds": 60, "deadline": "2026-01-01T00:01:00Z", "anchor": "timeAdded"}), "Allowed"),
         ("no timeAdded: no deadline", json!([{"key": "k", "effect": "NoExecute"}]), json!([{"key": "k", "operator": "Exists", "tolerationSeconds": 60}]),

@@ -151,9 +151,10 @@ fn outcome_table() {
         ("two taints earliest deadline", vec![nr.clone(), un.clone()],
             vec![tol(keys::NOT_READY, "Exists", "", "NoExecute", Some(600)), tol(keys::UNREACHABLE, "Exists", "", "NoExecute", Some(60))],
             Outcome::EvictAt { seconds: 60, deadline: Some(ts("2026-01-01T00:02:00Z")) }),
+        // The seconds reported are those of the taint that goes first (what status says too).
         ("two taints, older taint wins", vec![nr.clone(), un.clone()],
             vec![tol(keys::NOT_READY, "Exists", "", "NoExecute", Some(90)), tol(keys::UNREACHABLE, "Exists", "", "NoExecute", Some(60))],
-            Outcome::EvictAt { seconds: 60, deadline: Some(ts("2026-01-01T00:01:30Z")) }),
+            Outcome::EvictAt { seconds: 90, deadline: Some(ts("2026-01-01T00:01:30Z")) }),
         ("one forever, one timed", vec![nr.clone(), un.clone()],
             vec![tol(keys::NOT_READY, "Exists", "", "NoExecute", None), tol(keys::UNREACHABLE, "Exists", "", "NoExecute", Some(60))],
             Outcome::EvictAt { seconds: 60, deadline: Some(ts("2026-01-01T00:02:00Z")) }),
