@@ -4,12 +4,12 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test test-differential e2e image controlplane lint bench-semantics bench-admission bench-memory bench-eviction bench-lifecycle bench-compare bench-chaos release
+.PHONY: run test test-oldest test-matrix test-differential e2e e2e-kind kind-image image controlplane lint bench-semantics bench-admission bench-memory bench-eviction bench-lifecycle bench-compare bench-chaos release
 
 E2E_IMAGE ?= node-lifecycle-controller:dev
 
 controlplane:
-	scripts/build-controlplane.sh
+	scripts/build-controlplane.sh >/dev/null
 
 run:
 	scripts/run.sh $(ARGS)
@@ -18,6 +18,15 @@ test: controlplane
 	scripts/test-deps.sh
 	$(CARGO) build --locked -p nlc-testenv --bin controlplane
 	$(CARGO) test --workspace --locked
+
+# The suite against the oldest supported Kubernetes (CI runs it beside `make test`, the newest).
+test-oldest:
+	K8S_VERSION=$(OLDEST_K8S) $(MAKE) test
+OLDEST_K8S ?= v1.33
+
+# The suite and the image run against every supported minor: docs/matrix.md.
+test-matrix:
+	scripts/test-matrix.sh
 
 # Our admission plugins against kube-apiserver's own, case by case (two API servers, seeded
 # random pods and namespaces): NLC_DIFFERENTIAL_CASES=1000 NLC_DIFFERENTIAL_SEED=7 for more.
@@ -33,6 +42,20 @@ image:
 # (as root); fails, saying why, if it cannot.
 e2e: controlplane image
 	NLC_E2E_IMAGE=$(E2E_IMAGE) $(CARGO) test --locked --features e2e --test e2e -- --nocapture
+
+# The kind node image (and kind itself): kindest/node where a registry is reachable, else built
+# here from the Go module proxy and Debian's packages (scripts/kind-image.sh, docs/kind.md);
+# cached, a second run takes seconds.
+kind-image:
+	scripts/kind-image.sh
+
+# On a real kind cluster: the chart installed as a user would, node failures by freezing workers
+# (tests/kind/main.rs). Logs and a summary in target/e2e-kind/.
+KIND_BIN = $${NLC_CACHE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/node-lifecycle-controller}/kind/bin/kind
+e2e-kind: controlplane image
+	node_image=$$(scripts/kind-image.sh | tail -1) && \
+	NLC_KIND_NODE_IMAGE=$$node_image NLC_KIND_BIN=$(KIND_BIN) NLC_E2E_IMAGE=$(E2E_IMAGE) \
+	$(CARGO) test --locked --features e2e --test kind -- --nocapture
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -1,25 +1,37 @@
 #!/usr/bin/env bash
-# Try the controller on a kind cluster, with the same overlay the tests render and apply. kind
-# cannot run on the development machine (no registry for its node image): run it where Docker and
-# kind are installed. The image is the real Dockerfile's (scripts/image.sh builds it with local
-# base images where no registry is reachable).
+# Try the controller on a kind cluster: one control plane and two workers in two zones, the
+# project's image built from the real Dockerfile and loaded, the controller and the webhook
+# installed with the Helm chart (the webhook's certificate made here with openssl). The same
+# path `make e2e-kind` tests (tests/kind/main.rs).
 #
-#   scripts/kind.sh up      create the cluster, build and load the image, install cert-manager
-#                           and the controller (with the DefaultTolerationSeconds webhook)
+#   scripts/kind.sh up      create the cluster and install
 #   scripts/kind.sh down    delete the cluster
 #
-# The cluster's kube-controller-manager runs without its node-lifecycle and taint-eviction
-# controllers, and kube-apiserver without its DefaultTolerationSeconds plugin: ours replace them.
+# The node image: kindest/node from Docker Hub where a registry is reachable, else built here
+# from the package registries (scripts/kind-image.sh, cached). kube-controller-manager runs
+# without its node-lifecycle and taint-eviction controllers (kubeadm's own value, minus those
+# two: `*` alone drops bootstrapsigner and tokencleaner and workers cannot join), and
+# kube-apiserver keeps its DefaultTolerationSeconds (a webhook outage degrades to 300 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CLUSTER=${CLUSTER:-nlc}
 IMAGE=${IMAGE:-node-lifecycle-controller:dev}
-CERT_MANAGER_VERSION=${CERT_MANAGER_VERSION:-v1.19.1}
+CACHE_ROOT=${NLC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-controller}
+export PATH=$CACHE_ROOT/kind/bin:$CACHE_ROOT/tools:$PATH
+NS=node-lifecycle-controller
+RELEASE=nlc
+FULLNAME=nlc-node-lifecycle-controller
 
 up() {
-  cat <<KIND | kind create cluster --name "$CLUSTER" --config=-
+  local node_image; node_image=$(scripts/kind-image.sh | tail -1)
+  scripts/build-controlplane.sh >/dev/null # helm and kubectl, as the tests use them
+  cat <<KIND | kind create cluster --name "$CLUSTER" --image "$node_image" --config=-
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
+kubeadmConfigPatches:
+  - |
+    kind: KubeletConfiguration
+    failCgroupV1: false
 nodes:
   - role: control-plane
     kubeadmConfigPatches:
@@ -28,35 +40,33 @@ nodes:
         controllerManager:
           extraArgs:
             - name: controllers
-              value: "*,-node-lifecycle-controller,-taint-eviction-controller"
-        apiServer:
-          extraArgs:
-            - name: disable-admission-plugins
-              value: DefaultTolerationSeconds
+              value: "*,bootstrapsigner,tokencleaner,-node-lifecycle-controller,-taint-eviction-controller"
   - role: worker
     labels: {topology.kubernetes.io/zone: zone-a}
   - role: worker
     labels: {topology.kubernetes.io/zone: zone-b}
 KIND
-  docker build -t "$IMAGE" .
+  scripts/image.sh "$IMAGE"
   kind load docker-image "$IMAGE" --name "$CLUSTER"
-  kubectl apply -f "https://github.com/cert-manager/cert-manager/releases/download/${CERT_MANAGER_VERSION}/cert-manager.yaml"
-  kubectl -n cert-manager rollout status deploy/cert-manager-webhook --timeout=180s
-  tmp=$(mktemp -d)
-  cat >"$tmp/kustomization.yaml" <<KUST
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - $(pwd)/manifests/overlays/webhook
-images:
-  - name: ghcr.io/example/node-lifecycle-controller
-    newName: ${IMAGE%%:*}
-    newTag: ${IMAGE##*:}
-KUST
-  kubectl apply --server-side -k "$tmp"
-  kubectl -n node-lifecycle-controller rollout status deploy/node-lifecycle-controller --timeout=180s
-  kubectl -n node-lifecycle-controller rollout status deploy/node-lifecycle-controller-webhook --timeout=180s
-  echo "Try it: docker pause ${CLUSTER}-worker; kubectl get nodes -w; kubectl get events -A -w"
+  local tmp; tmp=$(mktemp -d)
+  local svc=$FULLNAME-webhook.$NS.svc
+  openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=nlc-kind-ca" \
+    -keyout "$tmp/ca.key" -out "$tmp/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=$svc" -keyout "$tmp/tls.key" -out "$tmp/tls.csr" 2>/dev/null
+  printf 'subjectAltName=DNS:%s\nextendedKeyUsage=serverAuth\n' "$svc" >"$tmp/ext"
+  openssl x509 -req -in "$tmp/tls.csr" -CA "$tmp/ca.crt" -CAkey "$tmp/ca.key" -CAcreateserial -days 365 \
+    -extfile "$tmp/ext" -out "$tmp/tls.crt" 2>/dev/null
+  kubectl create namespace "$NS"
+  kubectl -n "$NS" create secret tls "$FULLNAME-webhook-tls" --cert="$tmp/tls.crt" --key="$tmp/tls.key"
+  helm install "$RELEASE" charts/node-lifecycle-controller --namespace "$NS" \
+    --set image.repository="${IMAGE%%:*}" --set image.tag="${IMAGE##*:}" --set image.pullPolicy=Never \
+    --set webhook.enabled=true --set webhook.certManager.enabled=false \
+    --set webhook.tls.caBundle="$(base64 -w0 <"$tmp/ca.crt")"
+  rm -rf "$tmp"
+  kubectl -n "$NS" rollout status "deploy/$FULLNAME" --timeout=180s
+  kubectl -n "$NS" rollout status "deploy/$FULLNAME-webhook" --timeout=180s
+  kubectl -n kube-system rollout status deploy/coredns --timeout=180s
+  echo "Try it: docker pause ${CLUSTER}-worker; kubectl get nodes -w; kubectl nlc status -w (kubectl-nlc on PATH)"
 }
 
 down() {

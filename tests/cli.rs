@@ -81,9 +81,16 @@ fn a_rule_that_evicts_healthy_nodes_needs_to_be_allowed_explicitly() {
     assert!(err.contains("kubeconfig"), "{err}");
 }
 
-/// A second process with the identity of a running one is refused at start, naming --instance.
+/// A second process with the identity of a running one is refused at start, naming --instance;
+/// also with an identity too long for an abstract socket's name (a pod name in the chart's
+/// namespace: the lock is then named by a digest).
 #[tokio::test]
 async fn a_second_process_with_the_same_identity_is_refused() {
+    twin_refused("twin-a").await;
+    twin_refused(&format!("nlc-node-lifecycle-controller-579b754758-rqhc6-{}", "x".repeat(60))).await;
+}
+
+async fn twin_refused(identity: &str) {
     let env = shared();
     let port = free_port();
     let lease = unique("twin");
@@ -97,7 +104,7 @@ async fn a_second_process_with_the_same_identity_is_refused() {
             "--node-selector".into(),
             "nlc-test=cli-twin".into(),
             "--instance".into(),
-            "twin-a".into(),
+            identity.into(),
             "--leader-elect-resource-name".into(),
             lease.clone(),
         ]
@@ -117,7 +124,7 @@ async fn a_second_process_with_the_same_identity_is_refused() {
     let second = tokio::process::Command::new(BIN).args(args(free_port())).output().await.expect("run");
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(!second.status.success(), "a twin was accepted");
-    assert!(err.contains("--instance") && err.contains("twin-a"), "{err}");
+    assert!(err.contains("--instance") && err.contains(identity), "{err}");
     let _ = first.kill().await;
 }
 

@@ -129,8 +129,7 @@ pub fn own_namespace(flag: Option<String>) -> String {
 /// on one host against one Lease are refused here, with the flag to tell them apart.
 pub fn claim_identity(cfg: &Config) -> Result<std::os::unix::net::UnixListener> {
     use std::os::linux::net::SocketAddrExt;
-    let name = format!("node-lifecycle-controller/{}/{}/{}", cfg.namespace, cfg.name, cfg.elector.identity);
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(identity_lock_name(cfg).as_bytes())
         .map_err(|source| Error::Io { what: "naming the leader election identity lock".into(), source })?;
     std::os::unix::net::UnixListener::bind_addr(&addr).map_err(|e| {
         if e.kind() == std::io::ErrorKind::AddrInUse {
@@ -145,6 +144,24 @@ pub fn claim_identity(cfg: &Config) -> Result<std::os::unix::net::UnixListener> 
             Error::Io { what: "claiming the leader election identity".into(), source: e }
         }
     })
+}
+
+/// The abstract socket's name for `cfg`'s identity: readable when it fits (an abstract name
+/// holds at most 107 bytes), else a 128-bit digest of it (a pod name in a long namespace does
+/// not fit: `nlc-node-lifecycle-controller-579b754758-rqhc6` in the chart's namespace is 124).
+fn identity_lock_name(cfg: &Config) -> String {
+    use std::hash::{Hash, Hasher};
+    let full = format!("node-lifecycle-controller/{}/{}/{}", cfg.namespace, cfg.name, cfg.elector.identity);
+    if full.len() <= 100 {
+        return full;
+    }
+    // SipHash with fixed keys: the same in every process of this build.
+    let digest = |salt: u8| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (salt, &full).hash(&mut h);
+        h.finish()
+    };
+    format!("node-lifecycle-controller/{:016x}{:016x}", digest(0), digest(1))
 }
 
 /// A jitter in [0, 1), from the clock's sub-second nanoseconds.

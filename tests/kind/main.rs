@@ -1,0 +1,655 @@
+//! On a real kind cluster (one control plane, two workers in two zones, Kubernetes v1.37.2):
+//! kube-controller-manager without its node lifecycle and taint eviction controllers, the
+//! project's image loaded with `kind load`, the controller and the webhook installed with the
+//! Helm chart as a user would (two controller replicas placed by the real scheduler), real
+//! kubelets heartbeating, and node failures made by freezing a worker's container
+//! (`docker pause`). Every scenario asserts on the API; the timings are printed and written to
+//! `<out>/summary.md`.
+//!
+//! Run by `make e2e-kind` (scripts/kind-image.sh makes the node image, scripts/image.sh the
+//! project's). Inputs: `NLC_KIND_NODE_IMAGE`, `NLC_E2E_IMAGE`, `NLC_KIND_BIN`, and `NLC_E2E_OUT`
+//! (default `target/e2e-kind`) for the logs of every component, kept when a step fails. The
+//! cluster is deleted at the end, also when a step fails.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Evictions, secs_between};
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Secret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+const CLUSTER: &str = "nlc-e2e";
+const NAMESPACE: &str = "node-lifecycle-controller";
+const RELEASE: &str = "nlc";
+/// The chart's names for release `nlc` (the release name does not contain the chart's).
+const FULLNAME: &str = "nlc-node-lifecycle-controller";
+/// The leader election Lease: the chart's is named after the release, the overlays' is not.
+const OVERLAY_LEASE: &str = "node-lifecycle-controller";
+/// Our grace period here (kube-controller-manager's default is 50 s): the scenarios take
+/// seconds, not minutes.
+const GRACE: u64 = 20;
+const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+const NOT_READY: &str = "node.kubernetes.io/not-ready";
+const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set (run `make e2e-kind`)"))
+}
+
+fn out_dir() -> PathBuf {
+    let dir = std::env::var("NLC_E2E_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/e2e-kind"));
+    std::fs::create_dir_all(&dir).expect("out dir");
+    dir
+}
+
+/// Runs a command; its stdout, or a panic with its output.
+fn run(cmd: &mut Command) -> String {
+    let shown = format!("{cmd:?}");
+    let out = cmd.output().unwrap_or_else(|e| panic!("{shown}: {e}"));
+    assert!(
+        out.status.success(),
+        "{shown}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn kind() -> Command {
+    Command::new(env("NLC_KIND_BIN"))
+}
+
+fn docker(args: &[&str]) -> String {
+    run(Command::new("docker").args(args))
+}
+
+/// Deletes the cluster when dropped; first, if a step failed, exports every component's logs.
+struct Cluster {
+    out: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Unfreeze whatever a failed step left paused, so that the logs can be read.
+        for node in [format!("{CLUSTER}-worker"), format!("{CLUSTER}-worker2")] {
+            let _ = Command::new("docker").args(["unpause", &node]).output();
+        }
+        if std::thread::panicking() {
+            let logs = self.out.join("logs");
+            let _ = kind().args(["export", "logs"]).arg(&logs).args(["--name", CLUSTER]).status();
+            eprintln!("kind logs of every component: {}", logs.display());
+        }
+        let _ = kind().args(["delete", "cluster", "--name", CLUSTER]).status();
+    }
+}
+
+const CLUSTER_CONFIG: &str = r#"kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+kubeadmConfigPatches:
+  # kubelet >= 1.35 refuses a cgroup v1 host otherwise (harmless on cgroup v2).
+  - |
+    kind: KubeletConfiguration
+    failCgroupV1: false
+nodes:
+  - role: control-plane
+    kubeadmConfigPatches:
+      - |
+        kind: ClusterConfiguration
+        controllerManager:
+          extraArgs:
+            # kubeadm's own value minus upstream's node lifecycle and taint eviction: `*` alone
+            # would drop bootstrapsigner and tokencleaner, and workers could not join.
+            - name: controllers
+              value: "*,bootstrapsigner,tokencleaner,-node-lifecycle-controller,-taint-eviction-controller"
+  - role: worker
+    labels: {topology.kubernetes.io/zone: zone-a}
+  - role: worker
+    labels: {topology.kubernetes.io/zone: zone-b}
+"#;
+
+fn create_cluster(out: &Path) -> Cluster {
+    let _ = kind().args(["delete", "cluster", "--name", CLUSTER]).output();
+    let config = out.join("cluster.yaml");
+    std::fs::write(&config, CLUSTER_CONFIG).expect("config");
+    let kubeconfig = out.join("kubeconfig");
+    run(kind()
+        .args(["create", "cluster", "--name", CLUSTER, "--image", &env("NLC_KIND_NODE_IMAGE"), "--wait", "0s"])
+        .arg("--config")
+        .arg(&config)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig));
+    Cluster { out: out.to_owned(), kubeconfig }
+}
+
+/// A line of the summary, printed at once.
+fn note(summary: &mut String, line: String) {
+    eprintln!("kind e2e: {line}");
+    let _ = writeln!(summary, "- {line}");
+}
+
+async fn until<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    timeout: Duration,
+    mut probe: impl FnMut() -> F,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn ready_of(n: &Node) -> Option<(String, Option<Timestamp>)> {
+    let c = n.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready")?;
+    Some((c.status.clone(), c.last_transition_time.as_ref().map(|t| t.0)))
+}
+
+fn taint_added(n: &Node, key: &str, effect: &str) -> Option<Timestamp> {
+    let t = n.spec.as_ref()?.taints.as_ref()?.iter().find(|t| t.key == key && t.effect == effect)?;
+    Some(t.time_added.as_ref().map_or_else(Timestamp::now, |t| t.0))
+}
+
+fn has_taint_key(n: &Node, key: &str) -> bool {
+    n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| ts.iter().any(|t| t.key == key))
+}
+
+/// The node the leading replica runs on (its identity is its pod's name).
+async fn leader(client: &kube::Client, lease: &str) -> Option<(String, String)> {
+    let lease = Api::<Lease>::namespaced(client.clone(), NAMESPACE).get_opt(lease).await.ok()??;
+    let holder = lease.spec?.holder_identity?;
+    let pod = Api::<Pod>::namespaced(client.clone(), NAMESPACE).get_opt(&holder).await.ok()??;
+    let node = pod.spec?.node_name?;
+    Some((holder, node))
+}
+
+async fn set_unschedulable(client: &kube::Client, node: &str, on: bool) {
+    Api::<Node>::all(client.clone())
+        .patch(node, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": on}})))
+        .await
+        .expect("cordon");
+}
+
+/// A namespace whose default unreachable toleration is `seconds` (the webhook's annotation).
+async fn namespace(client: &kube::Client, name: &str, seconds: u64) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name, "annotations": {
+        "node-lifecycle-controller.io/default-unreachable-toleration-seconds": seconds.to_string()}}}))
+    .expect("ns");
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("namespace");
+}
+
+async fn deployment(client: &kube::Client, ns: &str, name: &str, replicas: i32) {
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                "terminationGracePeriodSeconds": 5,
+                "containers": [{"name": "c", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}]}}}
+    }))
+    .expect("deployment");
+    Api::<Deployment>::namespaced(client.clone(), ns).create(&PostParams::default(), &d).await.expect("deployment");
+}
+
+async fn available(client: &kube::Client, ns: &str, name: &str, replicas: i32) -> bool {
+    let d = Api::<Deployment>::namespaced(client.clone(), ns).get(name).await.ok();
+    d.and_then(|d| d.status).and_then(|s| s.available_replicas) == Some(replicas)
+}
+
+/// The pods of `app` that are not terminating, with their nodes.
+async fn pods_of(client: &kube::Client, ns: &str, app: &str) -> Vec<(String, String, Pod)> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .expect("pods");
+    pods.items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+            (p.metadata.name.clone().unwrap_or_default(), node, p)
+        })
+        .collect()
+}
+
+/// Waits until the webhook gives a pod created in `ns` the unreachable toleration of `seconds`
+/// (a dry run: the API server calls mutating webhooks for it): endpoints and kube-proxy follow
+/// the webhook's readiness a moment later, and until then the API server fails open.
+async fn until_mutated(client: &kube::Client, ns: &str, seconds: i64) {
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"generateName": "probe-"},
+        "spec": {"containers": [{"name": "c", "image": PAUSE_IMAGE}]}}))
+    .expect("pod");
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    until(&format!("the webhook mutating pods in {ns}"), Duration::from_secs(60), || async {
+        let created = api.create(&PostParams { dry_run: true, ..PostParams::default() }, &pod).await.ok()?;
+        let t = created.spec?.tolerations?;
+        t.iter().any(|t| t.key.as_deref() == Some(UNREACHABLE) && t.toleration_seconds == Some(seconds)).then_some(())
+    })
+    .await;
+}
+
+/// Pins the pods of `app` to `worker` by cordoning the other worker while they are created.
+async fn place_on(client: &kube::Client, ns: &str, app: &str, replicas: i32, worker: &str, other: &str) {
+    set_unschedulable(client, other, true).await;
+    deployment(client, ns, app, replicas).await;
+    until(&format!("{app} available on {worker}"), Duration::from_secs(120), || async {
+        let on: Vec<_> = pods_of(client, ns, app).await;
+        (available(client, ns, app, replicas).await && on.iter().all(|(_, n, _)| n == worker)).then_some(())
+    })
+    .await;
+    set_unschedulable(client, other, false).await;
+}
+
+async fn node(client: &kube::Client, name: &str) -> Node {
+    Api::<Node>::all(client.clone()).get(name).await.expect("node")
+}
+
+async fn lease_renewed(client: &kube::Client, name: &str) -> Option<Timestamp> {
+    let lease = Api::<Lease>::namespaced(client.clone(), "kube-node-lease").get(name).await.ok()?;
+    lease.spec?.renew_time.map(|t| t.0)
+}
+
+/// Freezes `worker`; returns when its node is Unknown with the unreachable NoExecute taint:
+/// (the kubelet's last heartbeat, when Unknown was written, when the taint was added).
+async fn fail(client: &kube::Client, worker: &str) -> (Timestamp, Timestamp, Timestamp) {
+    docker(&["pause", worker]);
+    let (unknown_at, tainted_at) =
+        until(&format!("{worker} Unknown and tainted"), Duration::from_secs(120), || async {
+            let n = node(client, worker).await;
+            match (ready_of(&n), taint_added(&n, UNREACHABLE, "NoExecute")) {
+                (Some((s, Some(at))), Some(tainted)) if s == "Unknown" => Some((at, tainted)),
+                _ => None,
+            }
+        })
+        .await;
+    let last = lease_renewed(client, worker).await.expect("a lease");
+    (last, unknown_at, tainted_at)
+}
+
+/// Unfreezes `worker`; returns when it is Ready with no not-ready/unreachable taint.
+async fn recover(client: &kube::Client, worker: &str) -> f64 {
+    docker(&["unpause", worker]);
+    let start = Timestamp::now();
+    until(&format!("{worker} Ready and untainted"), Duration::from_secs(120), || async {
+        let n = node(client, worker).await;
+        let ready = ready_of(&n).is_some_and(|(s, _)| s == "True");
+        (ready && !has_taint_key(&n, UNREACHABLE) && !has_taint_key(&n, NOT_READY)).then_some(())
+    })
+    .await;
+    secs_between(start, Timestamp::now())
+}
+
+fn helm(kubeconfig: &Path, args: &[&str]) -> String {
+    let helm = nlc_testenv::tool("helm").unwrap_or_else(|e| panic!("{e:#}"));
+    run(Command::new(helm).arg("--kubeconfig").arg(kubeconfig).args(args))
+}
+
+fn kubectl(kubeconfig: &Path) -> Command {
+    let kubectl = nlc_testenv::tool("kubectl").unwrap_or_else(|e| panic!("{e:#}"));
+    let mut c = Command::new(kubectl);
+    c.arg("--kubeconfig").arg(kubeconfig);
+    c
+}
+
+/// The webhook's serving certificate for its Service name, and the Secret the chart mounts.
+async fn webhook_tls(client: &kube::Client, out: &Path, service: &str) -> String {
+    let pki = nlc_testenv::Pki::create(&out.join("pki")).expect("pki");
+    let host = format!("{service}.{NAMESPACE}.svc");
+    let cert = pki.serving(service, &[&host]).expect("serving certificate");
+    let crt = std::fs::read_to_string(&cert.cert).expect("crt");
+    let key = std::fs::read_to_string(&cert.key).expect("key");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": format!("{service}-tls")}, "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": crt, "tls.key": key}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(client.clone(), NAMESPACE).create(&PostParams::default(), &secret).await.expect("secret");
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(std::fs::read(&pki.ca_cert).expect("ca"))
+}
+
+/// `to` relative to the directory `from` (kustomize refuses absolute resource paths).
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let (from, to) = (from.canonicalize().expect("from"), to.canonicalize().expect("to"));
+    let common = from.components().zip(to.components()).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in from.components().skip(common) {
+        out.push("..");
+    }
+    for c in to.components().skip(common) {
+        out.push(c);
+    }
+    out
+}
+
+fn image() -> (String, String) {
+    let image = env("NLC_E2E_IMAGE");
+    let (repo, tag) = image.rsplit_once(':').unwrap_or((&image, "latest"));
+    (repo.to_owned(), tag.to_owned())
+}
+
+/// The chart's values: our image, two replicas on the workers (never both on one node), a
+/// short grace period, the webhook with its own certificate.
+fn values(out: &Path, ca_bundle: &str) -> PathBuf {
+    let (repo, tag) = image();
+    let values = json!({
+        "image": {"repository": repo, "tag": tag, "pullPolicy": "Never"},
+        "controller": {
+            "replicas": 2,
+            "flags": {"node-monitor-grace-period": format!("{GRACE}s"), "node-startup-grace-period": format!("{GRACE}s")},
+            "affinity": {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "node-lifecycle-controller",
+                        "app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": "controller"}}}]},
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "Exists"}]}]}}
+            }
+        },
+        "webhook": {"enabled": true, "certManager": {"enabled": false},
+            "tls": {"secretName": format!("{FULLNAME}-webhook-tls"), "caBundle": ca_bundle}},
+    });
+    let path = out.join("values.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&values).expect("json")).expect("values");
+    path
+}
+
+async fn events(client: &kube::Client, ns: &str, reason: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().fields(&format!("reason={reason}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn on_a_real_kind_cluster() {
+    let out = out_dir();
+    let mut summary = String::from("# make e2e-kind\n\n");
+    let t0 = Instant::now();
+    let cluster = create_cluster(&out);
+    note(&mut summary, format!("cluster created in {:.0} s", t0.elapsed().as_secs_f64()));
+    let kubeconfig = cluster.kubeconfig.clone();
+    let client = nlc_testenv::client_from(&kubeconfig).await.expect("client");
+    let (w1, w2) = (format!("{CLUSTER}-worker"), format!("{CLUSTER}-worker2"));
+
+    // A fresh cluster with kube-controller-manager's node lifecycle off: nothing lifts the nodes'
+    // not-ready:NoSchedule, so CoreDNS waits for us.
+    until("three nodes registered", Duration::from_secs(120), || async {
+        let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await.ok()?;
+        (nodes.items.len() == 3).then_some(())
+    })
+    .await;
+    let t = Instant::now();
+    run(kind().args(["load", "docker-image", &env("NLC_E2E_IMAGE"), "--name", CLUSTER]));
+    note(&mut summary, format!("image loaded in {:.1} s", t.elapsed().as_secs_f64()));
+
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).expect("ns");
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("namespace");
+    let ca_bundle = webhook_tls(&client, &out, &format!("{FULLNAME}-webhook")).await;
+    let values = values(&out, &ca_bundle);
+    let installed = Instant::now();
+    let values = values.display().to_string();
+    helm(
+        &kubeconfig,
+        &["install", RELEASE, "charts/node-lifecycle-controller", "--namespace", NAMESPACE, "-f", &values],
+    );
+    // Ours takes over: every node Ready without not-ready taints, CoreDNS available.
+    until("every node Ready and untainted", Duration::from_secs(180), || async {
+        let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await.ok()?;
+        nodes
+            .items
+            .iter()
+            .all(|n| ready_of(n).is_some_and(|(s, _)| s == "True") && !has_taint_key(n, NOT_READY))
+            .then_some(())
+    })
+    .await;
+    until("CoreDNS available", Duration::from_secs(180), || async {
+        available(&client, "kube-system", "coredns", 2).await.then_some(())
+    })
+    .await;
+    note(
+        &mut summary,
+        format!(
+            "fresh cluster taken over (nodes untainted, CoreDNS available) {:.1} s after helm install",
+            installed.elapsed().as_secs_f64()
+        ),
+    );
+    // Two replicas placed by the real scheduler on different workers; one leads.
+    let (leader_pod, leader_node) = until("a leader", Duration::from_secs(60), || leader(&client, FULLNAME)).await;
+    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE)
+        .list(&ListParams::default().labels("app.kubernetes.io/component=controller"))
+        .await
+        .expect("pods");
+    let mut nodes: Vec<String> =
+        pods.items.iter().filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone())).collect();
+    nodes.sort();
+    assert_eq!(nodes, vec![w1.clone(), w2.clone()], "one replica on each worker");
+    note(&mut summary, format!("replicas on {nodes:?}; {leader_pod} on {leader_node} leads"));
+    until("webhook available", Duration::from_secs(120), || async {
+        available(&client, NAMESPACE, &format!("{FULLNAME}-webhook"), 2).await.then_some(())
+    })
+    .await;
+
+    // 1. A Deployment of 6 in a namespace whose unreachable toleration is 20 s, on the worker
+    //    that does not run the leader; that worker frozen.
+    let (victim, spare) = if leader_node == w1 { (w2.clone(), w1.clone()) } else { (w1.clone(), w2.clone()) };
+    namespace(&client, "shop", 20).await;
+    until_mutated(&client, "shop", 20).await;
+    place_on(&client, "shop", "web", 6, &victim, &spare).await;
+    let web = pods_of(&client, "shop", "web").await;
+    for (name, _, p) in &web {
+        let t = p.spec.as_ref().and_then(|s| s.tolerations.as_ref()).into_iter().flatten();
+        let secs: Vec<Option<i64>> =
+            t.filter(|t| t.key.as_deref() == Some(UNREACHABLE)).map(|t| t.toleration_seconds).collect();
+        assert_eq!(secs, vec![Some(20)], "{name}: the namespace's 20 s unreachable toleration");
+    }
+    note(&mut summary, "6 pods of shop/web carry the namespace's 20 s unreachable toleration".to_owned());
+    let evictions = Evictions::watch(Api::<Pod>::namespaced(client.clone(), "shop")).await;
+    let failed = Timestamp::now();
+    let (last, unknown_at, tainted_at) = fail(&client, &victim).await;
+    let detection = secs_between(last, unknown_at);
+    note(
+        &mut summary,
+        format!(
+            "{victim} frozen: Unknown {detection:.1} s after its last heartbeat (grace {GRACE} s), unreachable:NoExecute at +{:.1} s",
+            secs_between(unknown_at, tainted_at)
+        ),
+    );
+    assert!(
+        detection >= GRACE as f64 - 1.0 && detection <= GRACE as f64 + 12.0,
+        "Unknown {detection:.1} s after the last heartbeat"
+    );
+    let mut late = Vec::new();
+    for (name, _, _) in &web {
+        let at = evictions.wait(name, Duration::from_secs(60)).await.unwrap_or_else(|| panic!("{name} not evicted"));
+        late.push(secs_between(tainted_at, at) - 20.0);
+    }
+    let worst = late.iter().copied().fold(0.0f64, |a, b| if b.abs() > a.abs() { b } else { a });
+    note(&mut summary, format!("its 6 pods deleted 20 s after the taint, worst {worst:+.2} s"));
+    assert!(late.iter().all(|l| l.abs() <= 2.0), "deleted at {late:?} s from 20 s after the taint");
+    let t = Instant::now();
+    until("web available again", Duration::from_secs(120), || async {
+        let on = pods_of(&client, "shop", "web").await;
+        (available(&client, "shop", "web", 6).await && on.iter().all(|(_, n, _)| *n == spare)).then_some(())
+    })
+    .await;
+    note(
+        &mut summary,
+        format!(
+            "web available again on {spare} {:.1} s after the evictions ({:.1} s after the freeze)",
+            t.elapsed().as_secs_f64(),
+            secs_between(failed, Timestamp::now())
+        ),
+    );
+    let marking = events(&client, "shop", "TaintManagerEviction").await;
+    assert!(
+        web.iter().all(|(n, _, _)| marking
+            .iter()
+            .any(|e| e.message.as_deref() == Some(&format!("Marking for deletion Pod shop/{n}")))),
+        "upstream's events: {:?}",
+        marking.iter().map(|e| e.message.clone()).collect::<Vec<_>>()
+    );
+    let took = recover(&client, &victim).await;
+    note(&mut summary, format!("{victim} back: Ready and untainted {took:.1} s after unpause"));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let replacements = pods_of(&client, "shop", "web").await;
+    assert_eq!(replacements.len(), 6);
+    assert!(replacements.iter().all(|(n, _, _)| evictions.at(n).is_none()), "nothing else evicted");
+
+    // 2. The leader's pod deleted mid-countdown: the other replica evicts at the original
+    //    deadline. 3. The worker under the leader frozen: the same.
+    namespace(&client, "batch", 40).await;
+    until_mutated(&client, "batch", 40).await;
+    for (round, kill_leader_pod) in [(1, true), (2, false)] {
+        let (leader_pod, leader_node) = until("a leader", Duration::from_secs(60), || leader(&client, FULLNAME)).await;
+        let (victim, spare) = if kill_leader_pod {
+            // Freeze the worker without the leader; then delete the leader's pod.
+            if leader_node == w1 { (w2.clone(), w1.clone()) } else { (w1.clone(), w2.clone()) }
+        } else if leader_node == w1 {
+            (w1.clone(), w2.clone())
+        } else {
+            (w2.clone(), w1.clone())
+        };
+        let app = format!("job{round}");
+        until_mutated(&client, "batch", 40).await;
+        place_on(&client, "batch", &app, 2, &victim, &spare).await;
+        let victims = pods_of(&client, "batch", &app).await;
+        let evictions = Evictions::watch(Api::<Pod>::namespaced(client.clone(), "batch")).await;
+        let (_, _, tainted_at) = fail(&client, &victim).await;
+        let what = if kill_leader_pod {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            // `status` from outside the cluster shows the countdown while it runs.
+            let status = run(Command::new(common::BIN).args(["status", "--kubeconfig"]).arg(&kubeconfig));
+            assert!(victims.iter().all(|(n, _, _)| status.contains(&format!("batch/{n}"))), "{status}");
+            note(&mut summary, "`status` from outside the cluster shows the countdown".to_owned());
+            Api::<Pod>::namespaced(client.clone(), NAMESPACE)
+                .delete(&leader_pod, &DeleteParams::default())
+                .await
+                .expect("delete the leader's pod");
+            format!("leader pod {leader_pod} deleted 10 s into the countdown")
+        } else {
+            format!("the leader's worker {victim} frozen")
+        };
+        let mut late = Vec::new();
+        for (name, _, _) in &victims {
+            let at = evictions
+                .wait(name, Duration::from_secs(90))
+                .await
+                .unwrap_or_else(|| panic!("{name} not evicted ({what})"));
+            late.push(secs_between(tainted_at, at) - 40.0);
+        }
+        let (new_leader, _) = until("a leader", Duration::from_secs(60), || leader(&client, FULLNAME)).await;
+        note(&mut summary, format!("{what}: {new_leader} leads; evicted at the original deadline {late:+.2?} s"));
+        assert!(new_leader != leader_pod, "the other replica leads");
+        assert!(late.iter().all(|l| l.abs() <= 2.0), "{what}: evicted {late:?} s from the original deadline");
+        recover(&client, &victim).await;
+        until("two replicas again", Duration::from_secs(120), || async {
+            available(&client, NAMESPACE, FULLNAME, 2).await.then_some(())
+        })
+        .await;
+    }
+
+    // 4. Side by side: the same failure with kube-controller-manager's own controllers.
+    helm(
+        &kubeconfig,
+        &[
+            "upgrade",
+            RELEASE,
+            "charts/node-lifecycle-controller",
+            "--namespace",
+            NAMESPACE,
+            "--reuse-values",
+            "--set",
+            "controller.replicas=0",
+        ],
+    );
+    let cp = format!("{CLUSTER}-control-plane");
+    docker(&[
+        "exec",
+        &cp,
+        "sed",
+        "-i",
+        "s/,-node-lifecycle-controller,-taint-eviction-controller//",
+        "/etc/kubernetes/manifests/kube-controller-manager.yaml",
+    ]);
+    until("kube-controller-manager restarted with its controllers", Duration::from_secs(120), || async {
+        let pods = Api::<Pod>::namespaced(client.clone(), "kube-system")
+            .list(&ListParams::default().labels("component=kube-controller-manager"))
+            .await
+            .ok()?;
+        let p = pods.items.first()?;
+        let args = p.spec.as_ref()?.containers.first()?.command.clone().unwrap_or_default();
+        let ready = p.status.as_ref()?.conditions.as_ref()?.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+        (ready && !args.iter().any(|a| a.contains("-node-lifecycle-controller"))).then_some(())
+    })
+    .await;
+    let victim = w1.clone();
+    until_mutated(&client, "shop", 20).await;
+    place_on(&client, "shop", "side", 2, &victim, &w2).await;
+    let side = pods_of(&client, "shop", "side").await;
+    let evictions = Evictions::watch(Api::<Pod>::namespaced(client.clone(), "shop")).await;
+    let (last, unknown_at, tainted_at) = fail(&client, &victim).await;
+    let n = node(&client, &victim).await;
+    let taints: Vec<String> =
+        n.spec.and_then(|s| s.taints).unwrap_or_default().iter().map(|t| format!("{}:{}", t.key, t.effect)).collect();
+    let mut late = Vec::new();
+    for (name, _, _) in &side {
+        if let Some(at) = evictions.wait(name, Duration::from_secs(120)).await {
+            late.push(secs_between(tainted_at, at) - 20.0);
+        }
+    }
+    note(
+        &mut summary,
+        format!(
+            "kube-controller-manager (grace 50 s, its default), same failure: Unknown {:.1} s after the last heartbeat, taints {taints:?}, evicted {late:+.2?} s from 20 s after the taint (kube-controller-manager counts from when it processes the pod)",
+            secs_between(last, unknown_at)
+        ),
+    );
+    assert!(
+        taints.contains(&format!("{UNREACHABLE}:NoExecute")) && taints.contains(&format!("{UNREACHABLE}:NoSchedule")),
+        "{taints:?}"
+    );
+    recover(&client, &victim).await;
+
+    // 5. The kustomize overlay as users apply it (kube-controller-manager's controllers off again).
+    docker(&[
+        "exec",
+        &cp,
+        "sed",
+        "-i",
+        "s/--controllers=\\*,bootstrapsigner,tokencleaner$/&,-node-lifecycle-controller,-taint-eviction-controller/",
+        "/etc/kubernetes/manifests/kube-controller-manager.yaml",
+    ]);
+    helm(&kubeconfig, &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"]);
+    let overlay = out.join("overlay");
+    std::fs::create_dir_all(&overlay).expect("overlay");
+    let (repo, tag) = image();
+    std::fs::write(overlay.join("kustomization.yaml"), format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\nimages:\n  - name: ghcr.io/example/node-lifecycle-controller\n    newName: {repo}\n    newTag: {tag}\npatches:\n  - target: {{kind: Deployment}}\n    patch: |\n      - op: add\n        path: /spec/template/spec/containers/0/imagePullPolicy\n        value: Never\n",
+        relative(&overlay, &Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/base")).display()
+    )).expect("kustomization");
+    run(kubectl(&kubeconfig).args(["apply", "--server-side", "-k"]).arg(&overlay));
+    let (holder, _) =
+        until("the overlay's controller leads", Duration::from_secs(120), || leader(&client, OVERLAY_LEASE)).await;
+    note(&mut summary, format!("kustomize base overlay applied: {holder} leads"));
+
+    note(&mut summary, format!("total {:.0} s", t0.elapsed().as_secs_f64()));
+    std::fs::write(out.join("summary.md"), &summary).expect("summary");
+    eprintln!("{summary}");
+    drop(cluster);
+}
