@@ -17,7 +17,7 @@ run:
 test: controlplane
 	scripts/test-deps.sh
 	$(CARGO) build --locked -p nlc-testenv --bin controlplane
-	$(CARGO) test --workspace --locked
+	$(CARGO) test --workspace --locked --no-fail-fast
 
 # The suite against the oldest supported Kubernetes (CI runs it beside `make test`, the newest).
 test-oldest:

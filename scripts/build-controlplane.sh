@@ -12,8 +12,11 @@
 #
 # Environment:
 #   KUBEBUILDER_ASSETS  a directory already holding kube-apiserver and etcd: nothing is built.
-#   K8S_VERSIONS        versions to try in order (default "v1.37.2 v1.36.3 v1.35.4").
-#   ETCD_VERSION        default v3.6.16.
+#   K8S_VERSION         one version to build, e.g. v1.33.13, or a minor (v1.33: its newest patch
+#                       the Go module proxy serves); each version is cached in a directory of its own.
+#   K8S_VERSIONS        versions to try in order when K8S_VERSION is not set (default "v1.37.2 v1.36.3 v1.35.4").
+#   ETCD_VERSION        default: the etcd kubeadm of that Kubernetes version deploys
+#                       (its DefaultEtcdVersion), else v3.6.16.
 #   NLC_CACHE_DIR       default ${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-controller.
 #
 # It also builds the tools the tests use as users would, into "$CACHE_ROOT/tools": kustomize
@@ -23,7 +26,7 @@
 set -euo pipefail
 
 K8S_VERSIONS=${K8S_VERSIONS:-"v1.37.2 v1.36.3 v1.35.4"}
-ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+ETCD_FALLBACK=v3.6.16
 KUSTOMIZE_VERSION=${KUSTOMIZE_VERSION:-v5.8.2}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
 PROMTOOL_VERSION=${PROMTOOL_VERSION:-v0.316.0}
@@ -59,6 +62,21 @@ build_tools() {
 
 command -v go >/dev/null || { log "go is not installed; it is needed to build the test control plane"; exit 1; }
 mkdir -p "$CACHE_ROOT"
+
+# The newest patch of minor $1 (v1.33) that the Go module proxy serves.
+newest_patch() {
+  go list -m -versions k8s.io/kubernetes 2>/dev/null | tr ' ' '\n' | grep -E "^${1//./\\.}\.[0-9]+$" | sort -V | tail -1
+}
+
+# The etcd kubeadm of Kubernetes $1 deploys (its DefaultEtcdVersion), as vX.Y.Z.
+kubeadm_etcd() {
+  local src
+  src=$(go mod download -json "k8s.io/kubernetes@$1" 2>/dev/null | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [[ -n $src ]] || return 1
+  local v
+  v=$(sed -n 's/^[[:space:]]*DefaultEtcdVersion = "\([0-9.]*\)-[0-9]*"$/\1/p' "$src/cmd/kubeadm/app/constants/constants.go" | head -1)
+  [[ -n $v ]] && echo "v$v"
+}
 
 build_etcd() {
   local out=$1 work="$CACHE_ROOT/src/etcd-$ETCD_VERSION"
@@ -143,7 +161,23 @@ if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
   exit 0
 fi
 
+if [[ -n "${K8S_VERSION:-}" ]]; then
+  if [[ $K8S_VERSION =~ ^v1\.[0-9]+$ ]]; then
+    resolved=$(newest_patch "$K8S_VERSION")
+    [[ -n $resolved ]] || { log "no patch of $K8S_VERSION on the Go module proxy"; exit 1; }
+    log "$K8S_VERSION: newest patch $resolved"
+    K8S_VERSION=$resolved
+  fi
+  K8S_VERSIONS=$K8S_VERSION
+fi
+
+ETCD_VERSION_SET=${ETCD_VERSION:-}
 for ver in $K8S_VERSIONS; do
+  ETCD_VERSION=$ETCD_VERSION_SET
+  if [[ -z $ETCD_VERSION ]]; then
+    ETCD_VERSION=$(kubeadm_etcd "$ver" || true)
+    ETCD_VERSION=${ETCD_VERSION:-$ETCD_FALLBACK}
+  fi
   dir="$CACHE_ROOT/k8s-$ver-etcd-$ETCD_VERSION"
   if [[ -x "$dir/kube-apiserver" && -x "$dir/kube-controller-manager" && -x "$dir/etcd" ]]; then
     log "cached: $dir"

@@ -57,6 +57,60 @@ async fn run_becomes_ready_serves_metrics_and_stops_on_sigterm() {
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
         .collect();
     assert!(lines.iter().any(|l| l["message"] == "caches synced; ready"), "{stderr}");
+    // Strict parsers (Elasticsearch, Loki's JSON stage) refuse an object with a key twice.
+    for line in stderr.lines() {
+        let mut de = serde_json::Deserializer::from_str(line);
+        serde::de::Deserializer::deserialize_any(&mut de, Strict).unwrap_or_else(|e| panic!("{e}: {line}"));
+    }
+}
+
+/// A JSON value walked with every object's keys checked for repeats.
+struct Strict;
+
+impl<'de> serde::de::Visitor<'de> for Strict {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut keys = std::collections::HashSet::new();
+        while let Some(k) = map.next_key::<String>()? {
+            if !keys.insert(k.clone()) {
+                return Err(serde::de::Error::custom(format!("the key {k:?} twice")));
+            }
+            map.next_value_seed(Strict)?;
+        }
+        Ok(())
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Strict)?.is_some() {}
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Strict {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
 }
 
 #[test]

@@ -70,7 +70,19 @@ pub async fn run(args: RunArgs) -> Result<()> {
         None => None,
     };
     let version = rt.client().apiserver_version().await?;
-    tracing::info!(server = %version.git_version, "connected to the API server");
+    let minor: u32 = version.minor.trim_end_matches('+').parse().unwrap_or(0);
+    // What differs across the supported range (docs/matrix.md): the paths this process takes.
+    let lists = match (cfg.streaming_lists, minor) {
+        (false, _) => "pages (--streaming-lists=false)",
+        (true, m) if m >= 34 => "streams (WatchList), pages if refused",
+        (true, _) => "pages (streams are refused before 1.34 unless the WatchList gate is on; tried first)",
+    };
+    tracing::info!(
+        server = %version.git_version,
+        initial_lists = lists,
+        events = "core/v1 (deprecatedSource and reportingController)",
+        "connected to the API server"
+    );
     if let Some(webhook) = webhook {
         crate::webhook::spawn(&mut rt, webhook).await?;
     }

@@ -28,6 +28,8 @@ pub struct AdminArgs {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
+    /// `text` also (kube-controller-manager's `--logging-format` name).
+    #[value(alias = "text")]
     Plain,
     Json,
 }

@@ -149,7 +149,7 @@ impl Runtime {
         F: Future<Output = Result<()>> + Send + 'static,
     {
         let (failures, failed) = (self.failures.clone(), self.failed_tx.clone());
-        let span = tracing::info_span!("task", name);
+        let span = tracing::info_span!("task", task = name);
         self.tasks.spawn(
             async move {
                 if let Err(e) = task.await {
