@@ -74,7 +74,7 @@ kubeadm_etcd() {
   src=$(go mod download -json "k8s.io/kubernetes@$1" 2>/dev/null | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   [[ -n $src ]] || return 1
   local v
-  v=$(sed -n 's/^[[:space:]]*DefaultEtcdVersion = "\([0-9.]*\)-[0-9]*"$/\1/p' "$src/cmd/kubeadm/app/constants/constants.go" | head -1)
+  v=$(sed -n 's/^[[:space:]]*DefaultEtcdVersion = "\([0-9.]*\)-[0-9]*"$/\1/p' "$src/cmd/kubeadm/app/constants/constants.go" | sed -n 1p)
   [[ -n $v ]] && echo "v$v"
 }
 
@@ -196,7 +196,7 @@ for ver in $K8S_VERSIONS; do
   build_tools
   build_kubectl "$ver"
   "$dir/kube-apiserver" --version >&2
-  "$dir/etcd" --version | head -1 >&2
+  "$dir/etcd" --version | sed -n 1p >&2
   echo "$dir"
   exit 0
 done

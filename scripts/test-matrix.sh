@@ -44,7 +44,7 @@ for v in $VERSIONS; do
     suite="pass"
   else
     n=$(grep -c '^test .* FAILED$' "$LOGS/$k8s-test.log")
-    suite="**FAIL** ($n: $(grep '^test .* FAILED$' "$LOGS/$k8s-test.log" | awk '{print $2}' | sort -u | head -5 | paste -sd, -))"
+    suite="**FAIL** ($n: $(grep '^test .* FAILED$' "$LOGS/$k8s-test.log" | awk '{print $2}' | sort -u | sed -n 1,5p | paste -sd, -))"
     failed=1
   fi
   suite_time=$(( $(date +%s) - start ))

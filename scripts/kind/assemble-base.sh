@@ -68,7 +68,7 @@ mkdir -p "$B/opt/cni/bin"
 install -m 0755 "$BIN"/cni/* "$B/opt/cni/bin/"
 chroot "$B" /bin/sh -euc '
 ctr oci spec | jq ".hooks.createContainer[.hooks.createContainer| length] |= . + {\"path\": \"/kind/bin/mount-product-files.sh\"}" | jq "del(.process.rlimits)" > /etc/containerd/cri-base.json
-containerd --version; runc --version | head -1; crictl --version'
+containerd --version; runc --version | sed -n 1p; crictl --version'
 
 step "clean up (as clean-install does)"
 rm -rf "$B"/var/cache/debconf/* "$B"/var/lib/apt/lists/* "$B"/var/cache/apt/*.bin "$B"/var/log/* "$B"/tmp/* "$B"/var/tmp/* \

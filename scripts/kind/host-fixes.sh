@@ -13,7 +13,7 @@ full=$(printf '%016x' $(( (1 << (last + 1)) - 1 )))
 if [[ $bnd == "$full" ]]; then
   exit 0
 fi
-if docker info 2>/dev/null | grep -q 'Default Runtime: runc-capfix'; then
+if [[ $(docker info --format '{{.DefaultRuntime}}' 2>/dev/null) == runc-capfix ]]; then
   exit 0
 fi
 [[ $(id -u) -eq 0 ]] || { log "the capability bounding set ($bnd) lacks capabilities and fixing Docker needs root"; exit 1; }
@@ -31,7 +31,7 @@ fi
 log "capability bounding set $bnd (full: $full): runc-capfix is now dockerd's default runtime"
 kill -HUP "$(pidof dockerd)"
 for _ in $(seq 1 20); do
-  docker info 2>/dev/null | grep -q 'Default Runtime: runc-capfix' && exit 0
+  [[ $(docker info --format '{{.DefaultRuntime}}' 2>/dev/null) == runc-capfix ]] && exit 0
   sleep 0.5
 done
 log "dockerd did not take the new default runtime"
