@@ -8,7 +8,7 @@ FROM ${RUST_IMAGE} AS build
 WORKDIR /src
 # Dependencies in a layer of their own: the workspace's manifests with stub sources, built once;
 # a change of our code then rebuilds only our two crates.
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY core/Cargo.toml core/
 COPY testenv/Cargo.toml testenv/
 COPY bench/Cargo.toml bench/
@@ -19,6 +19,8 @@ RUN mkdir -p src core/src core/benches testenv/src/bin bench/src \
  && rm -rf src core/src
 COPY core/src core/src
 COPY src src
+# `git describe` of the source (the build context has no .git): --version and nlc_build_info.
+ARG NLC_GIT_VERSION=""
 # COPY keeps the files' own times, which may be older than the stubs': make them newer.
 RUN find src core/src -type f -exec touch {} + \
  && cargo build --profile dist --locked -p node-lifecycle-controller --bin node-lifecycle-controller

@@ -93,6 +93,7 @@ if [[ "${BASE_IMAGES:-local}" != real ]]; then
   args=(--build-arg RUST_IMAGE=local/rust:slim-bookworm --build-arg RUNTIME_IMAGE=local/distroless-cc:nonroot)
 fi
 start=$(date +%s)
+args+=(--build-arg "NLC_GIT_VERSION=$(git describe --tags --always --dirty 2>/dev/null || true)")
 docker build "${args[@]}" -t "$TAG" .
 size=$(docker image inspect --format '{{.Size}}' "$TAG")
 log "built $TAG in $(( $(date +%s) - start ))s: $(awk -v s="$size" 'BEGIN { printf "%.1f MB", s / 1e6 }')"

@@ -15,7 +15,7 @@ use crate::webhook::WebhookCommand;
 #[derive(Debug, Parser)]
 #[command(
     name = "node-lifecycle-controller",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("NLC_GIT_VERSION"), ")"),
     about = "Taint-based node lifecycle management for Kubernetes",
     long_about = "Taint-based node lifecycle management for Kubernetes: watches node heartbeats and \
                   conditions, keeps the built-in taints in sync, and evicts pods that do not tolerate \

@@ -36,6 +36,8 @@ const DRAIN: Duration = Duration::from_secs(30);
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
+    /// `git describe` of the source it was built from (build.rs), or `unknown`.
+    git_version: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -81,8 +83,14 @@ impl Runtime {
             failures.clone(),
         );
         let build_info = Family::<BuildLabels, prometheus_client::metrics::gauge::Gauge>::default();
-        build_info.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION") }).set(1);
-        registry.register("nlc_build_info", "The running build: 1, labelled with its version", build_info);
+        build_info
+            .get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION"), git_version: env!("NLC_GIT_VERSION") })
+            .set(1);
+        registry.register(
+            "nlc_build_info",
+            "The running build: 1, labelled with its version and the git description of its source",
+            build_info,
+        );
         let watch_metrics = watch::WatchMetrics::register(&mut registry);
         let http_metrics = http::HttpMetrics::register(&mut registry);
         Ok(Self {
