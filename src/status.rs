@@ -36,7 +36,7 @@ pub struct StatusArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// The controller's namespace (where its pause ConfigMap lives).
-    #[arg(long, default_value = "node-lifecycle-controller", env = "NLC_NAMESPACE")]
+    #[arg(short = 'n', long, default_value = "node-lifecycle-controller", env = "NLC_NAMESPACE")]
     pub namespace: String,
     /// Show the evictions due within this long (held ones are always shown).
     #[arg(long, default_value = "10m", value_parser = parse_duration)]

@@ -122,6 +122,43 @@ fn help_documents_every_flag() {
     }
 }
 
+/// The long flags of `args`' `--help` (without `--help` and `--version`).
+fn help_flags(args: &[&str]) -> std::collections::BTreeSet<String> {
+    let out = Command::new(BIN).args(args).arg("--help").output().expect("help");
+    assert!(out.status.success(), "{args:?} --help");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with('-'))
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("--")))
+        .map(|w| w.trim_end_matches(',').split(['=', '[']).next().unwrap_or(w).to_owned())
+        .filter(|f| f != "--help" && f != "--version")
+        .collect()
+}
+
+/// docs/configuration.md's tables name every flag of `run` and `webhook` (and the global ones),
+/// and no flag the binary does not have.
+#[test]
+fn the_configuration_reference_lists_exactly_the_binarys_flags() {
+    let mut help = help_flags(&[]);
+    help.extend(help_flags(&["run"]));
+    help.extend(help_flags(&["webhook"]));
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md")).expect("doc");
+    let documented: std::collections::BTreeSet<String> = doc
+        .lines()
+        .filter(|l| l.starts_with("| `--"))
+        .filter_map(|l| l.split('|').nth(1))
+        .flat_map(|cell| cell.split('`').filter(|w| w.starts_with("--")).map(str::to_owned).collect::<Vec<_>>())
+        .collect();
+    let undocumented: Vec<_> = help.difference(&documented).collect();
+    let unknown: Vec<_> = documented.difference(&help).collect();
+    assert!(
+        undocumented.is_empty() && unknown.is_empty(),
+        "not in docs/configuration.md: {undocumented:?}; not in --help: {unknown:?}"
+    );
+    assert!(help.len() > 60, "{help:?}");
+}
+
 #[test]
 fn a_rule_that_evicts_healthy_nodes_needs_to_be_allowed_explicitly() {
     let out = Command::new(BIN)
