@@ -34,8 +34,10 @@ test-differential: controlplane
 	$(CARGO) test --locked --test differential -- --nocapture
 
 # The container image from the real Dockerfile (local stand-ins for the base images; see the script).
+# make image IMAGE=registry.example.com/node-lifecycle-controller:v0.1.0
+IMAGE ?= $(E2E_IMAGE)
 image:
-	scripts/image.sh $(E2E_IMAGE)
+	scripts/image.sh $(IMAGE)
 
 # The image run as the manifests' pod would run: read-only, user 65532, an in-cluster identity
 # from the TokenRequest API; two containers fail over. Installs and starts Docker if it can
