@@ -369,15 +369,16 @@ fn the_alerts_are_valid_and_fire_when_they_should() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    // Every alert has a runbook in the README.
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).expect("README");
+    // Every alert has a runbook in docs/runbooks.md, where its runbook_url points.
+    let runbooks =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/runbooks.md")).expect("runbooks");
     let mut rules = rule["spec"]["groups"][0]["rules"].as_array().cloned().unwrap_or_default();
     assert!(rules.len() >= 9, "{rules:#?}");
     for r in &mut rules {
         let alert = r["alert"].as_str().unwrap_or_default().to_owned();
-        let anchor = format!("#{}", alert.to_lowercase());
-        assert_eq!(r["annotations"]["runbook_url"].as_str().map(|u| u.ends_with(&anchor)), Some(true), "{alert}");
-        assert!(readme.contains(&format!("### {alert}")), "README has no runbook for {alert}");
+        let url = format!("/blob/v{}/docs/runbooks.md#{}", env!("CARGO_PKG_VERSION"), alert.to_lowercase());
+        assert_eq!(r["annotations"]["runbook_url"].as_str().map(|u| u.ends_with(&url)), Some(true), "{alert}");
+        assert!(runbooks.contains(&format!("\n## {alert}\n")), "docs/runbooks.md has no runbook for {alert}");
         if let Some(o) = r.as_object_mut() {
             o.remove("annotations");
         }
@@ -402,4 +403,147 @@ fn the_alerts_are_valid_and_fire_when_they_should() {
         String::from_utf8_lossy(&out.stderr)
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `script` with bash (`-euo pipefail`) in `dir`, kubectl, kustomize and helm first on the
+/// PATH and `kubeconfig` as KUBECONFIG, as a user runs documented commands; panics with its output
+/// when it fails.
+fn run_documented(dir: &Path, kubeconfig: &Path, script: &str) {
+    let mut path = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default();
+    for t in ["kubectl", "kustomize", "helm"] {
+        path.insert(0, tool(t).parent().expect("tools dir").to_path_buf());
+    }
+    let out = std::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", script])
+        .current_dir(dir)
+        .env("KUBECONFIG", kubeconfig)
+        .env("PATH", std::env::join_paths(path).expect("PATH"))
+        .output()
+        .expect("bash");
+    assert!(
+        out.status.success(),
+        "{script}\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The ```sh blocks of `file`'s section `heading`, up to the next heading of any level, in order.
+fn sh_blocks(file: &str, heading: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).expect(file);
+    let mut lines = text.lines().skip_while(|l| *l != heading);
+    assert!(lines.next().is_some(), "{file}: no {heading}");
+    let (mut blocks, mut current, mut fence) = (Vec::new(), None::<String>, false);
+    for l in lines {
+        if l.starts_with("```") {
+            if let Some(b) = current.take() {
+                blocks.push(b);
+            } else if l == "```sh" {
+                current = Some(String::new());
+            }
+            fence = !fence;
+        } else if let Some(b) = current.as_mut() {
+            b.push_str(l);
+            b.push('\n');
+        } else if !fence && l.starts_with('#') {
+            break;
+        }
+    }
+    blocks
+}
+
+/// The images of the Deployments in `ns`.
+async fn deployment_images(client: &kube::Client, ns: &str) -> Vec<String> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let list = Api::<Deployment>::namespaced(client.clone(), ns).list(&Default::default()).await.expect("deployments");
+    list.items
+        .into_iter()
+        .flat_map(|d| d.spec.and_then(|s| s.template.spec).map(|p| p.containers).unwrap_or_default())
+        .filter_map(|c| c.image)
+        .collect()
+}
+
+/// The README's install commands, as written, from a copy of the repository's root, on a control
+/// plane of their own: `helm install`, then (after `helm uninstall`) `kustomize edit set image` and
+/// `kubectl apply -k`. Each puts the named image on every Deployment. (Building and pushing the image
+/// is `make e2e`'s.)
+#[tokio::test]
+async fn the_readmes_install_commands_work_as_written() {
+    let blocks = sh_blocks("README.md", "## Install in a cluster");
+    assert_eq!(blocks.len(), 3, "image, helm, kustomize: {blocks:#?}");
+    assert!(blocks[0].starts_with("make image IMAGE="), "{}", blocks[0]);
+    let want = blocks[0]
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("IMAGE="))
+        .expect("the image the README builds")
+        .to_owned();
+    let cp = nlc_testenv::ControlPlane::start(nlc_testenv::Options::default()).unwrap_or_else(|e| panic!("{e:#}"));
+    let client = cp.client().await;
+    let kubeconfig = cp.kubeconfig_for("admin", &["system:masters"]).expect("kubeconfig");
+    for crd in file("tests/testdata/cert-manager-crds.yaml")
+        .iter()
+        .chain(&file("tests/testdata/prometheus-operator-crds.yaml"))
+    {
+        apply(&client, crd).await.expect("CRD");
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await; // CRDs become served asynchronously
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let copy = std::env::temp_dir().join(nlc_testenv::unique("nlc-readme"));
+    std::fs::create_dir_all(&copy).expect("a copy of the repository's root");
+    for d in ["manifests", "charts"] {
+        let out = std::process::Command::new("cp").arg("-r").arg(root.join(d)).arg(&copy).output().expect("cp");
+        assert!(out.status.success(), "cp {d}");
+    }
+    let ns = "node-lifecycle-controller";
+
+    run_documented(&copy, &kubeconfig, &blocks[1]);
+    let images = deployment_images(&client, ns).await;
+    assert!(images.len() == 2 && images.iter().all(|i| *i == want), "helm: {images:?}, want {want}");
+
+    run_documented(&copy, &kubeconfig, &format!("helm uninstall {ns} --namespace {ns} --wait"));
+    run_documented(&copy, &kubeconfig, &blocks[2]);
+    let images = deployment_images(&client, ns).await;
+    assert!(images.len() == 2 && images.iter().all(|i| *i == want), "kustomize: {images:?}, want {want}");
+    let _ = std::fs::remove_dir_all(&copy);
+}
+
+/// docs/upgrade.md's move from the kustomize manifests to the chart, its commands run as written
+/// (all but the rollout wait: this control plane has no nodes to roll out on) after the base
+/// overlay was applied as the README applies it: the chart takes the objects over, its Deployment
+/// selects on the release, and the pause is lifted.
+#[tokio::test]
+async fn the_documented_move_from_kustomize_to_the_chart_works() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+    let cp = shared();
+    let client = cp.client().await;
+    let kubeconfig = cp.kubeconfig_for("admin", &["system:masters"]).expect("kubeconfig");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    run_documented(root, &kubeconfig, "kubectl apply --server-side -k manifests/base");
+    let blocks = sh_blocks("docs/upgrade.md", "## From the kustomize manifests to the chart");
+    assert_eq!(blocks.len(), 1, "{blocks:#?}");
+    let script: Vec<&str> = blocks[0].lines().filter(|l| !l.contains("rollout status")).collect();
+    assert!(script.iter().any(|l| l.starts_with("helm install")), "{script:?}");
+    run_documented(root, &kubeconfig, &script.join("\n"));
+
+    let ns = "node-lifecycle-controller";
+    let d = Api::<Deployment>::namespaced(client.clone(), ns).get(ns).await.expect("the chart's Deployment");
+    let selector = d.spec.and_then(|s| s.selector.match_labels).unwrap_or_default();
+    assert_eq!(selector.get("app.kubernetes.io/instance").map(String::as_str), Some(ns), "{selector:?}");
+    let sa = Api::<ServiceAccount>::namespaced(client.clone(), ns).get(ns).await.expect("service account");
+    let annotations = sa.metadata.annotations.unwrap_or_default();
+    assert_eq!(annotations.get("meta.helm.sh/release-name").map(String::as_str), Some(ns), "{annotations:?}");
+    let pause = Api::<ConfigMap>::namespaced(client, ns).get_opt("node-lifecycle-controller-pause").await;
+    assert!(matches!(pause, Ok(None)), "the pause was not lifted: {pause:?}");
+}
+
+/// The chart's `version` and `appVersion` are the crate's (CONTRIBUTING.md, Versions).
+#[test]
+fn the_chart_and_the_binary_carry_one_version() {
+    let text = std::fs::read_to_string(chart().join("Chart.yaml")).expect("Chart.yaml");
+    let field = |name: &str| {
+        text.lines().find_map(|l| l.strip_prefix(&format!("{name}:"))).map(|v| v.trim().trim_matches('"').to_owned())
+    };
+    assert_eq!(field("version").as_deref(), Some(env!("CARGO_PKG_VERSION")));
+    assert_eq!(field("appVersion").as_deref(), Some(env!("CARGO_PKG_VERSION")));
 }
