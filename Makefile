@@ -59,9 +59,11 @@ e2e-kind: controlplane image
 	NLC_KIND_NODE_IMAGE=$$node_image NLC_KIND_BIN=$(KIND_BIN) NLC_E2E_IMAGE=$(E2E_IMAGE) \
 	$(CARGO) test --locked --features e2e --test kind -- --nocapture
 
+# What CI checks before any test: formatting, clippy and rustdoc with warnings as errors.
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --all-features --locked -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features --locked
 
 bench-semantics:
 	$(CARGO) bench -p nlc-core --bench semantics

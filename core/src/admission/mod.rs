@@ -516,7 +516,7 @@ pub fn decide(
 /// Parses an HTTP body as an AdmissionReview of a pod request: `Err` is a 400 message.
 ///
 /// Only what the plugins read is kept: the request's identity and the parts of the pod in
-/// [`input`]; everything else (the old object, managed fields, container images, env, probes...)
+/// `input`; everything else (the old object, managed fields, container images, env, probes...)
 /// is skipped by the parser without being built. Parsing into kube's `AdmissionReview<Pod>`
 /// (whose flattened type fields make serde buffer the whole document first) was two thirds of
 /// the webhook's time per request.

@@ -1,6 +1,7 @@
 //! `controlplane`: start and stop a local control plane (etcd + kube-apiserver, built by
 //! `scripts/build-controlplane.sh`).
 //!
+//! ```text
 //!   controlplane start            start in the background; kubeconfig at <cache>/dev/kubeconfig
 //!   controlplane stop             stop the background control plane
 //!   controlplane exec -- CMD...   start, run CMD with KUBECONFIG set, stop when CMD ends
@@ -8,6 +9,7 @@
 //!   controlplane demo --controller BIN [--stop-after SECS] [-- RUN-FLAGS...]
 //!                                 start, run the controller over simulated nodes, stop one
 //!                                 node, show `status -w`; Ctrl-C stops everything
+//! ```
 
 use std::process::{Command, ExitCode};
 
