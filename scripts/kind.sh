@@ -7,6 +7,13 @@
 #   scripts/kind.sh up      create the cluster and install
 #   scripts/kind.sh down    delete the cluster
 #
+# Settings (environment): CLUSTER (nlc), IMAGE (node-lifecycle-controller:dev), BUILD_IMAGE (1:
+# build IMAGE with scripts/image.sh first; 0: use it as it is), NODE_IMAGE (the kind node image;
+# default: scripts/kind-image.sh's), GRACE (20s: --node-monitor-grace-period and
+# --node-startup-grace-period, short so that the demo takes seconds; upstream's default is 50s),
+# VALUES (a Helm values file added to the install), KUBECONFIG (where kind writes the cluster's
+# credentials, as kind does). `make e2e-kind` runs exactly this `up` and `down`.
+#
 # The node image: kindest/node from Docker Hub where a registry is reachable, else built here
 # from the package registries (scripts/kind-image.sh, cached). kube-controller-manager runs
 # without its node-lifecycle and taint-eviction controllers (kubeadm's own value, minus those
@@ -16,14 +23,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CLUSTER=${CLUSTER:-nlc}
 IMAGE=${IMAGE:-node-lifecycle-controller:dev}
+BUILD_IMAGE=${BUILD_IMAGE:-1}
+GRACE=${GRACE:-20s}
+VALUES=${VALUES:-}
 CACHE_ROOT=${NLC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-controller}
 export PATH=$CACHE_ROOT/kind/bin:$CACHE_ROOT/tools:$PATH
 NS=node-lifecycle-controller
 RELEASE=nlc
 FULLNAME=nlc-node-lifecycle-controller
 
+# Runs a noisy command quietly; its output is shown when it fails.
+quiet() { local o; o=$("$@" 2>&1) || { printf '%s\n' "$o" >&2; return 1; }; }
+
 up() {
-  local node_image; node_image=$(scripts/kind-image.sh | tail -1)
+  local node_image=${NODE_IMAGE:-}
+  [[ -n $node_image ]] || node_image=$(scripts/kind-image.sh | tail -1)
   scripts/build-controlplane.sh >/dev/null # helm and kubectl, as the tests use them
   cat <<KIND | kind create cluster --name "$CLUSTER" --image "$node_image" --config=-
 kind: Cluster
@@ -46,20 +60,25 @@ nodes:
   - role: worker
     labels: {topology.kubernetes.io/zone: zone-b}
 KIND
-  scripts/image.sh "$IMAGE"
+  [[ $BUILD_IMAGE == 0 ]] || scripts/image.sh "$IMAGE"
   kind load docker-image "$IMAGE" --name "$CLUSTER"
   local tmp; tmp=$(mktemp -d)
   local svc=$FULLNAME-webhook.$NS.svc
-  openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=nlc-kind-ca" \
-    -keyout "$tmp/ca.key" -out "$tmp/ca.crt" 2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -subj "/CN=$svc" -keyout "$tmp/tls.key" -out "$tmp/tls.csr" 2>/dev/null
+  quiet openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=nlc-kind-ca" \
+    -keyout "$tmp/ca.key" -out "$tmp/ca.crt"
+  # The Common Name holds at most 64 characters; the Service name is in subjectAltName.
+  quiet openssl req -newkey rsa:2048 -nodes -subj "/CN=nlc-webhook" -keyout "$tmp/tls.key" -out "$tmp/tls.csr"
   printf 'subjectAltName=DNS:%s\nextendedKeyUsage=serverAuth\n' "$svc" >"$tmp/ext"
-  openssl x509 -req -in "$tmp/tls.csr" -CA "$tmp/ca.crt" -CAkey "$tmp/ca.key" -CAcreateserial -days 365 \
-    -extfile "$tmp/ext" -out "$tmp/tls.crt" 2>/dev/null
+  quiet openssl x509 -req -in "$tmp/tls.csr" -CA "$tmp/ca.crt" -CAkey "$tmp/ca.key" -CAcreateserial -days 365 \
+    -extfile "$tmp/ext" -out "$tmp/tls.crt"
   kubectl create namespace "$NS"
   kubectl -n "$NS" create secret tls "$FULLNAME-webhook-tls" --cert="$tmp/tls.crt" --key="$tmp/tls.key"
-  helm install "$RELEASE" charts/node-lifecycle-controller --namespace "$NS" \
-    --set image.repository="${IMAGE%%:*}" --set image.tag="${IMAGE##*:}" --set image.pullPolicy=Never \
+  local values=()
+  [[ -z $VALUES ]] || values=(-f "$VALUES")
+  helm install "$RELEASE" charts/node-lifecycle-controller --namespace "$NS" "${values[@]}" \
+    --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" --set image.pullPolicy=Never \
+    --set-string controller.flags.node-monitor-grace-period="$GRACE" \
+    --set-string controller.flags.node-startup-grace-period="$GRACE" \
     --set webhook.enabled=true --set webhook.certManager.enabled=false \
     --set webhook.tls.caBundle="$(base64 -w0 <"$tmp/ca.crt")"
   rm -rf "$tmp"

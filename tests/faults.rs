@@ -103,8 +103,10 @@ async fn a_pod_with_thirty_thousand_tolerations_costs_a_bounded_amount_and_is_ne
     tokio::time::sleep(Duration::from_secs(3)).await;
     let nine = rss_kb(pid);
     eprintln!("RSS {before} kB; with three pods of 30,000 tolerations {three} kB, with nine {nine} kB");
-    assert!(nine < three + 3_000, "RSS grew from {three} to {nine} kB for six more pods (6 MB each kept whole)");
-    assert!(nine < before + 12_000, "RSS grew from {before} to {nine} kB");
+    // Kept whole, six more pods would add 36 MB; slim, the allocator's noise (3.0 MB seen once on
+    // v1.35, 0.5 to 2 MB usually). The bounds tell the two apart with room for that noise.
+    assert!(nine < three + 12_000, "RSS grew from {three} to {nine} kB for six more pods (6 MB each kept whole)");
+    assert!(nine < before + 24_000, "RSS grew from {before} to {nine} kB");
     // A taint only its 20,000th toleration tolerates: the untolerated pod goes, it stays.
     s.set_taints(&node, json!([no_execute(KEY, now_s())])).await;
     assert!(evictions.wait("few", Duration::from_secs(10)).await.is_some(), "{}", c.logs());

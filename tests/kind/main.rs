@@ -6,8 +6,9 @@
 //! (`docker pause`). Every scenario asserts on the API; the timings are printed and written to
 //! `<out>/summary.md`.
 //!
-//! Run by `make e2e-kind` (scripts/kind-image.sh makes the node image, scripts/image.sh the
-//! project's). Inputs: `NLC_KIND_NODE_IMAGE`, `NLC_E2E_IMAGE`, `NLC_KIND_BIN`, and `NLC_E2E_OUT`
+//! The cluster is made and the chart installed by the README's own `scripts/kind.sh up`, and
+//! deleted by its `down`. Run by `make e2e-kind` (scripts/kind-image.sh makes the node image,
+//! scripts/image.sh the project's). Inputs: `NLC_KIND_NODE_IMAGE`, `NLC_E2E_IMAGE`, `NLC_KIND_BIN`, and `NLC_E2E_OUT`
 //! (default `target/e2e-kind`) for the logs of every component, kept when a step fails. The
 //! cluster is deleted at the end, also when a step fails.
 
@@ -23,7 +24,7 @@ use common::{Evictions, secs_between};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -78,7 +79,6 @@ fn docker(args: &[&str]) -> String {
 /// Deletes the cluster when dropped; first, if a step failed, exports every component's logs.
 struct Cluster {
     out: PathBuf,
-    kubeconfig: PathBuf,
 }
 
 impl Drop for Cluster {
@@ -92,46 +92,9 @@ impl Drop for Cluster {
             let _ = kind().args(["export", "logs"]).arg(&logs).args(["--name", CLUSTER]).status();
             eprintln!("kind logs of every component: {}", logs.display());
         }
-        let _ = kind().args(["delete", "cluster", "--name", CLUSTER]).status();
+        // The README's `scripts/kind.sh down`.
+        let _ = Command::new("scripts/kind.sh").arg("down").env("CLUSTER", CLUSTER).status();
     }
-}
-
-const CLUSTER_CONFIG: &str = r#"kind: Cluster
-apiVersion: kind.x-k8s.io/v1alpha4
-kubeadmConfigPatches:
-  # kubelet >= 1.35 refuses a cgroup v1 host otherwise (harmless on cgroup v2).
-  - |
-    kind: KubeletConfiguration
-    failCgroupV1: false
-nodes:
-  - role: control-plane
-    kubeadmConfigPatches:
-      - |
-        kind: ClusterConfiguration
-        controllerManager:
-          extraArgs:
-            # kubeadm's own value minus upstream's node lifecycle and taint eviction: `*` alone
-            # would drop bootstrapsigner and tokencleaner, and workers could not join.
-            - name: controllers
-              value: "*,bootstrapsigner,tokencleaner,-node-lifecycle-controller,-taint-eviction-controller"
-  - role: worker
-    labels: {topology.kubernetes.io/zone: zone-a}
-  - role: worker
-    labels: {topology.kubernetes.io/zone: zone-b}
-"#;
-
-fn create_cluster(out: &Path) -> Cluster {
-    let _ = kind().args(["delete", "cluster", "--name", CLUSTER]).output();
-    let config = out.join("cluster.yaml");
-    std::fs::write(&config, CLUSTER_CONFIG).expect("config");
-    let kubeconfig = out.join("kubeconfig");
-    run(kind()
-        .args(["create", "cluster", "--name", CLUSTER, "--image", &env("NLC_KIND_NODE_IMAGE"), "--wait", "0s"])
-        .arg("--config")
-        .arg(&config)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig));
-    Cluster { out: out.to_owned(), kubeconfig }
 }
 
 /// A line of the summary, printed at once.
@@ -305,23 +268,6 @@ fn kubectl(kubeconfig: &Path) -> Command {
     c
 }
 
-/// The webhook's serving certificate for its Service name, and the Secret the chart mounts.
-async fn webhook_tls(client: &kube::Client, out: &Path, service: &str) -> String {
-    let pki = nlc_testenv::Pki::create(&out.join("pki")).expect("pki");
-    let host = format!("{service}.{NAMESPACE}.svc");
-    let cert = pki.serving(service, &[&host]).expect("serving certificate");
-    let crt = std::fs::read_to_string(&cert.cert).expect("crt");
-    let key = std::fs::read_to_string(&cert.key).expect("key");
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": format!("{service}-tls")}, "type": "kubernetes.io/tls",
-        "stringData": {"tls.crt": crt, "tls.key": key}
-    }))
-    .expect("secret");
-    Api::<Secret>::namespaced(client.clone(), NAMESPACE).create(&PostParams::default(), &secret).await.expect("secret");
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(std::fs::read(&pki.ca_cert).expect("ca"))
-}
-
 /// `to` relative to the directory `from` (kustomize refuses absolute resource paths).
 fn relative(from: &Path, to: &Path) -> PathBuf {
     let (from, to) = (from.canonicalize().expect("from"), to.canonicalize().expect("to"));
@@ -342,15 +288,12 @@ fn image() -> (String, String) {
     (repo.to_owned(), tag.to_owned())
 }
 
-/// The chart's values: our image, two replicas on the workers (never both on one node), a
-/// short grace period, the webhook with its own certificate.
-fn values(out: &Path, ca_bundle: &str) -> PathBuf {
-    let (repo, tag) = image();
+/// The chart's values `scripts/kind.sh up` adds for this test: two replicas on the two workers
+/// (never both on one node, never on the control plane), so that freezing a worker takes one.
+fn values(out: &Path) -> PathBuf {
     let values = json!({
-        "image": {"repository": repo, "tag": tag, "pullPolicy": "Never"},
         "controller": {
             "replicas": 2,
-            "flags": {"node-monitor-grace-period": format!("{GRACE}s"), "node-startup-grace-period": format!("{GRACE}s")},
             "affinity": {
                 "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
                     "topologyKey": "kubernetes.io/hostname",
@@ -360,8 +303,6 @@ fn values(out: &Path, ca_bundle: &str) -> PathBuf {
                     {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "Exists"}]}]}}
             }
         },
-        "webhook": {"enabled": true, "certManager": {"enabled": false},
-            "tls": {"secretName": format!("{FULLNAME}-webhook-tls"), "caBundle": ca_bundle}},
     });
     let path = out.join("values.json");
     std::fs::write(&path, serde_json::to_string_pretty(&values).expect("json")).expect("values");
@@ -380,55 +321,72 @@ async fn events(client: &kube::Client, ns: &str, reason: &str) -> Vec<Event> {
 async fn on_a_real_kind_cluster() {
     let out = out_dir();
     let mut summary = String::from("# make e2e-kind\n\n");
+    // The README's path: `scripts/kind.sh up` creates the cluster (kube-controller-manager's node
+    // lifecycle and taint eviction off), loads the image, makes the webhook's certificate and
+    // installs the chart, then waits for every rollout. Only the replicas' placement on the two
+    // workers is this test's (VALUES).
+    let kubeconfig = out.join("kubeconfig");
+    let _ = std::fs::remove_file(&kubeconfig);
+    let _ = kind().args(["delete", "cluster", "--name", CLUSTER]).output();
+    let cluster = Cluster { out: out.clone() };
     let t0 = Instant::now();
-    let cluster = create_cluster(&out);
-    note(&mut summary, format!("cluster created in {:.0} s", t0.elapsed().as_secs_f64()));
-    let kubeconfig = cluster.kubeconfig.clone();
-    let client = nlc_testenv::client_from(&kubeconfig).await.expect("client");
-    let (w1, w2) = (format!("{CLUSTER}-worker"), format!("{CLUSTER}-worker2"));
-
-    // A fresh cluster with kube-controller-manager's node lifecycle off: nothing lifts the nodes'
-    // not-ready:NoSchedule, so CoreDNS waits for us.
-    until("three nodes registered", Duration::from_secs(120), || async {
-        let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await.ok()?;
-        (nodes.items.len() == 3).then_some(())
-    })
-    .await;
-    let t = Instant::now();
-    run(kind().args(["load", "docker-image", &env("NLC_E2E_IMAGE"), "--name", CLUSTER]));
-    note(&mut summary, format!("image loaded in {:.1} s", t.elapsed().as_secs_f64()));
-
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).expect("ns");
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("namespace");
-    let ca_bundle = webhook_tls(&client, &out, &format!("{FULLNAME}-webhook")).await;
-    let values = values(&out, &ca_bundle);
-    let installed = Instant::now();
-    let values = values.display().to_string();
-    helm(
-        &kubeconfig,
-        &["install", RELEASE, "charts/node-lifecycle-controller", "--namespace", NAMESPACE, "-f", &values],
-    );
-    // Ours takes over: every node Ready without not-ready taints, CoreDNS available.
-    until("every node Ready and untainted", Duration::from_secs(180), || async {
-        let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await.ok()?;
-        nodes
-            .items
-            .iter()
-            .all(|n| ready_of(n).is_some_and(|(s, _)| s == "True") && !has_taint_key(n, NOT_READY))
-            .then_some(())
-    })
-    .await;
-    until("CoreDNS available", Duration::from_secs(180), || async {
-        available(&client, "kube-system", "coredns", 2).await.then_some(())
-    })
-    .await;
+    run(Command::new("scripts/kind.sh")
+        .arg("up")
+        .env("CLUSTER", CLUSTER)
+        .env("KUBECONFIG", &kubeconfig)
+        .env("NODE_IMAGE", env("NLC_KIND_NODE_IMAGE"))
+        .env("IMAGE", env("NLC_E2E_IMAGE"))
+        .env("BUILD_IMAGE", "0")
+        .env("GRACE", format!("{GRACE}s"))
+        .env("VALUES", values(&out)));
     note(
         &mut summary,
         format!(
-            "fresh cluster taken over (nodes untainted, CoreDNS available) {:.1} s after helm install",
-            installed.elapsed().as_secs_f64()
+            "`scripts/kind.sh up` (cluster, image loaded, certificate, chart, every rollout) in {:.0} s",
+            t0.elapsed().as_secs_f64()
         ),
     );
+    let client = nlc_testenv::client_from(&kubeconfig).await.expect("client");
+    let (w1, w2) = (format!("{CLUSTER}-worker"), format!("{CLUSTER}-worker2"));
+
+    // A fresh cluster with kube-controller-manager's node lifecycle off: nothing but ours lifts the
+    // nodes' not-ready:NoSchedule, so CoreDNS waited for it.
+    until("every node Ready and untainted", Duration::from_secs(60), || async {
+        let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await.ok()?;
+        (nodes.items.len() == 3
+            && nodes
+                .items
+                .iter()
+                .all(|n| ready_of(n).is_some_and(|(s, _)| s == "True") && !has_taint_key(n, NOT_READY)))
+        .then_some(())
+    })
+    .await;
+    until("CoreDNS available", Duration::from_secs(60), || async {
+        available(&client, "kube-system", "coredns", 2).await.then_some(())
+    })
+    .await;
+    let installed = Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
+        .get(FULLNAME)
+        .await
+        .ok()
+        .and_then(|d| d.metadata.creation_timestamp)
+        .map(|t| t.0);
+    let coredns = Api::<Deployment>::namespaced(client.clone(), "kube-system")
+        .get("coredns")
+        .await
+        .ok()
+        .and_then(|d| d.status?.conditions?.into_iter().find(|c| c.type_ == "Available" && c.status == "True"))
+        .and_then(|c| c.last_transition_time)
+        .map(|t| t.0);
+    if let (Some(installed), Some(coredns)) = (installed, coredns) {
+        note(
+            &mut summary,
+            format!(
+                "fresh cluster taken over (nodes untainted, CoreDNS available) {:.0} s after helm install (1 s resolution)",
+                secs_between(installed, coredns)
+            ),
+        );
+    }
     // Two replicas placed by the real scheduler on different workers; one leads.
     let (leader_pod, leader_node) = until("a leader", Duration::from_secs(60), || leader(&client, FULLNAME)).await;
     let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE)
