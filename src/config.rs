@@ -32,7 +32,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the controllers against a cluster.
     Run(Box<RunArgs>),
-    /// Serve DefaultTolerationSeconds as a mutating admission webhook (without the controllers).
+    /// Serve the admission webhook without the controllers: DefaultTolerationSeconds (per-namespace
+    /// seconds), PodTolerationRestriction, ExtendedResourceToleration and toleration rules.
     Webhook(WebhookCommand),
     /// Explain what Kubernetes decides for one pod on one node: which toleration tolerates each
     /// taint, whether the pod may be scheduled there, and when it would be evicted.
