@@ -12,8 +12,10 @@ min=${NLC_MIN_FREE_GB:-15}
 log "$(free_gb) GB free under $cache (minimum $min)"
 (( $(free_gb) >= min )) && exit 0
 rm -rf "$target"/debug/incremental "$target"/release/incremental
-# Test and bench binaries not used for a day (every build leaves one per hash).
-find "$target"/debug/deps "$target"/release/deps -maxdepth 1 -type f -mtime +1 -delete 2>/dev/null || true
+# Test and bench executables of earlier builds (each build leaves one per hash, 100-500 MB each; 12 GB
+# were found): not libraries, which dependencies' builds reuse. A current one, if any, is relinked.
+find "$target"/debug/deps "$target"/release/deps -maxdepth 1 -type f -mmin +180 -size +20M \
+  ! -name '*.rlib' ! -name '*.rmeta' ! -name '*.so' ! -name '*.d' -delete 2>/dev/null || true
 if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
   docker image prune -f >/dev/null || true
   # Newest first: keep the newest node and base image (today's recipe), drop older ones.
