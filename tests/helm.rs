@@ -257,16 +257,22 @@ async fn create_namespace(client: &kube::Client, name: &str) {
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("namespace");
 }
 
-#[tokio::test]
-async fn every_value_set_applies_to_the_api_server() {
-    let client = shared().client().await;
+/// cert-manager's and the Prometheus operator's CRDs, which the chart's optional objects need,
+/// applied and given time to be served.
+async fn apply_operator_crds(client: &kube::Client) {
     for crd in file("tests/testdata/cert-manager-crds.yaml")
         .iter()
         .chain(&file("tests/testdata/prometheus-operator-crds.yaml"))
     {
-        apply(&client, crd).await.expect("CRD");
+        apply(client, crd).await.expect("CRD");
     }
     tokio::time::sleep(std::time::Duration::from_secs(2)).await; // CRDs become served asynchronously
+}
+
+#[tokio::test]
+async fn every_value_set_applies_to_the_api_server() {
+    let client = shared().client().await;
+    apply_operator_crds(&client).await;
     let ca = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==";
     let no_cert_manager = [
         "--set=webhook.enabled=true".to_owned(),
@@ -357,17 +363,9 @@ fn the_alerts_are_valid_and_fire_when_they_should() {
     let full = json!({"groups": rule["spec"]["groups"]});
     std::fs::write(dir.join("full.yaml"), serde_json::to_string_pretty(&full).expect("json")).expect("write");
     let promtool = tool("promtool");
-    let out = std::process::Command::new(&promtool)
-        .arg("check")
-        .arg("rules")
-        .arg(dir.join("full.yaml"))
-        .output()
-        .expect("promtool");
-    assert!(
-        out.status.success(),
-        "promtool check rules:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    succeed(
+        std::process::Command::new(&promtool).args(["check", "rules"]).arg(dir.join("full.yaml")),
+        "promtool check rules",
     );
     // Every alert has a runbook in docs/runbooks.md, where its runbook_url points.
     let runbooks =
@@ -390,17 +388,9 @@ fn the_alerts_are_valid_and_fire_when_they_should() {
         dir.join("alerts.test.yaml"),
     )
     .expect("copy");
-    let out = std::process::Command::new(&promtool)
-        .arg("test")
-        .arg("rules")
-        .arg(dir.join("alerts.test.yaml"))
-        .output()
-        .expect("promtool");
-    assert!(
-        out.status.success(),
-        "promtool test rules:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    succeed(
+        std::process::Command::new(&promtool).args(["test", "rules"]).arg(dir.join("alerts.test.yaml")),
+        "promtool test rules",
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -413,16 +403,22 @@ fn run_documented(dir: &Path, kubeconfig: &Path, script: &str) {
     for t in ["kubectl", "kustomize", "helm"] {
         path.insert(0, tool(t).parent().expect("tools dir").to_path_buf());
     }
-    let out = std::process::Command::new("bash")
-        .args(["-euo", "pipefail", "-c", script])
-        .current_dir(dir)
-        .env("KUBECONFIG", kubeconfig)
-        .env("PATH", std::env::join_paths(path).expect("PATH"))
-        .output()
-        .expect("bash");
+    succeed(
+        std::process::Command::new("bash")
+            .args(["-euo", "pipefail", "-c", script])
+            .current_dir(dir)
+            .env("KUBECONFIG", kubeconfig)
+            .env("PATH", std::env::join_paths(path).expect("PATH")),
+        script,
+    );
+}
+
+/// Runs `cmd`; panics with `what` and its output unless it succeeds.
+fn succeed(cmd: &mut std::process::Command, what: &str) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(
         out.status.success(),
-        "{script}\n{}{}",
+        "{what}:\n{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -480,19 +476,12 @@ async fn the_readmes_install_commands_work_as_written() {
     let cp = nlc_testenv::ControlPlane::start(nlc_testenv::Options::default()).unwrap_or_else(|e| panic!("{e:#}"));
     let client = cp.client().await;
     let kubeconfig = cp.kubeconfig_for("admin", &["system:masters"]).expect("kubeconfig");
-    for crd in file("tests/testdata/cert-manager-crds.yaml")
-        .iter()
-        .chain(&file("tests/testdata/prometheus-operator-crds.yaml"))
-    {
-        apply(&client, crd).await.expect("CRD");
-    }
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await; // CRDs become served asynchronously
+    apply_operator_crds(&client).await;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let copy = std::env::temp_dir().join(nlc_testenv::unique("nlc-readme"));
     std::fs::create_dir_all(&copy).expect("a copy of the repository's root");
     for d in ["manifests", "charts"] {
-        let out = std::process::Command::new("cp").arg("-r").arg(root.join(d)).arg(&copy).output().expect("cp");
-        assert!(out.status.success(), "cp {d}");
+        succeed(std::process::Command::new("cp").arg("-r").arg(root.join(d)).arg(&copy), &format!("cp {d}"));
     }
     let ns = "node-lifecycle-controller";
 

@@ -79,23 +79,6 @@ impl Pki {
         })
     }
 
-    /// Issues a serving certificate for `names` (DNS names or IP addresses), e.g. a webhook's
-    /// Service name in a cluster.
-    pub fn serving(&self, file_stem: &str, names: &[&str]) -> Result<ClientCert> {
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())?;
-        params.distinguished_name = name(names.first().copied().unwrap_or("serving"), &[]);
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let cert = params.signed_by(&key, &self.issuer)?;
-        let out = ClientCert {
-            cert: self.dir.join(format!("{file_stem}.crt")),
-            key: self.dir.join(format!("{file_stem}.key")),
-        };
-        write(&out.cert, &cert.pem())?;
-        write(&out.key, &key.serialize_pem())?;
-        Ok(out)
-    }
-
     /// Issues a client certificate for `user` in `groups` (`system:masters` is cluster-admin).
     pub fn client(&self, file_stem: &str, user: &str, groups: &[&str]) -> Result<ClientCert> {
         let key = KeyPair::generate()?;
