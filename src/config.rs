@@ -34,7 +34,7 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Serve the admission webhook without the controllers: DefaultTolerationSeconds (per-namespace
     /// seconds), PodTolerationRestriction, ExtendedResourceToleration and toleration rules.
-    Webhook(WebhookCommand),
+    Webhook(Box<WebhookCommand>),
     /// Explain what Kubernetes decides for one pod on one node: which toleration tolerates each
     /// taint, whether the pod may be scheduled there, and when it would be evicted.
     Explain(ExplainArgs),

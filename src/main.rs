@@ -21,7 +21,7 @@ fn main() -> ExitCode {
             .map_err(|problem| nlc_core::Error::Input { source_name: "TolerationRule CRD".into(), problem }.into()),
         Command::Uninstall(args) => rt.block_on(node_lifecycle_controller::uninstall::run(args)),
         Command::Run(args) => runtime::telemetry::init(&log).and_then(|()| rt.block_on(controller::run(*args))),
-        Command::Webhook(args) => runtime::telemetry::init(&log).and_then(|()| rt.block_on(webhook::run(args))),
+        Command::Webhook(args) => runtime::telemetry::init(&log).and_then(|()| rt.block_on(webhook::run(*args))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -21,6 +21,7 @@ async fn run_becomes_ready_serves_metrics_and_stops_on_sigterm() {
         .args(["run", "--kubeconfig"])
         .arg(&env.kubeconfig)
         .args(["--metrics-bind-address", &format!("127.0.0.1:{port}"), "--log-format", "json"])
+        .args(common::plain_metrics(&[]))
         // Other tests of this binary own their nodes: act on none.
         .args(["--node-selector", "nlc-test=cli-run"])
         .stdout(Stdio::null())
@@ -192,6 +193,8 @@ async fn twin_refused(identity: &str) {
             env.kubeconfig.display().to_string(),
             "--metrics-bind-address".into(),
             format!("127.0.0.1:{port}"),
+            "--metrics-secure=false".into(),
+            "--health-probe-bind-address=0".into(),
             "--node-selector".into(),
             "nlc-test=cli-twin".into(),
             "--instance".into(),
@@ -454,4 +457,131 @@ fn make_run_writes_only_to_a_cluster_named_on_the_command_line() {
     assert!(argv.starts_with("run --context prod") && !argv.contains("--dry-run"), "{argv}");
     let (argv, _) = run(&["--kubeconfig", "/k"], None);
     assert!(!argv.contains("--dry-run"), "{argv}");
+}
+
+/// `GET path` over HTTPS (trusting the test CA) with an optional bearer token: the status and
+/// the body.
+async fn https_get(port: u16, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+    use rustls_pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_file_iter(&shared().pki.ca_cert).ok()? {
+        roots.add(c.ok()?).ok()?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").ok()?.to_owned();
+    let mut s = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg)).connect(name, tcp).await.ok()?;
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let code = text.split(' ').nth(1)?.parse().ok()?;
+    Some((code, text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()))
+}
+
+/// A token of a new service account in `ns`.
+async fn service_account_token(client: &kube::Client, ns: &str, name: &str) -> String {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let sas = Api::<ServiceAccount>::namespaced(client.clone(), ns);
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}})).expect("sa");
+    sas.create(&PostParams::default(), &sa).await.expect("create service account");
+    let req = TokenRequest {
+        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), ..Default::default() },
+        ..Default::default()
+    };
+    let tr = sas.create_token_request(name, &PostParams::default(), &req).await.expect("token request");
+    tr.status.expect("token").token
+}
+
+/// Issue 24: `/metrics` is HTTPS and answers only a caller the API server authenticates
+/// (TokenReview) and authorizes for `get /metrics` (SubjectAccessReview), with the ClusterRole
+/// the manifests ship; the probes are plain HTTP on their own port, and allowed without a token
+/// on the metrics port too.
+#[tokio::test]
+async fn metrics_are_served_only_to_callers_the_api_server_authorizes() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let env = shared();
+    let client = env.client().await;
+    let ns = unique("metrics-auth");
+    let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns");
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &nsobj).await.expect("namespace");
+    let scraper = service_account_token(&client, &ns, "scraper").await;
+    let nobody = service_account_token(&client, &ns, "nobody").await;
+    // The manifests' metrics-reader role, under this test's own name, bound to the scraper.
+    let docs = common::yaml::file("manifests/base/metrics-auth.yaml");
+    let mut role: ClusterRole = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole")
+        .map(|d| serde_json::from_value(d.clone()).expect("role"))
+        .expect("the manifests ship a metrics-reader ClusterRole");
+    role.metadata.name = Some(ns.clone());
+    Api::<ClusterRole>::all(client.clone()).create(&PostParams::default(), &role).await.expect("role");
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ns},
+        "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": ns}],
+    }))
+    .expect("binding");
+    Api::<ClusterRoleBinding>::all(client.clone()).create(&PostParams::default(), &binding).await.expect("binding");
+
+    let [metrics, probes] = common::free_ports::<2>();
+    let mut child = tokio::process::Command::new(BIN)
+        .args(["run", "--kubeconfig"])
+        .arg(&env.kubeconfig)
+        .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
+        .args(["--health-probe-bind-address", &format!("127.0.0.1:{probes}")])
+        .arg("--metrics-tls-cert-file")
+        .arg(&env.pki.serving_cert)
+        .arg("--metrics-tls-private-key-file")
+        .arg(&env.pki.serving_key)
+        .args(["--node-selector", "nlc-test=cli-metrics-auth", "--leader-elect=false"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn controller");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http_get(probes, "/readyz").await.map(|r| r.0) != Some(200) {
+        assert!(child.try_wait().expect("wait").is_none(), "the controller exited");
+        assert!(Instant::now() < deadline, "never ready on the probe port");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(http_get(probes, "/healthz").await.map(|r| r.0), Some(200));
+    assert_eq!(http_get(probes, "/livez").await.map(|r| r.0), Some(200));
+    assert_eq!(http_get(probes, "/metrics").await.map(|r| r.0), Some(404), "the probe port serves no metrics");
+    // Plain HTTP is not spoken on the metrics port.
+    assert_ne!(http_get(metrics, "/metrics").await.map(|r| r.0), Some(200));
+
+    let anonymous = https_get(metrics, "/metrics", None).await.expect("https");
+    assert_eq!(anonymous.0, 401, "anonymous: {anonymous:?}");
+    let bogus = https_get(metrics, "/metrics", Some("not-a-token")).await.expect("https");
+    assert_eq!(bogus.0, 401, "a token the API server does not know: {bogus:?}");
+    let refused = https_get(metrics, "/metrics", Some(&nobody)).await.expect("https");
+    assert_eq!(refused.0, 403, "a token without the permission: {refused:?}");
+    assert!(refused.1.contains(&format!("system:serviceaccount:{ns}:nobody")), "{refused:?}");
+    let served = https_get(metrics, "/metrics", Some(&scraper)).await.expect("https");
+    assert_eq!(served.0, 200, "the scraper: {served:?}");
+    assert!(served.1.contains("nlc_build_info"), "{}", served.1);
+    // The probe paths need no token on the metrics port either.
+    assert_eq!(https_get(metrics, "/readyz", None).await.map(|r| r.0), Some(200));
+    // Every answer counted; the second scrape came from the cache (no new review needed).
+    let again = https_get(metrics, "/metrics", Some(&scraper)).await.expect("https");
+    assert_eq!(again.0, 200);
+    for (result, at_least) in [("unauthenticated", 2.0), ("forbidden", 1.0), ("allowed", 1.0)] {
+        let line = format!("nlc_metrics_requests_total{{result=\"{result}\"}}");
+        let n = common::metric(&again.1, &line).unwrap_or(0.0);
+        assert!(n >= at_least, "{line} = {n}");
+    }
+    let _ = child.kill().await;
+    let _ = Api::<ClusterRoleBinding>::all(client.clone()).delete(&ns, &Default::default()).await;
+    let _ = Api::<ClusterRole>::all(client).delete(&ns, &Default::default()).await;
 }

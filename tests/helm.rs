@@ -52,6 +52,7 @@ const EVERYTHING: &[&str] = &[
     "--set=webhook.enabled=true",
     "--set=metrics.serviceMonitor.enabled=true",
     "--set=prometheusRule.enabled=true",
+    "--set=networkPolicy.enabled=true",
     "--set=controller.nodeSelector.kubernetes\\.io/os=linux",
     "--set=controller.config.taintRules[0].condition=KernelDeadlock",
     "--set=controller.config.taintRules[0].status=True",
@@ -184,6 +185,12 @@ fn essentials(docs: &[Value]) -> BTreeSet<String> {
                     json!([d["spec"]["replicas"], d["spec"]["strategy"], pod])
                 }
                 "PodDisruptionBudget" => d["spec"]["minAvailable"].clone(),
+                // Selector labels differ, as for Deployments.
+                "NetworkPolicy" => {
+                    let mut spec = d["spec"].clone();
+                    spec["podSelector"] = Value::Null;
+                    spec
+                }
                 "Service" => d["spec"]["ports"].clone(),
                 "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration" => {
                     json!([d["webhooks"], d["metadata"]["annotations"]])
@@ -212,7 +219,11 @@ fn the_chart_renders_what_the_kustomize_overlays_do() {
         ("manifests/overlays/webhook", vec!["--set=webhook.enabled=true", "--set=webhook.certManager.enabled=true"]),
         (
             "manifests/overlays/restricted",
-            vec!["--set=webhook.enabled=true", "--set=webhook.plugins.podTolerationRestriction.enabled=true"],
+            vec![
+                "--set=webhook.enabled=true",
+                "--set=webhook.plugins.podTolerationRestriction.enabled=true",
+                "--set=networkPolicy.enabled=true",
+            ],
         ),
     ];
     for (overlay, values) in pairs {
@@ -298,10 +309,21 @@ async fn every_value_set_applies_to_the_api_server() {
         let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
         match *name {
             "everything" => {
-                for k in
-                    ["ServiceMonitor", "PrometheusRule", "Certificate", "MutatingWebhookConfiguration", "ConfigMap"]
-                {
+                for k in [
+                    "ServiceMonitor",
+                    "PrometheusRule",
+                    "Certificate",
+                    "MutatingWebhookConfiguration",
+                    "ConfigMap",
+                    "NetworkPolicy",
+                ] {
                     assert!(kinds.contains(k), "{name}: no {k}: {kinds:?}");
+                }
+                // Prometheus scrapes the HTTPS endpoint with its own service account's token.
+                for monitor in docs.iter().filter(|d| d["kind"] == "ServiceMonitor") {
+                    let endpoint = &monitor["spec"]["endpoints"][0];
+                    assert_eq!(endpoint["scheme"], "https", "{monitor}");
+                    assert_eq!(endpoint["bearerTokenFile"], "/var/run/secrets/kubernetes.io/serviceaccount/token");
                 }
                 let args = docs
                     .iter()

@@ -86,6 +86,26 @@ async fn every_overlay_renders_and_applies_as_users_apply_it() {
         );
         assert_eq!(pod["topologySpreadConstraints"][0]["topologyKey"], "topology.kubernetes.io/zone");
         assert_eq!(find("PodDisruptionBudget", "node-lifecycle-controller")["spec"]["minAvailable"], 1);
+        // /metrics is HTTPS behind TokenReview + SubjectAccessReview; the probes have their own port.
+        let binding = find("ClusterRoleBinding", "node-lifecycle-controller-auth-delegator");
+        assert_eq!(binding["roleRef"]["name"], "system:auth-delegator");
+        assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
+        find("ClusterRole", "node-lifecycle-controller-metrics-reader");
+        let container = &pod["containers"][0];
+        assert_eq!(container["readinessProbe"]["httpGet"]["port"], "probes");
+        assert!(
+            container["ports"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p["name"] == "probes" && p["containerPort"] == 8081)),
+            "{overlay}: {container}"
+        );
+        if overlay.ends_with("restricted") {
+            // Applied below with the rest: the API server takes them.
+            for name in ["node-lifecycle-controller", "node-lifecycle-controller-webhook"] {
+                let policy = find("NetworkPolicy", name);
+                assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress", "Egress"]), "{name}");
+            }
+        }
         for doc in &docs {
             let kind = doc["kind"].as_str().unwrap_or_default();
             let cluster_scoped = matches!(
@@ -111,6 +131,17 @@ async fn every_overlay_renders_and_applies_as_users_apply_it() {
             assert_eq!(webhook["spec"]["replicas"], 2);
             assert_eq!(webhook["spec"]["template"]["spec"]["containers"][0]["args"][0], "webhook");
             find("PodDisruptionBudget", "node-lifecycle-controller-webhook");
+            find("ClusterRoleBinding", "node-lifecycle-controller-webhook-auth-delegator");
+            // The serving certificate is signed by a CA of its own (a chain, not a self-signed
+            // leaf), so that its renewal keeps the trust anchor injected into the configurations.
+            let leaf = find("Certificate", "node-lifecycle-controller-webhook");
+            let issuer = find("Issuer", leaf["spec"]["issuerRef"]["name"].as_str().unwrap_or_default());
+            let ca_secret = issuer["spec"]["ca"]["secretName"].as_str().expect("a CA Issuer signs the leaf");
+            let ca = docs
+                .iter()
+                .find(|d| d["kind"] == "Certificate" && d["spec"]["secretName"] == ca_secret)
+                .unwrap_or_else(|| panic!("{overlay}: no Certificate makes {ca_secret}"));
+            assert_eq!(ca["spec"]["isCA"], true, "{ca}");
             let config = find("MutatingWebhookConfiguration", "node-lifecycle-controller-default-toleration-seconds");
             let excluded = &config["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"];
             assert_eq!(

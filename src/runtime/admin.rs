@@ -1,12 +1,19 @@
-//! The admin endpoint: `/healthz` (the process serves), `/livez` (every registered loop is making
+//! The admin endpoints: `/healthz` (the process serves), `/livez` (every registered loop is making
 //! progress), `/readyz` (every registered component is ready: caches synced) and `/metrics`.
+//!
+//! Two listeners serve them, as kubebuilder v4 lays them out: the probes alone on a plain-HTTP
+//! port (`--health-probe-bind-address`, always allowed: the kubelet has no token), and the
+//! metrics endpoint (`--metrics-bind-address`), HTTPS with `/metrics` behind delegated
+//! authentication and authorization ([`super::auth`]) unless `--metrics-secure=false`; the probe
+//! paths are allowed there too without a token, as kube-controller-manager's
+//! `--authorization-always-allow-paths` defaults allow them.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
@@ -80,20 +87,43 @@ struct AdminState {
     readiness: Readiness,
     liveness: Liveness,
     stop: super::shutdown::Signal,
+    /// Who may read `/metrics` (`None`: anyone, `--metrics-secure=false`).
+    guard: Option<super::auth::Delegated>,
 }
 
-pub fn router(
-    registry: Arc<Registry>,
-    readiness: Readiness,
-    liveness: Liveness,
-    stop: super::shutdown::Signal,
-) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/livez", get(livez))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(AdminState { registry, readiness, liveness, stop })
+/// What the admin listeners serve from.
+#[derive(Clone)]
+pub struct Admin {
+    pub registry: Arc<Registry>,
+    pub readiness: Readiness,
+    pub liveness: Liveness,
+    pub stop: super::shutdown::Signal,
+}
+
+impl Admin {
+    /// The probes only (the plain-HTTP probe port).
+    pub fn probes(&self) -> Router {
+        probe_routes().with_state(self.state(None))
+    }
+
+    /// The probes and `/metrics`, guarded by `guard` when there is one.
+    pub fn metrics(&self, guard: Option<super::auth::Delegated>) -> Router {
+        probe_routes().route("/metrics", get(metrics)).with_state(self.state(guard))
+    }
+
+    fn state(&self, guard: Option<super::auth::Delegated>) -> AdminState {
+        AdminState {
+            registry: self.registry.clone(),
+            readiness: self.readiness.clone(),
+            liveness: self.liveness.clone(),
+            stop: self.stop.clone(),
+            guard,
+        }
+    }
+}
+
+fn probe_routes() -> Router<AdminState> {
+    Router::new().route("/healthz", get(|| async { "ok" })).route("/livez", get(livez)).route("/readyz", get(readyz))
 }
 
 /// Not ready while any component is not, and from the moment shutdown begins (so that
@@ -119,9 +149,37 @@ async fn livez(State(s): State<AdminState>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
+async fn metrics(State(s): State<AdminState>, headers: HeaderMap) -> axum::response::Response {
+    if let Some(guard) = &s.guard {
+        let authorization = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+        let refused = match guard.review(authorization).await {
+            Ok(super::auth::Verdict::Allowed) => None,
+            Ok(super::auth::Verdict::Unauthenticated) => {
+                Some(("unauthenticated", StatusCode::UNAUTHORIZED, "Unauthorized\n".to_owned()))
+            }
+            Ok(super::auth::Verdict::Forbidden(user)) => Some((
+                "forbidden",
+                StatusCode::FORBIDDEN,
+                format!("Forbidden: user {user:?} may not get the non-resource URL \"/metrics\"\n"),
+            )),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot review a metrics request with the API server");
+                Some((
+                    "error",
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "cannot review the request with the API server\n".to_owned(),
+                ))
+            }
+        };
+        if let Some((result, status, body)) = refused {
+            guard.count(result);
+            return (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response();
+        }
+        guard.count("allowed");
+    }
     (
         [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
         crate::metrics::render(&s.registry),
     )
+        .into_response()
 }

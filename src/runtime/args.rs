@@ -18,12 +18,55 @@ pub struct ClientArgs {
     pub context: Option<String>,
 }
 
-/// The admin endpoint.
+/// The admin endpoints: the metrics listener and the probe listener.
 #[derive(Clone, Debug, Args)]
 pub struct AdminArgs {
-    /// Address for `/healthz`, `/livez`, `/readyz` and `/metrics`.
+    /// Address for `/metrics` (and `/healthz`, `/livez`, `/readyz`, always allowed); `0` turns
+    /// it off.
     #[arg(long, default_value = "0.0.0.0:8080", env = "NLC_METRICS_BIND_ADDRESS")]
-    pub metrics_bind_address: SocketAddr,
+    pub metrics_bind_address: Bind,
+    /// Serve `/metrics` over HTTPS to callers the API server authenticates (TokenReview) and
+    /// authorizes for `get` on the non-resource URL `/metrics` (SubjectAccessReview); `false`:
+    /// plain HTTP to anyone.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_METRICS_SECURE")]
+    pub metrics_secure: bool,
+    /// The metrics endpoint's serving certificate (PEM), reloaded when it changes; without it
+    /// (and its key) a self-signed certificate is made at start.
+    #[arg(long, env = "NLC_METRICS_TLS_CERT_FILE")]
+    pub metrics_tls_cert_file: Option<PathBuf>,
+    /// The key of `--metrics-tls-cert-file` (PEM).
+    #[arg(long, env = "NLC_METRICS_TLS_PRIVATE_KEY_FILE")]
+    pub metrics_tls_private_key_file: Option<PathBuf>,
+    /// Address for the plain-HTTP probes `/healthz`, `/livez` and `/readyz` (no
+    /// authentication: the kubelet has no token); `0` turns it off.
+    #[arg(long, default_value = "0.0.0.0:8081", env = "NLC_HEALTH_PROBE_BIND_ADDRESS")]
+    pub health_probe_bind_address: Bind,
+}
+
+/// A listener's address, or `0`: no listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bind(pub Option<SocketAddr>);
+
+impl std::str::FromStr for Bind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "0" {
+            return Ok(Self(None));
+        }
+        s.parse::<SocketAddr>()
+            .map(|a| Self(Some(a)))
+            .map_err(|e| format!("{e} (expected host:port, e.g. 0.0.0.0:8080, or 0 for none)"))
+    }
+}
+
+impl std::fmt::Display for Bind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(a) => a.fmt(f),
+            None => f.write_str("0"),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

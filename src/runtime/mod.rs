@@ -6,12 +6,14 @@
 
 pub mod admin;
 pub mod args;
+pub mod auth;
 pub mod client;
 pub mod fence;
 pub mod http;
 pub mod leader;
 pub mod shutdown;
 pub mod telemetry;
+pub mod tls;
 pub mod watch;
 
 use std::future::Future;
@@ -53,7 +55,11 @@ pub struct Runtime {
     liveness: Liveness,
     trigger: shutdown::Trigger,
     signal: shutdown::Signal,
-    admin: tokio::net::TcpListener,
+    metrics_listener: Option<tokio::net::TcpListener>,
+    probe_listener: Option<tokio::net::TcpListener>,
+    /// The metrics listener's TLS (`None`: `--metrics-secure=false`).
+    tls: Option<MetricsTls>,
+    guard: Option<auth::Delegated>,
     tasks: JoinSet<()>,
     failures: Family<TaskLabels, Counter>,
     failed_tx: mpsc::UnboundedSender<Error>,
@@ -64,15 +70,12 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Builds the client (no request is made yet) and binds the admin address.
+    /// Builds the client (no request is made yet) and binds the admin addresses.
     pub async fn build(client: &ClientArgs, admin: &AdminArgs) -> Result<Self> {
         let (client, skew) = client::client_with_skew(client).await?;
-        let addr = admin.metrics_bind_address;
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Bind {
-            flag: "--metrics-bind-address",
-            addr,
-            source,
-        })?;
+        let tls = metrics_tls(admin)?;
+        let metrics_listener = bind("--metrics-bind-address", admin.metrics_bind_address).await?;
+        let probe_listener = bind("--health-probe-bind-address", admin.health_probe_bind_address).await?;
         let (trigger, signal) = shutdown::channel();
         let (failed_tx, failed_rx) = mpsc::unbounded_channel();
         let mut registry = Registry::default();
@@ -93,6 +96,7 @@ impl Runtime {
         );
         let watch_metrics = watch::WatchMetrics::register(&mut registry);
         let http_metrics = http::HttpMetrics::register(&mut registry);
+        let guard = tls.is_some().then(|| auth::Delegated::new(client.clone(), "/metrics", &mut registry));
         Ok(Self {
             client,
             registry,
@@ -100,7 +104,10 @@ impl Runtime {
             liveness: Liveness::default(),
             trigger,
             signal,
-            admin: listener,
+            metrics_listener,
+            probe_listener,
+            tls,
+            guard,
             tasks: JoinSet::new(),
             failures,
             failed_tx,
@@ -189,22 +196,59 @@ impl Runtime {
     /// returns the failed task's error, if any.
     pub async fn run(self) -> Result<()> {
         let Self {
-            registry, readiness, liveness, trigger, signal, admin, mut tasks, mut failed_rx, http_metrics, ..
+            registry,
+            readiness,
+            liveness,
+            trigger,
+            signal,
+            metrics_listener,
+            probe_listener,
+            tls,
+            guard,
+            mut tasks,
+            mut failed_rx,
+            http_metrics,
+            ..
         } = self;
-        let router = admin::router(Arc::new(registry), readiness.clone(), liveness, signal.clone());
-        match admin.local_addr() {
-            Ok(addr) => tracing::info!(address = %addr, "serving /healthz, /livez, /readyz and /metrics"),
-            Err(e) => tracing::warn!(error = %e, "admin address unknown"),
+        let admin = admin::Admin { registry: Arc::new(registry), readiness, liveness, stop: signal.clone() };
+        let mut servers = Vec::new();
+        if let Some(listener) = probe_listener {
+            if let Ok(addr) = listener.local_addr() {
+                tracing::info!(address = %addr, "serving /healthz, /livez and /readyz over HTTP");
+            }
+            let server = http::Server {
+                name: "probes",
+                listener,
+                tls: None,
+                router: admin.probes(),
+                limits: http::Limits::admin(),
+                metrics: http_metrics.clone(),
+            };
+            servers.push(tokio::spawn(server.serve(signal.clone())));
         }
-        let admin = http::Server {
-            name: "admin",
-            listener: admin,
-            tls: None,
-            router,
-            limits: http::Limits::admin(),
-            metrics: http_metrics,
-        };
-        let server = tokio::spawn(admin.serve(signal.clone()));
+        let mut reloader = None;
+        if let Some(listener) = metrics_listener {
+            let secure = tls.is_some();
+            if let Ok(addr) = listener.local_addr() {
+                tracing::info!(address = %addr, secure, "serving /metrics (and the probes)");
+            }
+            let acceptor = match tls {
+                Some(t) => {
+                    reloader = t.reload.map(|r| tokio::spawn(r));
+                    Some(t.acceptor)
+                }
+                None => None,
+            };
+            let server = http::Server {
+                name: "admin",
+                listener,
+                tls: acceptor,
+                router: admin.metrics(guard),
+                limits: http::Limits::admin(),
+                metrics: http_metrics,
+            };
+            servers.push(tokio::spawn(server.serve(signal.clone())));
+        }
         let failure = tokio::select! {
             _ = shutdown::os_signal() => None,
             e = failed_rx.recv() => e,
@@ -215,8 +259,13 @@ impl Runtime {
             tracing::warn!("tasks did not stop within {DRAIN:?}; exiting anyway");
             tasks.abort_all();
         }
-        if let Err(e) = server.await {
-            tracing::warn!(error = %e, "admin server task");
+        for server in servers {
+            if let Err(e) = server.await {
+                tracing::warn!(error = %e, "admin server task");
+            }
+        }
+        if let Some(r) = reloader {
+            r.abort();
         }
         match failure.or_else(|| failed_rx.try_recv().ok()) {
             Some(e) => Err(e),
@@ -226,4 +275,57 @@ impl Runtime {
             }
         }
     }
+}
+
+/// The metrics listener's TLS: the acceptor, and the task that reloads certificate files.
+struct MetricsTls {
+    acceptor: tokio_rustls::TlsAcceptor,
+    reload: Option<futures::future::BoxFuture<'static, ()>>,
+}
+
+const METRICS_TLS_FLAGS: tls::Flags =
+    tls::Flags { cert: "--metrics-tls-cert-file", key: "--metrics-tls-private-key-file" };
+
+/// The metrics endpoint's TLS per the flags: `None` when it is not secure; the certificate files
+/// when both are given, a self-signed certificate when neither is.
+fn metrics_tls(admin: &AdminArgs) -> Result<Option<MetricsTls>> {
+    let files = match (&admin.metrics_tls_cert_file, &admin.metrics_tls_private_key_file) {
+        (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+        (None, None) => None,
+        _ => {
+            let problem = "give both or neither";
+            return Err(
+                nlc_core::Error::invalid("--metrics-tls-cert-file, --metrics-tls-private-key-file", problem).into()
+            );
+        }
+    };
+    if !admin.metrics_secure {
+        if files.is_some() {
+            let problem = "a certificate needs --metrics-secure (HTTPS)";
+            return Err(nlc_core::Error::invalid("--metrics-tls-cert-file", problem).into());
+        }
+        return Ok(None);
+    }
+    let alpn = http::Server::alpn(&http::Limits::admin());
+    let (first, reload) = match files {
+        Some((cert, key)) => {
+            let first = tls::load_certified_key(&cert, &key, METRICS_TLS_FLAGS)?;
+            (first, Some((cert, key)))
+        }
+        None => (tls::self_signed()?, None),
+    };
+    let resolver = tls::Reloading::new(first);
+    let acceptor = tls::acceptor(resolver.clone(), alpn, METRICS_TLS_FLAGS)?;
+    let reload = reload.map(|(cert, key)| {
+        use futures::FutureExt;
+        tls::reload(cert, key, METRICS_TLS_FLAGS, Duration::from_secs(5), resolver, None).boxed()
+    });
+    Ok(Some(MetricsTls { acceptor, reload }))
+}
+
+/// Binds `addr` (`None`: the listener is off).
+async fn bind(flag: &'static str, addr: args::Bind) -> Result<Option<tokio::net::TcpListener>> {
+    let Some(addr) = addr.0 else { return Ok(None) };
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Bind { flag, addr, source })?;
+    Ok(Some(listener))
 }

@@ -11,7 +11,7 @@ use nlc_core::default_tolerations::{DEFAULT_TOLERATION_SECONDS, DefaultToleratio
 
 use nlc_core::flags::{HOUR, check_count, check_duration, parse_duration};
 
-use super::server::{Config, load_certified_key};
+use super::server::{Config, TLS_FLAGS};
 use crate::error::Result;
 use crate::runtime::args::{AdminArgs, ClientArgs};
 use crate::runtime::http::{Limits, MAX_BODY_BYTES};
@@ -203,7 +203,7 @@ impl WebhookArgs {
                 return Err(nlc_core::Error::invalid(flag, problem).into());
             }
         }
-        load_certified_key(&cert_file, &key_file)?;
+        crate::runtime::tls::load_certified_key(&cert_file, &key_file, TLS_FLAGS)?;
         let restriction = match (enable_pod_toleration_restriction, pod_toleration_restriction_config) {
             (false, Some(_)) => {
                 let problem = "needs --enable-pod-toleration-restriction";

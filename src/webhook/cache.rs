@@ -325,9 +325,16 @@ async fn publish(
         if rule.status.as_ref() == Some(&want) {
             continue;
         }
-        let patch = json!({"status": want});
+        // Every webhook replica computes the same status; the write is conditional on the
+        // rule's resourceVersion as this replica saw it, so that a replica with a stale view
+        // never overwrites a newer status (it gets 409, sees the newer status come back as an
+        // event, and finds nothing left to write).
+        let patch = json!({"metadata": {"resourceVersion": rule.metadata.resource_version}, "status": want});
         match api.patch_status(name, &crate::patch_params(), &Patch::Merge(&patch)).await {
             Ok(_) => tracing::info!(rule = %name, "TolerationRule status written"),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                tracing::debug!(rule = %name, "TolerationRule changed since it was read (another replica wrote its status)")
+            }
             Err(e) => tracing::warn!(rule = %name, error = %e, "writing a TolerationRule's status; retried later"),
         }
     }

@@ -3,8 +3,8 @@
 //! by [`nlc_core::admission`] with what [`super::cache`] knows.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -15,10 +15,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use rustls::server::{ClientHello, ResolvesServerCert};
-use rustls::sign::CertifiedKey;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::watch;
 use tracing::Instrument;
 
@@ -29,8 +25,8 @@ use super::cache::{self, Knowledge, Lookup};
 use crate::error::{Error, Result};
 use crate::metrics::WebhookMetrics;
 use crate::runtime::http::{HttpMetrics, Limits};
-use crate::runtime::shutdown;
 use crate::runtime::watch::WatchMetrics;
+use crate::runtime::{shutdown, tls};
 
 pub struct Config {
     pub bind: SocketAddr,
@@ -43,57 +39,8 @@ pub struct Config {
     pub limits: Limits,
 }
 
-/// Loads a certificate chain and its key into a rustls `CertifiedKey`.
-pub fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey> {
-    let cert_err = |problem: String| Error::Tls { flag: "--tls-cert-file", path: cert.to_owned(), problem };
-    let key_err = |problem: String| Error::Tls { flag: "--tls-private-key-file", path: key.to_owned(), problem };
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| cert_err(e.to_string()))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| cert_err(e.to_string()))?;
-    if chain.is_empty() {
-        return Err(cert_err("no certificate found".into()));
-    }
-    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| key_err(e.to_string()))?;
-    let signer = rustls::crypto::ring::sign::any_supported_type(&key_der).map_err(|e| key_err(e.to_string()))?;
-    let certified = CertifiedKey::new(chain, signer);
-    certified.keys_match().map_err(|e| key_err(format!("does not match the certificate: {e}")))?;
-    Ok(certified)
-}
-
-/// The gauge of the serving certificate's expiry.
-pub type Expiry = prometheus_client::metrics::gauge::Gauge<f64, std::sync::atomic::AtomicU64>;
-
-/// Sets the gauge to the leaf certificate's notAfter (logged if it cannot be read).
-fn report_expiry(k: &CertifiedKey, expiry: &Expiry) {
-    match k.cert.first().and_then(|c| nlc_core::x509::not_after(c.as_ref())) {
-        Some(at) => {
-            expiry.set(at.as_millisecond() as f64 / 1000.0);
-        }
-        None => tracing::warn!("cannot read the serving certificate's expiry"),
-    }
-}
-
-/// Serves whatever certificate was loaded last.
-#[derive(Debug)]
-struct Reloading(RwLock<Arc<CertifiedKey>>);
-
-impl ResolvesServerCert for Reloading {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.0.read().ok().map(|k| k.clone())
-    }
-}
-
-fn file_stamp(paths: &[&Path]) -> Vec<Option<(std::time::SystemTime, u64, Vec<u8>)>> {
-    paths
-        .iter()
-        .map(|p| {
-            let meta = std::fs::metadata(p).ok()?;
-            let content = std::fs::read(p).ok()?;
-            Some((meta.modified().ok()?, meta.len(), content))
-        })
-        .collect()
-}
+/// The webhook's certificate flags.
+pub const TLS_FLAGS: tls::Flags = tls::Flags { cert: "--tls-cert-file", key: "--tls-private-key-file" };
 
 #[derive(Clone)]
 struct AppState {
@@ -175,19 +122,12 @@ pub async fn listen(
     cfg: &Config,
     app: Router,
     metrics: HttpMetrics,
-    expiry: Expiry,
+    expiry: tls::Expiry,
 ) -> Result<(crate::runtime::http::Server, tokio::task::JoinHandle<()>)> {
-    let first = load_certified_key(&cfg.cert_file, &cfg.key_file)?;
-    report_expiry(&first, &expiry);
-    let resolver = Arc::new(Reloading(RwLock::new(Arc::new(first))));
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Tls { flag: "--tls-cert-file", path: cfg.cert_file.clone(), problem: e.to_string() })?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver.clone());
-    tls.alpn_protocols = crate::runtime::http::Server::alpn(&cfg.limits);
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let first = tls::load_certified_key(&cfg.cert_file, &cfg.key_file, TLS_FLAGS)?;
+    tls::report_expiry(&first, &expiry);
+    let resolver = tls::Reloading::new(first);
+    let acceptor = tls::acceptor(resolver.clone(), crate::runtime::http::Server::alpn(&cfg.limits), TLS_FLAGS)?;
     let listener = tokio::net::TcpListener::bind(cfg.bind).await.map_err(|source| Error::Bind {
         flag: "--webhook-bind-address",
         addr: cfg.bind,
@@ -195,7 +135,7 @@ pub async fn listen(
     })?;
     tracing::info!(address = %cfg.bind, http2 = cfg.limits.http2, "serving the admission webhook (POST /mutate, /validate)");
     let reloader = tokio::spawn(
-        reload_certificates(cfg.cert_file.clone(), cfg.key_file.clone(), cfg.reload_every, resolver, expiry)
+        tls::reload(cfg.cert_file.clone(), cfg.key_file.clone(), TLS_FLAGS, cfg.reload_every, resolver, Some(expiry))
             .instrument(tracing::info_span!("certificate-reload")),
     );
     let server = crate::runtime::http::Server {
@@ -207,32 +147,6 @@ pub async fn listen(
         metrics,
     };
     Ok((server, reloader))
-}
-
-/// Reloads the certificate when its files change; keeps the old one while the new files do not
-/// load (cert-manager writes the two files one after the other).
-async fn reload_certificates(cert: PathBuf, key: PathBuf, every: Duration, resolver: Arc<Reloading>, expiry: Expiry) {
-    let mut stamp = file_stamp(&[&cert, &key]);
-    loop {
-        tokio::time::sleep(every).await;
-        let now = file_stamp(&[&cert, &key]);
-        if now == stamp {
-            continue;
-        }
-        match load_certified_key(&cert, &key) {
-            Ok(k) => {
-                report_expiry(&k, &expiry);
-                if let Ok(mut cur) = resolver.0.write() {
-                    *cur = Arc::new(k);
-                }
-                stamp = now;
-                tracing::info!(cert = %cert.display(), "reloaded the webhook certificate");
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "the changed certificate files do not load yet; keeping the current certificate")
-            }
-        }
-    }
 }
 
 /// What the webhook's tasks need from the runtime.

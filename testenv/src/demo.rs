@@ -66,6 +66,8 @@ pub async fn run(cp: &ControlPlane, opts: Options) -> Result<()> {
         .arg("--kubeconfig")
         .arg(&cp.kubeconfig)
         .args(["--metrics-bind-address", &format!("127.0.0.1:{admin}")])
+        // The demo's own control plane and one process: plain /metrics, no probe listener.
+        .args(["--metrics-secure=false", "--health-probe-bind-address=0"])
         .args(["--node-monitor-grace-period", &grace, "--node-monitor-period", "1s", "--leader-elect=false"])
         .args(&opts.controller_args)
         .stdout(Stdio::null())

@@ -31,6 +31,19 @@ pub struct Controller {
     log: std::path::PathBuf,
 }
 
+/// The flags that serve `/metrics` as plain HTTP with no probe listener (the tests scrape it
+/// directly; `tests/metrics_auth` covers the secure default), unless `extra` sets them.
+pub fn plain_metrics(extra: &[&str]) -> Vec<&'static str> {
+    let mut flags = Vec::new();
+    if !extra.iter().any(|a| a.starts_with("--metrics-secure")) {
+        flags.push("--metrics-secure=false");
+    }
+    if !extra.iter().any(|a| a.starts_with("--health-probe-bind-address")) {
+        flags.push("--health-probe-bind-address=0");
+    }
+    flags
+}
+
 pub fn free_port() -> u16 {
     free_ports::<1>()[0]
 }
@@ -99,6 +112,7 @@ impl Controller {
                 .arg("--kubeconfig")
                 .arg(kubeconfig)
                 .args(["--metrics-bind-address", &format!("127.0.0.1:{port}")])
+                .args(plain_metrics(extra))
                 .args(["--node-selector", &format!("nlc-test={scope}")])
                 .args(["--log-level", "info,node_lifecycle_controller=debug"])
                 .args(lease)

@@ -58,6 +58,7 @@ impl Webhook {
                 .arg(kubeconfig)
                 .args(["--webhook-bind-address", &format!("127.0.0.1:{port}")])
                 .args(["--metrics-bind-address", &format!("127.0.0.1:{admin}")])
+                .args(super::plain_metrics(extra))
                 .arg("--tls-cert-file")
                 .arg(cert)
                 .arg("--tls-private-key-file")

@@ -104,6 +104,7 @@ impl Container {
             .args(["-v", &format!("{}:/var/run/secrets/kubernetes.io/serviceaccount:ro", sa.display())])
             .arg(image())
             .args(["run", "--log-format=json", "--metrics-bind-address", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-secure=false", "--health-probe-bind-address=0"])
             .args(["--node-selector", &format!("nlc-test={scope}")])
             .args(["--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s"])
             .args(["--leader-elect-retry-period", "500ms"])
@@ -198,4 +199,67 @@ async fn the_image_runs_as_a_pod_evicts_and_fails_over() {
     assert!((-0.05..=1.0).contains(&late), "evicted {late:.3}s after its deadline");
     let metrics = http_get(standby.port, "/metrics").await.map(|r| r.1).unwrap_or_default();
     assert_eq!(metric_sum(&metrics, "nlc_api_requests_total", &["code=\"403\""]), 0.0, "{metrics}");
+}
+
+/// Issue 24: `make release`'s artifacts describe what ships. The SBOM is CycloneDX and lists the
+/// binary's crates at the versions of Cargo.lock (and no test-only crate); the chart is packaged
+/// at the crate's version; the checksums match; the binary in the image carries its dependency
+/// list (cargo auditable's `.dep-v0` section).
+#[test]
+fn the_release_artifacts_describe_what_ships() {
+    let dist =
+        PathBuf::from(std::env::var("NLC_DIST").expect("NLC_DIST: run through `make e2e`, which runs `make release`"));
+    let version = env!("CARGO_PKG_VERSION");
+    let sbom_path = dist.join(format!("node-lifecycle-controller-{version}.cdx.json"));
+    let sbom: Value = serde_json::from_slice(&std::fs::read(&sbom_path).expect("the SBOM")).expect("SBOM JSON");
+    assert_eq!(sbom["bomFormat"], "CycloneDX");
+    let components: Vec<(String, String)> = sbom["components"]
+        .as_array()
+        .expect("components")
+        .iter()
+        .map(|c| {
+            (c["name"].as_str().unwrap_or_default().to_owned(), c["version"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect();
+    let lock = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock")).expect("lock");
+    let locked = |name: &str| -> Vec<String> {
+        lock.split("[[package]]")
+            .filter(|p| p.contains(&format!("\nname = \"{name}\"\n")))
+            .filter_map(|p| {
+                p.lines().find_map(|l| l.strip_prefix("version = \"")).map(|v| v.trim_end_matches('"').to_owned())
+            })
+            .collect()
+    };
+    for name in ["kube-client", "k8s-openapi", "tokio", "governor", "rustls", "tracing"] {
+        let listed: Vec<&String> = components.iter().filter(|(n, _)| n == name).map(|(_, v)| v).collect();
+        assert!(!listed.is_empty(), "{name} missing from the SBOM");
+        for v in listed {
+            assert!(locked(name).contains(v), "{name} {v} is not in Cargo.lock");
+        }
+    }
+    for test_only in ["proptest", "base64"] {
+        let shipped_too = test_only == "base64"; // kube uses it too
+        assert!(shipped_too || !components.iter().any(|(n, _)| n == test_only), "{test_only} is not shipped");
+    }
+    let chart = dist.join(format!("node-lifecycle-controller-{version}.tgz"));
+    assert!(chart.is_file(), "no packaged chart at {}", chart.display());
+    let sums = std::fs::read_to_string(dist.join("SHA256SUMS")).expect("SHA256SUMS");
+    let out = Command::new("sha256sum").arg("--check").current_dir(&dist).output().expect("sha256sum");
+    assert!(out.status.success(), "{sums}\n{}", String::from_utf8_lossy(&out.stdout));
+    assert!(sums.lines().count() >= 3, "{sums}");
+
+    let name = format!("nlc-auditable-{}", std::process::id());
+    let created = Command::new("docker").args(["create", "--name", &name, &image()]).output().expect("docker create");
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let bin = std::env::temp_dir().join(&name);
+    let copied = Command::new("docker")
+        .args(["cp", &format!("{name}:/usr/local/bin/node-lifecycle-controller")])
+        .arg(&bin)
+        .output()
+        .expect("docker cp");
+    let _ = Command::new("docker").args(["rm", &name]).output();
+    assert!(copied.status.success(), "{}", String::from_utf8_lossy(&copied.stderr));
+    let bytes = std::fs::read(&bin).expect("the binary");
+    let _ = std::fs::remove_file(&bin);
+    assert!(bytes.windows(7).any(|w| w == b".dep-v0"), "the image's binary has no cargo-auditable section");
 }

@@ -1,0 +1,157 @@
+//! Delegated authentication and authorization for the secure metrics endpoint, as
+//! kube-controller-manager's secure port and controller-runtime's
+//! `WithAuthenticationAndAuthorization` filter do it: the request's bearer token is reviewed by
+//! the API server (a TokenReview), and the identity it names must be allowed `get` on the
+//! non-resource URL (a SubjectAccessReview). Both answers are cached for 10 s, kube-controller-
+//! manager's defaults (`--authentication-token-webhook-cache-ttl`,
+//! `--authorization-webhook-cache-{un,}authorized-ttl`), keyed by a SHA-256 of the token so that
+//! no token is kept in memory; API errors are not cached.
+//!
+//! The answers: no or malformed `Authorization` header, or a token the API server does not
+//! authenticate: `401`; an identity without the permission: `403`; the API server unreachable:
+//! `503`. Each is counted in `nlc_metrics_requests_total{result}`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
+use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use kube::api::{Api, PostParams};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use tokio::time::Instant;
+
+/// How long an answer is reused.
+const TTL: Duration = Duration::from_secs(10);
+/// At most this many cached answers (a flood of random tokens cannot grow memory past it).
+const MAX_CACHED: usize = 4096;
+
+/// What a request may do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed,
+    /// No token, or one the API server does not authenticate.
+    Unauthenticated,
+    /// Authenticated as this user, who may not `get` the path.
+    Forbidden(String),
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+/// The cached answers, by the token's SHA-256, with when they were given.
+type Answers = HashMap<[u8; 32], (Instant, Verdict)>;
+
+/// The reviewer of one protected path.
+#[derive(Clone)]
+pub struct Delegated {
+    client: kube::Client,
+    path: &'static str,
+    cache: Arc<Mutex<Answers>>,
+    results: Family<ResultLabels, Counter>,
+}
+
+impl Delegated {
+    pub fn new(client: kube::Client, path: &'static str, registry: &mut Registry) -> Self {
+        let results = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "nlc_metrics_requests",
+            "Requests to the secure metrics endpoint, by result (allowed, unauthenticated, forbidden, error)",
+            results.clone(),
+        );
+        Self { client, path, cache: Arc::default(), results }
+    }
+
+    /// Counts a request's result.
+    pub fn count(&self, result: &'static str) {
+        self.results.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// The verdict on a request carrying this `Authorization` header value (if any); `Err` when
+    /// the API server could not answer.
+    pub async fn review(&self, authorization: Option<&[u8]>) -> Result<Verdict, kube::Error> {
+        let Some(token) = authorization.and_then(bearer) else {
+            return Ok(Verdict::Unauthenticated);
+        };
+        let key = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+        let mut hash = [0u8; 32];
+        hash.copy_from_slice(key.as_ref());
+        let now = Instant::now();
+        if let Some((at, v)) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(&hash)
+            && now.duration_since(*at) < TTL
+        {
+            return Ok(v.clone());
+        }
+        let verdict = self.ask(token).await?;
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= MAX_CACHED {
+            cache.retain(|_, (at, _)| now.duration_since(*at) < TTL);
+            if cache.len() >= MAX_CACHED {
+                cache.clear();
+            }
+        }
+        cache.insert(hash, (now, verdict.clone()));
+        Ok(verdict)
+    }
+
+    async fn ask(&self, token: &str) -> Result<Verdict, kube::Error> {
+        let review = TokenReview {
+            spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: None },
+            ..Default::default()
+        };
+        let reviewed = Api::<TokenReview>::all(self.client.clone()).create(&PostParams::default(), &review).await?;
+        let status = reviewed.status.unwrap_or_default();
+        let user = match (status.authenticated, status.user) {
+            (Some(true), Some(user)) => user,
+            _ => return Ok(Verdict::Unauthenticated),
+        };
+        let UserInfo { username, uid, groups, extra } = user;
+        let name = username.clone().unwrap_or_default();
+        let access = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: username,
+                uid,
+                groups,
+                extra,
+                non_resource_attributes: Some(NonResourceAttributes {
+                    path: Some(self.path.to_owned()),
+                    verb: Some("get".to_owned()),
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let decided =
+            Api::<SubjectAccessReview>::all(self.client.clone()).create(&PostParams::default(), &access).await?;
+        let allowed = decided.status.is_some_and(|s| s.allowed);
+        Ok(if allowed { Verdict::Allowed } else { Verdict::Forbidden(name) })
+    }
+}
+
+/// The token of a `Bearer` header value (the scheme case-insensitive, as RFC 7235 says).
+fn bearer(value: &[u8]) -> Option<&str> {
+    let value = std::str::from_utf8(value).ok()?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer;
+
+    #[test]
+    fn only_a_non_empty_bearer_token_is_taken() {
+        assert_eq!(bearer(b"Bearer abc"), Some("abc"));
+        assert_eq!(bearer(b"bearer  abc "), Some("abc"));
+        assert_eq!(bearer(b"Basic abc"), None);
+        assert_eq!(bearer(b"Bearer "), None);
+        assert_eq!(bearer(b"Bearer"), None);
+        assert_eq!(bearer(&[0xff, 0x20, 0x41]), None);
+    }
+}
