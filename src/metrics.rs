@@ -477,6 +477,7 @@ pub struct BrakeMetrics {
     /// 1 while the pause ConfigMap can be read (the brakes work), 0 while it is forbidden.
     pub available: Gauge,
     pub held_nodes: Gauge,
+    pub legacy_held_nodes: Gauge,
     pub dry_run: Family<ActionLabels, Counter>,
 }
 
@@ -491,8 +492,13 @@ impl BrakeMetrics {
         );
         registry.register(
             "nlc_nodes_held",
-            "Nodes labelled node-lifecycle-controller.io/hold: nothing is evicted from them",
+            "Nodes labelled node-restriction.kubernetes.io/node-lifecycle-controller-hold: nothing is evicted from them",
             m.held_nodes.clone(),
+        );
+        registry.register(
+            "nlc_nodes_legacy_hold_label",
+            "Nodes labelled node-lifecycle-controller.io/hold, the 0.1.0 hold label a kubelet can set on its own node: not honoured, relabel them",
+            m.legacy_held_nodes.clone(),
         );
         registry.register(
             "nlc_dry_run_actions",
@@ -502,12 +508,21 @@ impl BrakeMetrics {
         m
     }
 
-    pub fn set(&self, pause: nlc_core::brakes::Pause, held: usize) {
+    pub fn set(&self, pause: nlc_core::brakes::Pause, held: usize, legacy: usize) {
         use nlc_core::brakes::Pause;
         for p in [Pause::None, Pause::Evictions, Pause::All] {
             self.pause.get_or_create(&ModeLabels { mode: p.as_str() }).set(i64::from(p == pause));
         }
         self.held_nodes.set(held as i64);
+        let before = self.legacy_held_nodes.set(legacy as i64);
+        if legacy as i64 > before {
+            tracing::warn!(
+                nodes = legacy,
+                label = nlc_core::brakes::LEGACY_HOLD_LABEL,
+                now = nlc_core::brakes::HOLD_LABEL,
+                "nodes carry the old hold label, which a kubelet can set on its own node and is not honoured any more: label them with the new one"
+            );
+        }
     }
 
     /// Counts a shadow-mode action; returns its name.

@@ -15,7 +15,7 @@ use nlc_testenv::shared;
 use serde_json::{Value, json};
 
 const KEY: &str = "example.com/evict";
-const HOLD: &str = "node-lifecycle-controller.io/hold";
+use nlc_core::brakes::{HOLD_LABEL as HOLD, LEGACY_HOLD_LABEL};
 const PAUSE: &str = "node-lifecycle-controller-pause";
 
 async fn set_pause(s: &Scope, value: &str) {
@@ -130,6 +130,37 @@ async fn a_held_node_keeps_its_pods_until_the_label_goes() {
     for p in ["victim", "patient"] {
         assert!(evictions.wait(p, Duration::from_secs(5)).await.is_some(), "{p} kept after the hold:\n{}", c.logs());
     }
+}
+
+/// Issue 24: a node's own kubelet cannot set the hold label (NodeRestriction forbids kubelets the
+/// `node-restriction.kubernetes.io/` prefix), while it can set 0.1.0's label, which is therefore
+/// no longer honoured: a pod on a node carrying it is evicted as on any node, and the node is
+/// counted.
+#[tokio::test]
+async fn a_node_cannot_hold_itself() {
+    let env = shared();
+    let s = Scope::new(env, "brake-self-hold").await;
+    let node = make_node(&s, "z1", json!([no_execute(KEY, now_s())])).await;
+    let nodes = vec![node.clone(), make_node(&s, "z1", json!([])).await, make_node(&s, "z1", json!([])).await];
+    let _kubelets = Kubelets::start(&s.client, &nodes).await;
+    let kubeconfig = env.kubeconfig_for(&format!("system:node:{node}"), &["system:nodes"]).expect("kubeconfig");
+    let kubelet = nlc_testenv::client_from(&kubeconfig).await.expect("client");
+    let own: Api<k8s_openapi::api::core::v1::Node> = Api::all(kubelet);
+    let label = |key: &str| json!({"metadata": {"labels": {key: "mine"}}});
+    match own.patch(&node, &PatchParams::default(), &Patch::Merge(&label(HOLD))).await {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => panic!("the kubelet set the hold label on its own node: {other:?}"),
+    }
+    own.patch(&node, &PatchParams::default(), &Patch::Merge(&label(LEGACY_HOLD_LABEL)))
+        .await
+        .expect("NodeRestriction lets a kubelet set the old label (why it moved)");
+
+    s.pod("victim", &node, json!([]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let c = Controller::start(env, &s.scope, &flags(&[])).await;
+    assert!(evictions.wait("victim", Duration::from_secs(10)).await.is_some(), "the old label held:\n{}", c.logs());
+    let m = c.metrics().await;
+    assert_eq!(metric(&m, "nlc_nodes_legacy_hold_label"), Some(1.0), "{m}");
 }
 
 #[tokio::test]

@@ -12,8 +12,14 @@ use std::fmt;
 
 /// The project's one label and annotation prefix.
 pub const PREFIX: &str = "node-lifecycle-controller.io/";
-/// On a node: evict nothing from it.
-pub const HOLD_LABEL: &str = "node-lifecycle-controller.io/hold";
+/// On a node: evict nothing from it. Under `node-restriction.kubernetes.io/`, the prefix
+/// kube-apiserver's NodeRestriction admission plugin forbids kubelets to set, so that a node
+/// cannot exempt itself from evictions (only a cluster operator can hold a node).
+pub const HOLD_LABEL: &str = "node-restriction.kubernetes.io/node-lifecycle-controller-hold";
+/// The hold label of 0.1.0, which a node's own kubelet may set: no longer honoured; nodes that
+/// carry it are counted (`nlc_nodes_legacy_hold_label`) and logged so that an upgrade does not
+/// drop a hold silently.
+pub const LEGACY_HOLD_LABEL: &str = "node-lifecycle-controller.io/hold";
 /// The ConfigMap (in the controller's namespace) that pauses the controller.
 pub const PAUSE_CONFIGMAP: &str = "node-lifecycle-controller-pause";
 pub const PAUSE_KEY: &str = "pause";

@@ -264,6 +264,7 @@ mod tests {
             zone: String::new(),
             exclude_disruption: false,
             held: false,
+            legacy_hold: false,
             unschedulable: false,
             taints: vec![],
             conditions: vec![],

@@ -55,6 +55,7 @@ pub fn node(name: &str) -> NodeBuilder {
         zone: String::new(),
         exclude_disruption: false,
         held: false,
+        legacy_hold: false,
         unschedulable: false,
         taints: vec![],
         conditions: vec![cond("Ready", "True", -1.0)],
@@ -111,7 +112,7 @@ impl NodeBuilder {
         self
     }
 
-    /// Labelled `node-lifecycle-controller.io/hold`.
+    /// Labelled with the hold label.
     pub fn held(mut self) -> Self {
         self.0.held = true;
         self

@@ -402,7 +402,9 @@ impl Task {
         }
         self.update_gate();
         let pause = self.state.pause();
-        self.metrics.brakes.set(pause, self.state.cache.index.nodes.values().filter(|n| n.held).count());
+        let nodes = self.state.cache.index.nodes.values();
+        let (held, legacy) = nodes.fold((0, 0), |(h, l), n| (h + usize::from(n.held), l + usize::from(n.legacy_hold)));
+        self.metrics.brakes.set(pause, held, legacy);
     }
 
     /// Opens the executor's write fence while this process leads, is not paused altogether and

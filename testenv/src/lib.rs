@@ -433,7 +433,8 @@ fn spawn_etcd(assets: &Path, dir: &Path, url: &str, peer_port: u16) -> Result<Ch
         .context("starting etcd")
 }
 
-/// envtest's flag set, plus two for a single loopback host.
+/// envtest's flag set, plus two for a single loopback host, and the Node authorizer with
+/// NodeRestriction.
 fn apiserver_args(pki: &Pki, dir: &Path, etcd_url: &str, port: u16) -> Vec<String> {
     vec![
         format!("--etcd-servers={etcd_url}"),
@@ -448,7 +449,10 @@ fn apiserver_args(pki: &Pki, dir: &Path, etcd_url: &str, port: u16) -> Vec<Strin
         "--service-account-issuer=https://localhost".into(),
         format!("--service-account-key-file={}", pki.sa_pub.display()),
         format!("--service-account-signing-key-file={}", pki.sa_key.display()),
-        "--authorization-mode=RBAC".into(),
+        // As kubeadm and kind run it: kubelets (user system:node:<name>, group system:nodes) are
+        // authorized by the Node authorizer and limited by NodeRestriction.
+        "--authorization-mode=Node,RBAC".into(),
+        "--enable-admission-plugins=NodeRestriction".into(),
         "--disable-admission-plugins=ServiceAccount".into(),
         "--allow-privileged=true".into(),
         format!("--cert-dir={}", dir.join("certs").display()),
