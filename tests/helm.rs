@@ -53,6 +53,7 @@ const EVERYTHING: &[&str] = &[
     "--set=metrics.serviceMonitor.enabled=true",
     "--set=prometheusRule.enabled=true",
     "--set=networkPolicy.enabled=true",
+    "--set=nodeWritePolicy.enabled=true",
     "--set=controller.nodeSelector.kubernetes\\.io/os=linux",
     "--set=controller.config.taintRules[0].condition=KernelDeadlock",
     "--set=controller.config.taintRules[0].status=True",
@@ -223,6 +224,7 @@ fn the_chart_renders_what_the_kustomize_overlays_do() {
                 "--set=webhook.enabled=true",
                 "--set=webhook.plugins.podTolerationRestriction.enabled=true",
                 "--set=networkPolicy.enabled=true",
+                "--set=nodeWritePolicy.enabled=true",
             ],
         ),
     ];

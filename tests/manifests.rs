@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::yaml::{apply, documents, file};
 use common::*;
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use nlc_testenv::shared;
 use serde_json::{Value, json};
@@ -115,6 +116,8 @@ async fn every_overlay_renders_and_applies_as_users_apply_it() {
                     | "ClusterRoleBinding"
                     | "MutatingWebhookConfiguration"
                     | "ValidatingWebhookConfiguration"
+                    | "ValidatingAdmissionPolicy"
+                    | "ValidatingAdmissionPolicyBinding"
                     | "CustomResourceDefinition"
             );
             if !cluster_scoped {
@@ -154,6 +157,52 @@ async fn every_overlay_renders_and_applies_as_users_apply_it() {
         }
     }
     apply_overlays(&client).await;
+}
+
+/// Issue 24: the optional ValidatingAdmissionPolicy (in the restricted overlay) holds the
+/// controller's identity to its node writes: a label or a taint it does not manage is refused,
+/// a managed taint is not (and the whole job below runs under it).
+#[tokio::test]
+async fn the_node_write_policy_refuses_what_the_controller_does_not_manage() {
+    let env = shared();
+    let admin = env.client().await;
+    apply_overlays(&admin).await;
+    let groups = ["system:serviceaccounts", "system:serviceaccounts:node-lifecycle-controller", "system:authenticated"];
+    let kubeconfig = env.kubeconfig_for(SERVICE_ACCOUNT_USER, &groups).expect("kubeconfig");
+    let as_controller = nlc_testenv::client_from(&kubeconfig).await.expect("client");
+    let s = Scope::new(env, "node-writes").await;
+    let node = s.node("n", json!([])).await;
+    let nodes: Api<Node> = Api::all(as_controller);
+    let patch = |body: Value| {
+        let nodes = nodes.clone();
+        let node = node.clone();
+        async move { nodes.patch(&node, &PatchParams::default(), &Patch::Merge(&body)).await }
+    };
+    fn refused_ref(r: &Result<Node, kube::Error>) -> bool {
+        matches!(r, Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("node-lifecycle-controller"))
+    }
+    let refused = |r: Result<Node, kube::Error>| refused_ref(&r);
+    // The API server loads policies asynchronously: wait until one is refused.
+    let mut last = None;
+    // (A new value each time: a patch that changes nothing passes any policy.)
+    for i in 0..100 {
+        let r = patch(json!({"metadata": {"labels": {"example.com/owner": format!("me-{i}")}}})).await;
+        if refused_ref(&r) {
+            last = None;
+            break;
+        }
+        last = Some(r);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let policies: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy> = Api::all(admin.clone());
+    let status = policies.get("node-lifecycle-controller-node-writes").await.map(|p| p.status);
+    assert!(last.is_none(), "a label change by the controller's identity was never refused: {last:?}\n{status:?}");
+    let foreign = json!({"spec": {"taints": [{"key": "example.com/cni-not-ready", "effect": "NoSchedule"}]}});
+    assert!(refused(patch(foreign).await), "a taint the controller does not manage was accepted");
+    assert!(refused(patch(json!({"spec": {"unschedulable": true}})).await), "a cordon was accepted");
+    let managed = json!({"spec": {"taints": [{"key": UNREACHABLE, "effect": "NoSchedule"}]}});
+    patch(managed).await.expect("a managed taint is the controller's to write");
+    patch(json!({"metadata": {"labels": {"beta.kubernetes.io/os": "linux"}}})).await.expect("the beta OS label too");
 }
 
 /// The controller, as the rendered service account with exactly the rendered RBAC, elects itself,
