@@ -5,6 +5,10 @@ ARG RUST_IMAGE=rust:1.95-slim-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
 FROM ${RUST_IMAGE} AS build
+# cargo-auditable embeds the dependency tree (crate names, versions, sources) in the binary, so
+# that `cargo audit bin`, trivy or syft can check the shipped binary itself.
+ARG CARGO_AUDITABLE_VERSION=0.7.7
+RUN cargo install cargo-auditable --version ${CARGO_AUDITABLE_VERSION} --locked
 WORKDIR /src
 # Dependencies in a layer of their own: the workspace's manifests with stub sources, built once;
 # a change of our code then rebuilds only our two crates.
@@ -15,7 +19,7 @@ COPY bench/Cargo.toml bench/
 RUN mkdir -p src core/src core/benches testenv/src/bin bench/src \
  && for f in src/main.rs testenv/src/bin/controlplane.rs bench/src/main.rs core/benches/semantics.rs core/benches/admission.rs core/benches/decode.rs core/benches/memory.rs; do echo 'fn main() {}' > "$f"; done \
  && touch src/lib.rs core/src/lib.rs testenv/src/lib.rs \
- && cargo build --profile dist --locked -p node-lifecycle-controller --bin node-lifecycle-controller \
+ && cargo auditable build --profile dist --locked -p node-lifecycle-controller --bin node-lifecycle-controller \
  && rm -rf src core/src
 COPY core/src core/src
 COPY src src
@@ -23,7 +27,7 @@ COPY src src
 ARG NLC_GIT_VERSION=""
 # COPY keeps the files' own times, which may be older than the stubs': make them newer.
 RUN find src core/src -type f -exec touch {} + \
- && cargo build --profile dist --locked -p node-lifecycle-controller --bin node-lifecycle-controller
+ && cargo auditable build --profile dist --locked -p node-lifecycle-controller --bin node-lifecycle-controller
 
 FROM ${RUNTIME_IMAGE}
 COPY --from=build /src/target/dist/node-lifecycle-controller /usr/local/bin/node-lifecycle-controller

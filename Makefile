@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test test-oldest test-matrix test-differential e2e e2e-kind kind-image image controlplane lint bench-semantics bench-admission bench-memory bench-eviction bench-lifecycle bench-compare bench-chaos release
+.PHONY: run test test-oldest test-matrix test-differential e2e e2e-kind kind-image image controlplane lint bench-semantics bench-admission bench-memory bench-eviction bench-lifecycle bench-compare bench-chaos build-release release deny
 
 E2E_IMAGE ?= node-lifecycle-controller:dev
 
@@ -39,11 +39,12 @@ IMAGE ?= $(E2E_IMAGE)
 image:
 	scripts/image.sh $(IMAGE)
 
-# The image run as the manifests' pod would run: read-only, user 65532, an in-cluster identity
-# from the TokenRequest API; two containers fail over. Installs and starts Docker if it can
+# `make release`'s artifacts checked (SBOM, chart, checksums, the binary's embedded dependency
+# list), and the image run as the manifests' pod would run: read-only, user 65532, an in-cluster
+# identity from the TokenRequest API; two containers fail over. Installs and starts Docker if it can
 # (as root); fails, saying why, if it cannot.
-e2e: controlplane image
-	NLC_E2E_IMAGE=$(E2E_IMAGE) $(CARGO) test --locked --features e2e --test e2e -- --nocapture
+e2e: controlplane release
+	NLC_E2E_IMAGE=$(E2E_IMAGE) NLC_DIST=$(DIST) $(CARGO) test --locked --features e2e --test e2e -- --nocapture
 
 # The kind node image (and kind itself): kindest/node where a registry is reachable, else built
 # here from the Go module proxy and Debian's packages (scripts/kind-image.sh, docs/kind.md);
@@ -58,6 +59,18 @@ e2e-kind: controlplane image
 	node_image=$$(scripts/kind-image.sh | tail -1) && \
 	NLC_KIND_NODE_IMAGE=$$node_image NLC_KIND_BIN=$(KIND_BIN) NLC_E2E_IMAGE=$(E2E_IMAGE) \
 	$(CARGO) test --locked --features e2e --test kind -- --nocapture
+
+# Supply chain: RustSec advisories (the vendored snapshot), licenses, duplicate versions and
+# sources (deny.toml), offline.
+deny:
+	scripts/deny.sh
+
+# The release's artifacts, as the release workflow (.github/workflows/release.yml) makes them,
+# here for this machine's architecture and unsigned: the image (IMAGE), its SBOM (CycloneDX),
+# the packaged chart and their checksums, in $(DIST).
+DIST ?= $${CARGO_TARGET_DIR:-target}/dist-artifacts
+release:
+	scripts/release.sh $(IMAGE) $(DIST)
 
 # What CI checks before any test: formatting, clippy and rustdoc with warnings as errors.
 lint:
@@ -80,29 +93,30 @@ bench-memory:
 # Ours vs kube-controller-manager (defaults and our budget) vs the API floor, RUNS times per
 # size, then the lifecycle workload side by side (LC_SIZES, LC_RUNS): docs/bench/compare.{md,svg,png}.
 # SIZES="1000 5000" for the whole envelope; each run on a fresh control plane (see the script).
-bench-compare: controlplane release
+bench-compare: controlplane build-release
 	scripts/bench-compare.sh
 
-release:
+# The optimised binaries the benchmarks run.
+build-release:
 	$(CARGO) build --release --locked --bin node-lifecycle-controller -p node-lifecycle-controller
 	$(CARGO) build --release --locked --bin bench -p nlc-bench
 	@ls -l "$${CARGO_TARGET_DIR:-target}/release/node-lifecycle-controller" | awk '{printf "node-lifecycle-controller: %.1f MB\n", $$5/1e6}'
 
 # 1,000 nodes x 30 pods, every node tainted NoExecute at once (see bench/src/eviction.rs).
 # BENCH_ARGS passes more, e.g. BENCH_ARGS="-- --kube-api-qps 20 --kube-api-burst 30".
-bench-eviction: controlplane release
+bench-eviction: controlplane build-release
 	$${CARGO_TARGET_DIR:-target}/release/bench eviction --controller $${CARGO_TARGET_DIR:-target}/release/node-lifecycle-controller $(BENCH_ARGS)
 
 # 1,000 nodes heartbeating; 10 minutes of steady state, then 100 (10%) stop: detection delay
 # and the zone limiter's taint rate.
-bench-lifecycle: controlplane release
+bench-lifecycle: controlplane build-release
 	$${CARGO_TARGET_DIR:-target}/release/bench lifecycle --controller $${CARGO_TARGET_DIR:-target}/release/node-lifecycle-controller $(BENCH_ARGS)
 
 # 1,000 nodes x 30 pods, a node failing every 4 s for 10 minutes, while a proxy injects 429s,
 # 500s, resets and 2 s stalls, the API server restarts twice and a slowloris client holds the
 # webhook's connections; then the same without faults: docs/bench/chaos.md (see bench/src/chaos.rs).
 BIN_DIR = $${CARGO_TARGET_DIR:-target}/release
-bench-chaos: controlplane release
+bench-chaos: controlplane build-release
 	mkdir -p docs/bench/runs
 	$(BIN_DIR)/bench chaos --controller $(BIN_DIR)/node-lifecycle-controller $(BENCH_ARGS) > docs/bench/runs/chaos-faults.json
 	$(BIN_DIR)/bench chaos --no-faults --controller $(BIN_DIR)/node-lifecycle-controller $(BENCH_ARGS) > docs/bench/runs/chaos-no-faults.json

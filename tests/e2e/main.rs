@@ -244,7 +244,7 @@ fn the_release_artifacts_describe_what_ships() {
     let chart = dist.join(format!("node-lifecycle-controller-{version}.tgz"));
     assert!(chart.is_file(), "no packaged chart at {}", chart.display());
     let sums = std::fs::read_to_string(dist.join("SHA256SUMS")).expect("SHA256SUMS");
-    let out = Command::new("sha256sum").arg("--check").current_dir(&dist).output().expect("sha256sum");
+    let out = Command::new("sha256sum").args(["--check", "SHA256SUMS"]).current_dir(&dist).output().expect("sha256sum");
     assert!(out.status.success(), "{sums}\n{}", String::from_utf8_lossy(&out.stdout));
     assert!(sums.lines().count() >= 3, "{sums}");
 
