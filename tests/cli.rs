@@ -557,6 +557,13 @@ async fn metrics_are_served_only_to_callers_the_api_server_authorizes() {
     }
     assert_eq!(http_get(probes, "/healthz").await.map(|r| r.0), Some(200));
     assert_eq!(http_get(probes, "/livez").await.map(|r| r.0), Some(200));
+    // Issue 25: `?verbose` lists the checks, as kube components do.
+    let verbose = http_get(probes, "/readyz?verbose").await.expect("readyz?verbose");
+    assert_eq!(verbose.0, 200);
+    assert!(verbose.1.contains("[+]ping ok") && verbose.1.ends_with("readyz check passed\n"), "{}", verbose.1);
+    assert!(verbose.1.lines().count() >= 4, "every component is listed: {}", verbose.1);
+    let live = http_get(probes, "/livez?verbose").await.expect("livez?verbose").1;
+    assert!(live.contains("[+]ping ok") && live.ends_with("livez check passed\n"), "{live}");
     assert_eq!(http_get(probes, "/metrics").await.map(|r| r.0), Some(404), "the probe port serves no metrics");
     // Plain HTTP is not spoken on the metrics port.
     assert_ne!(http_get(metrics, "/metrics").await.map(|r| r.0), Some(200));
@@ -571,6 +578,12 @@ async fn metrics_are_served_only_to_callers_the_api_server_authorizes() {
     let served = https_get(metrics, "/metrics", Some(&scraper)).await.expect("https");
     assert_eq!(served.0, 200, "the scraper: {served:?}");
     assert!(served.1.contains("nlc_build_info"), "{}", served.1);
+    // The process metrics every Prometheus client exports.
+    for series in
+        ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds", "process_start_time_seconds"]
+    {
+        assert!(common::metric(&served.1, series).is_some_and(|v| v > 0.0), "{series}: {}", served.1);
+    }
     // The probe paths need no token on the metrics port either.
     assert_eq!(https_get(metrics, "/readyz", None).await.map(|r| r.0), Some(200));
     // Every answer counted; the second scrape came from the cache (no new review needed).

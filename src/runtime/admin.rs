@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
@@ -36,8 +36,13 @@ impl Readiness {
 
     /// The components that are not ready yet (empty: ready).
     pub fn pending(&self) -> Vec<&'static str> {
+        self.checks().into_iter().filter(|(_, ready)| !ready).map(|(name, _)| name).collect()
+    }
+
+    /// Every component, and whether it is ready.
+    fn checks(&self) -> Vec<(&'static str, bool)> {
         let gates = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        gates.iter().filter(|(_, rx)| !*rx.borrow()).map(|(name, _)| *name).collect()
+        gates.iter().map(|(name, rx)| (*name, *rx.borrow())).collect()
     }
 }
 
@@ -73,12 +78,33 @@ impl Liveness {
     }
 
     fn stalled(&self) -> Vec<String> {
-        let beats = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        beats
-            .iter()
-            .filter_map(|h| h.stalled().map(|d| format!("{} (no progress for {}s)", h.name, d.as_secs())))
-            .collect()
+        self.checks().into_iter().filter_map(|(name, problem)| problem.map(|p| format!("{name} ({p})"))).collect()
     }
+
+    /// Every loop, and why it fails (`None`: it is making progress).
+    fn checks(&self) -> Vec<(&'static str, Option<String>)> {
+        let beats = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        beats.iter().map(|h| (h.name, h.stalled().map(|d| format!("no progress for {}s", d.as_secs())))).collect()
+    }
+}
+
+/// `?verbose`, as kube components answer it: one line per check (`[+]name ok`, `[-]name failed:
+/// why`), then `<endpoint> check passed` or `failed`.
+fn verbose(endpoint: &str, checks: &[(&str, Option<String>)]) -> String {
+    let mut out = String::new();
+    for (name, problem) in checks {
+        match problem {
+            None => out.push_str(&format!("[+]{name} ok\n")),
+            Some(why) => out.push_str(&format!("[-]{name} failed: {why}\n")),
+        }
+    }
+    let passed = checks.iter().all(|(_, p)| p.is_none());
+    out.push_str(&format!("{endpoint} check {}\n", if passed { "passed" } else { "failed" }));
+    out
+}
+
+fn wants_verbose(uri: &Uri) -> bool {
+    uri.query().is_some_and(|q| q.split('&').any(|kv| kv == "verbose" || kv.starts_with("verbose=")))
 }
 
 #[derive(Clone)]
@@ -123,12 +149,26 @@ impl Admin {
 }
 
 fn probe_routes() -> Router<AdminState> {
-    Router::new().route("/healthz", get(|| async { "ok" })).route("/livez", get(livez)).route("/readyz", get(readyz))
+    Router::new().route("/healthz", get(healthz)).route("/livez", get(livez)).route("/readyz", get(readyz))
+}
+
+async fn healthz(uri: Uri) -> String {
+    if wants_verbose(&uri) { verbose("healthz", &[("ping", None)]) } else { "ok".to_owned() }
 }
 
 /// Not ready while any component is not, and from the moment shutdown begins (so that
 /// endpoints stop sending traffic while the listeners drain).
-async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
+async fn readyz(State(s): State<AdminState>, uri: Uri) -> impl IntoResponse {
+    if wants_verbose(&uri) {
+        let mut checks: Vec<(&str, Option<String>)> = vec![("ping", None)];
+        checks.extend(
+            s.readiness.checks().into_iter().map(|(name, ready)| (name, (!ready).then(|| "not ready".to_owned()))),
+        );
+        checks.push(("shutdown", s.stop.is_signaled().then(|| "shutting down".to_owned())));
+        let code =
+            if checks.iter().all(|(_, p)| p.is_none()) { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+        return (code, verbose("readyz", &checks));
+    }
     if s.stop.is_signaled() {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down".to_owned());
     }
@@ -140,7 +180,14 @@ async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
     }
 }
 
-async fn livez(State(s): State<AdminState>) -> impl IntoResponse {
+async fn livez(State(s): State<AdminState>, uri: Uri) -> impl IntoResponse {
+    if wants_verbose(&uri) {
+        let mut checks: Vec<(&str, Option<String>)> = vec![("ping", None)];
+        checks.extend(s.liveness.checks());
+        let code =
+            if checks.iter().all(|(_, p)| p.is_none()) { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+        return (code, verbose("livez", &checks));
+    }
     let stalled = s.liveness.stalled();
     if stalled.is_empty() {
         (StatusCode::OK, "ok".to_owned())

@@ -11,6 +11,7 @@ pub mod client;
 pub mod fence;
 pub mod http;
 pub mod leader;
+pub mod process;
 pub mod shutdown;
 pub mod telemetry;
 pub mod tls;
@@ -94,6 +95,7 @@ impl Runtime {
             "The running build: 1, labelled with its version and the git description of its source",
             build_info,
         );
+        registry.register_collector(Box::new(process::ProcessCollector));
         let watch_metrics = watch::WatchMetrics::register(&mut registry);
         let http_metrics = http::HttpMetrics::register(&mut registry);
         let guard = tls.is_some().then(|| auth::Delegated::new(client.clone(), "/metrics", &mut registry));
