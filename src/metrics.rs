@@ -113,6 +113,10 @@ impl EvictionMetrics {
             "Failed eviction attempts (each is retried), by reason",
             m.failures.clone(),
         );
+        // Every reason's series from the start at 0, so that rate() and alerts see the first.
+        for reason in EVICTION_FAILURE_REASONS {
+            let _ = m.failures.get_or_create(&ReasonLabels { reason });
+        }
         registry.register(
             "nlc_eviction_cancellations",
             "Scheduled evictions cancelled before their deadline",
@@ -469,6 +473,9 @@ pub struct ModeLabels {
 pub struct ActionLabels {
     pub action: &'static str,
 }
+
+/// The reasons of `nlc_eviction_failures_total`.
+pub const EVICTION_FAILURE_REASONS: [&str; 5] = ["node_read", "condition", "delete", "eviction", "disruption_budget"];
 
 /// The brakes and shadow mode.
 #[derive(Clone, Default)]

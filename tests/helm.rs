@@ -54,6 +54,7 @@ const EVERYTHING: &[&str] = &[
     "--set=prometheusRule.enabled=true",
     "--set=networkPolicy.enabled=true",
     "--set=nodeWritePolicy.enabled=true",
+    "--set=grafanaDashboard.enabled=true",
     "--set=controller.nodeSelector.kubernetes\\.io/os=linux",
     "--set=controller.config.taintRules[0].condition=KernelDeadlock",
     "--set=controller.config.taintRules[0].status=True",
@@ -559,4 +560,57 @@ fn the_chart_and_the_binary_carry_one_version() {
     };
     assert_eq!(field("version").as_deref(), Some(env!("CARGO_PKG_VERSION")));
     assert_eq!(field("appVersion").as_deref(), Some(env!("CARGO_PKG_VERSION")));
+}
+
+/// Issue 25: the Grafana dashboard is well formed for Grafana's dashboard model (schemaVersion,
+/// unique panel ids, grid positions inside the 24 columns without overlap, every query with a
+/// refId on the datasource variable) and the chart ships exactly the file. That its queries
+/// name exported metrics is checked against real scrapes (tests/manifests.rs, hostile.rs,
+/// second_writer.rs).
+#[test]
+fn the_grafana_dashboard_is_well_formed_and_shipped() {
+    let file = chart().join("dashboards/node-lifecycle-controller.json");
+    let text = std::fs::read_to_string(&file).expect("dashboard");
+    let d: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(d["uid"], "node-lifecycle-controller");
+    assert!(d["title"].as_str().is_some_and(|t| !t.is_empty()));
+    assert!(d["schemaVersion"].as_u64().is_some_and(|v| v >= 36), "{}", d["schemaVersion"]);
+    let vars = d["templating"]["list"].as_array().expect("templating");
+    assert!(vars.iter().any(|v| v["name"] == "datasource" && v["type"] == "datasource" && v["query"] == "prometheus"));
+    let panels = d["panels"].as_array().expect("panels");
+    let mut ids = BTreeSet::new();
+    let mut cells = BTreeSet::new();
+    for p in panels {
+        let id = p["id"].as_u64().expect("id");
+        assert!(ids.insert(id), "panel id {id} twice");
+        let g = &p["gridPos"];
+        let (x, y, w, h) = (g["x"].as_u64(), g["y"].as_u64(), g["w"].as_u64(), g["h"].as_u64());
+        let (Some(x), Some(y), Some(w), Some(h)) = (x, y, w, h) else { panic!("gridPos of {id}: {g}") };
+        assert!(w >= 1 && x + w <= 24 && h >= 1, "panel {id} outside the grid: {g}");
+        for cx in x..x + w {
+            for cy in y..y + h {
+                assert!(cells.insert((cx, cy)), "panel {id} overlaps another at ({cx}, {cy})");
+            }
+        }
+        if p["type"] == "row" {
+            continue;
+        }
+        assert!(["timeseries", "stat", "gauge", "table", "bargauge"].contains(&p["type"].as_str().unwrap_or_default()));
+        let targets = p["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "panel {id} queries nothing");
+        for t in targets {
+            assert!(
+                t["refId"].as_str().is_some_and(|r| !r.is_empty()) && t["expr"].as_str().is_some_and(|e| !e.is_empty())
+            );
+            assert_eq!(t["datasource"]["uid"], "${datasource}", "panel {id}");
+        }
+    }
+    let docs = template("nlc", "nlc", &["--set=grafanaDashboard.enabled=true"]).expect("template");
+    let cm = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["labels"]["grafana_dashboard"] == "1")
+        .expect("the dashboard ConfigMap");
+    let shipped: Value = serde_json::from_str(cm["data"]["node-lifecycle-controller.json"].as_str().expect("data"))
+        .expect("shipped JSON");
+    assert_eq!(shipped, d, "the chart ships the file");
 }

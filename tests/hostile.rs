@@ -475,6 +475,8 @@ async fn denials_by_plugin_and_the_certificates_expiry_are_metrics() {
     // rcgen's default notAfter, which the test PKI keeps.
     let expected = "4096-01-01T00:00:00Z".parse::<jiff::Timestamp>().expect("time").as_second() as f64;
     assert_eq!(common::metric(&m, "nlc_webhook_certificate_expiry_timestamp_seconds"), Some(expected), "{m}");
+    // Issue 25: the Grafana dashboard's webhook queries name metrics this webhook exports.
+    common::assert_dashboard_queries(&m, |f| f.starts_with("nlc_webhook"));
 }
 
 async fn post_body(port: u16, path: &str, body: &[u8]) -> (Option<u16>, String) {

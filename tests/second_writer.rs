@@ -97,6 +97,7 @@ async fn kube_controller_manager_beside_us_is_reported_within_a_minute() {
             .map(|(what, _)| *what)
             .collect();
         if seen.len() == wanted.len() {
+            common::assert_dashboard_queries(&m, |f| f.starts_with("nlc_second_writer"));
             break;
         }
         if let Ok(Some(status)) = kcm.try_wait() {

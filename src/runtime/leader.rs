@@ -200,6 +200,10 @@ impl Metrics {
             "Failed requests on the leader election Lease, by operation (read, write, watch)",
             m.errors.clone(),
         );
+        // Every series from the start at 0, so that rate() and alerts see the first error.
+        for op in ["read", "write", "watch"] {
+            let _ = m.errors.get_or_create(&OpLabels { op });
+        }
         m
     }
 

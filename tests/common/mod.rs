@@ -31,6 +31,40 @@ pub struct Controller {
     log: std::path::PathBuf,
 }
 
+/// The metric families the Grafana dashboard queries: the tokens of its PromQL with the
+/// project's and upstream's prefixes, without `_total`, `_bucket`, `_sum` and `_count`.
+pub fn dashboard_families() -> std::collections::BTreeSet<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("charts/node-lifecycle-controller/dashboards/node-lifecycle-controller.json");
+    let dashboard: Value = serde_json::from_slice(&std::fs::read(path).expect("dashboard")).expect("dashboard JSON");
+    let mut families = std::collections::BTreeSet::new();
+    for panel in dashboard["panels"].as_array().into_iter().flatten() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap_or_default();
+            for token in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')) {
+                let ours = ["nlc_", "node_collector_", "taint_eviction_", "leader_election_", "process_"];
+                if ours.iter().any(|p| token.starts_with(p)) {
+                    let mut family = token;
+                    for suffix in ["_total", "_bucket", "_sum", "_count"] {
+                        family = family.strip_suffix(suffix).unwrap_or(family);
+                    }
+                    families.insert(family.to_owned());
+                }
+            }
+        }
+    }
+    families
+}
+
+/// Asserts that every family of the dashboard that `which` selects is in `scrape` (a real
+/// `/metrics`: `# TYPE` lines name the families with series).
+pub fn assert_dashboard_queries(scrape: &str, which: impl Fn(&str) -> bool) {
+    let exported: HashSet<&str> = scrape.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
+    let missing: Vec<String> =
+        dashboard_families().into_iter().filter(|f| which(f) && !exported.contains(f.as_str())).collect();
+    assert!(missing.is_empty(), "the dashboard queries metrics this run does not export: {missing:?}\n{scrape}");
+}
+
 /// The flags that serve `/metrics` as plain HTTP with no probe listener (the tests scrape it
 /// directly; `tests/metrics_auth` covers the secure default), unless `extra` sets them.
 pub fn plain_metrics(extra: &[&str]) -> Vec<&'static str> {
