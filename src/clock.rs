@@ -2,10 +2,13 @@
 //! sleeping. Production follows the system's wall clock ([`SystemClock`]), so a `timeAdded`
 //! written after a clock correction is right; a [`StepDetector`] notices when the wall clock
 //! jumps relative to the monotonic clock, so that heartbeats measured before the jump are not
-//! compared with times after it. Tests use [`FakeClock`], which follows tokio's paused time and
-//! can be stepped.
+//! compared with times after it. This module's tests use a `FakeClock`, which follows tokio's
+//! paused time and can be stepped; the integration tests step the real process's clock with
+//! libfaketime (tests/clock.rs).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+#[cfg(test)]
+use std::sync::Mutex;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -54,6 +57,7 @@ impl Clock for SystemClock {
 
 /// Wall time anchored at a chosen moment and advanced by tokio's (pausable) monotonic clock;
 /// [`FakeClock::step`] moves the wall clock alone, as an NTP correction or an operator would.
+#[cfg(test)]
 #[derive(Debug)]
 pub struct FakeClock {
     wall0: Timestamp,
@@ -61,6 +65,7 @@ pub struct FakeClock {
     offset: Mutex<SignedDuration>,
 }
 
+#[cfg(test)]
 impl FakeClock {
     pub fn starting_at(wall0: Timestamp) -> Self {
         Self { wall0, inst0: Instant::now(), offset: Mutex::new(SignedDuration::ZERO) }
@@ -73,6 +78,7 @@ impl FakeClock {
     }
 }
 
+#[cfg(test)]
 impl Clock for FakeClock {
     fn now(&self) -> Timestamp {
         let elapsed = SignedDuration::try_from(self.inst0.elapsed()).unwrap_or(SignedDuration::MAX);

@@ -10,8 +10,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// The project's one label and annotation prefix.
-pub const PREFIX: &str = "node-lifecycle-controller.io/";
 /// On a node: evict nothing from it. Under `node-restriction.kubernetes.io/`, the prefix
 /// kube-apiserver's NodeRestriction admission plugin forbids kubelets to set, so that a node
 /// cannot exempt itself from evictions (only a cluster operator can hold a node).

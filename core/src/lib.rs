@@ -33,7 +33,8 @@
 //! - [`time`]: saturating time arithmetic, backoff, and times read as Go reads them.
 //! - [`wire`]: what the watches decode, leniently: one odd object is skipped, never a page.
 //! - [`writers`]: kube-controller-manager's own controllers left running beside this one.
-//! - [`fixtures`] (tests): builders for nodes and pods, and a fake API server for the state.
+//! - `fixtures` (this crate's tests only): builders for nodes and pods, and a fake API server for
+//!   the state.
 
 pub mod action;
 pub mod admission;
@@ -43,7 +44,7 @@ pub mod default_tolerations;
 pub mod error;
 pub mod eviction;
 pub mod explain;
-#[cfg(any(test, feature = "fixtures"))]
+#[cfg(test)]
 pub mod fixtures;
 pub mod flags;
 pub mod health;

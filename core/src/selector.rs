@@ -195,11 +195,6 @@ impl Selector {
         Ok(Self { text: text.join(","), requirements })
     }
 
-    /// The empty selector: everything matches.
-    pub fn is_everything(&self) -> bool {
-        self.requirements.is_empty()
-    }
-
     pub fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
         self.requirements.iter().all(|r| {
             let v = labels.and_then(|l| l.get(&r.key));
