@@ -598,3 +598,36 @@ async fn metrics_are_served_only_to_callers_the_api_server_authorizes() {
     let _ = Api::<ClusterRoleBinding>::all(client.clone()).delete(&ns, &Default::default()).await;
     let _ = Api::<ClusterRole>::all(client).delete(&ns, &Default::default()).await;
 }
+
+/// Issue 25: docs/lifecycle.svg draws the code's own states: every zone state and every pending
+/// eviction state is named in it (a renamed or new state fails here until the picture follows).
+#[test]
+fn the_lifecycle_diagram_names_the_codes_states() {
+    let svg = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/lifecycle.svg"))
+        .expect("docs/lifecycle.svg");
+    let zone = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("core/src/zone.rs"))
+        .expect("zone.rs");
+    let eviction =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("core/src/eviction/mod.rs"))
+            .expect("eviction");
+    let variants = |text: &str, name: &str| -> Vec<String> {
+        let start = text.find(&format!("pub enum {name} {{")).unwrap_or_else(|| panic!("enum {name}"));
+        let body = &text[start..start + text[start..].find('}').expect("end")];
+        body.lines()
+            .skip(1)
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("//") && !l.starts_with('#'))
+            .map(|l| l.trim_end_matches(',').to_owned())
+            .collect()
+    };
+    for (text, name) in [(&zone, "ZoneState"), (&eviction, "PendingState")] {
+        let names = variants(text, name);
+        assert!(names.len() >= 4, "{name}: {names:?}");
+        for v in names {
+            assert!(svg.contains(&v), "docs/lifecycle.svg does not show {name}::{v}");
+        }
+    }
+    for rule in ["max(taint timeAdded, pod bound)", "tolerationSeconds", "Cancelled", "Unknown"] {
+        assert!(svg.contains(rule), "docs/lifecycle.svg does not show {rule}");
+    }
+}
