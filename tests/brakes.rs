@@ -114,6 +114,13 @@ async fn a_held_node_keeps_its_pods_until_the_label_goes() {
     assert_eq!(evictions.at("patient"), None, "evicted from a held node:\n{}", c.logs());
     let m = c.metrics().await;
     assert_eq!(metric(&m, "nlc_nodes_held"), Some(1.0), "{m}");
+    // Each held pod says why on its own events (issue 25), once.
+    for p in ["victim", "patient"] {
+        let held: Vec<(String, String)> =
+            pod_events(&s.client, &s.ns, p).await.into_iter().filter(|(r, _)| r == "EvictionHeld").collect();
+        assert_eq!(held.len(), 1, "{p}: {held:?}");
+        assert!(held[0].1.contains(HOLD), "{held:?}");
+    }
 
     let status = kubectl_nlc_status(env, &s.ns);
     assert!(status["heldNodes"].as_array().is_some_and(|a| a.iter().any(|n| n == held.as_str())), "{status:#}");

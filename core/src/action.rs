@@ -90,6 +90,10 @@ pub enum PodEventKind {
     /// `taint-eviction-controller`, Warning `SecondTaintEvictionController` (ours):
     /// kube-controller-manager's taint eviction controller evicted the pod ([`crate::writers`]).
     EvictedByOtherController,
+    /// `taint-eviction-controller`, Normal `EvictionHeld` (ours): the pod is due through a
+    /// NoExecute taint, but the eviction gate holds it (its node is held, evictions are paused,
+    /// or node lifecycle has not confirmed the taint yet). Once per hold.
+    EvictionHeld,
 }
 
 /// An event about a pod (`regarding` the pod).
@@ -108,6 +112,7 @@ impl PodEvent {
             PodEventKind::NodeNotReady => "NodeNotReady",
             PodEventKind::TolerationsTruncated => "TolerationsTruncated",
             PodEventKind::EvictedByOtherController => "SecondTaintEvictionController",
+            PodEventKind::EvictionHeld => "EvictionHeld",
         }
     }
 
@@ -125,6 +130,10 @@ impl PodEvent {
             PodEventKind::EvictedByOtherController => format!(
                 "Pod {ns}/{name} was evicted by {}'s taint-eviction-controller, which runs beside this controller: turn it off",
                 crate::writers::UPSTREAM_MANAGER
+            ),
+            PodEventKind::EvictionHeld => format!(
+                "Eviction of Pod {ns}/{name} held: its node is held ({}), evictions are paused, or node lifecycle has not confirmed the taint yet",
+                crate::brakes::HOLD_LABEL
             ),
         }
     }

@@ -383,6 +383,7 @@ impl World {
             .iter()
             .filter_map(|(_, e)| match e {
                 Action::NodeEvent(ev) if ev.reason() == reason => Some(ev.note()),
+                Action::PodEvent(ev) if ev.reason() == reason => Some(ev.note()),
                 _ => None,
             })
             .collect()

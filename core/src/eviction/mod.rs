@@ -170,7 +170,12 @@ enum Verdict {
     /// silently.
     Moot,
     /// What the confirmed taints say, and whether unconfirmed ones would make it due sooner.
-    Plan { fire: Fire, held: bool },
+    Plan {
+        fire: Fire,
+        held: bool,
+        /// Held, and due now but for the gate.
+        held_due: bool,
+    },
 }
 
 #[derive(Debug, PartialEq)]
@@ -189,6 +194,9 @@ pub struct TaintEviction {
     tracked: HashMap<PodKey, Tracked>,
     /// Pods whose last verdict was held back by the gate: looked at again after each batch.
     held: HashSet<PodKey>,
+    /// Held pods that are due (their deadline passed) and were told so (an `EvictionHeld`
+    /// event, once per hold).
+    held_due: HashSet<PodKey>,
     /// When each NoExecute taint (node, key) was first observed, and the wall-clock steps
     /// counted by then: the anchor of taints without `timeAdded`, the clamp for a `timeAdded`
     /// in the future, and how far its deadline moves with later steps.
@@ -546,6 +554,7 @@ impl TaintEviction {
             }
         }
         let held = unconfirmed.time(now) < confirmed.time(now);
+        let held_due = held && unconfirmed.time(now) <= now;
         let fire = match confirmed {
             Due::Never => Fire::Never,
             Due::At(t) if t > now => Fire::At(t),
@@ -561,7 +570,7 @@ impl TaintEviction {
                 Fire::Now { due: due.time(now), immediate: due == Due::Now, causes }
             }
         };
-        Verdict::Plan { fire, held }
+        Verdict::Plan { fire, held, held_due }
     }
 
     /// The wall clock stepped by `by` (forward positive): every pending deadline keeps the
@@ -603,7 +612,7 @@ impl TaintEviction {
         }
         let verdict = self.verdict(key, pod, cx);
         let phase = self.phase(key).or(fired.then_some(Phase::Scheduled));
-        let (fire, held) = match verdict {
+        let (fire, held, held_due) = match verdict {
             Verdict::Moot => {
                 if let Some(Phase::InFlight { op, cancel_sent: false }) = phase {
                     self.cancel(key, op, out);
@@ -612,12 +621,15 @@ impl TaintEviction {
                 }
                 return;
             }
-            Verdict::Plan { fire, held } => (fire, held),
+            Verdict::Plan { fire, held, held_due } => (fire, held, held_due),
         };
         if held {
             self.held.insert(key.clone());
         } else {
             self.held.remove(key);
+        }
+        if !held_due {
+            self.held_due.remove(key);
         }
         if let Some(Phase::InFlight { op, cancel_sent }) = phase {
             // Its result will come back; decide again then. If the cache no longer says "now",
@@ -632,6 +644,14 @@ impl TaintEviction {
                 // A pod that only had its timer keeps that deadline as when it became due.
                 let deadline = self.timers.cancel(key).unwrap_or(cx.now);
                 let t = self.tracked.entry(key.clone()).or_insert_with(|| Tracked::new(pod, deadline, cx.now));
+                if held_due && self.held_due.insert(key.clone()) {
+                    out.push(Action::PodEvent(PodEvent {
+                        namespace: pod.namespace().to_owned(),
+                        name: pod.name().to_owned(),
+                        uid: pod.uid.to_string(),
+                        kind: PodEventKind::EvictionHeld,
+                    }));
+                }
                 t.phase = Phase::Held;
             }
             Fire::Never => {
@@ -741,6 +761,7 @@ impl TaintEviction {
         self.tracked.remove(key);
         self.timers.cancel(key);
         self.held.remove(key);
+        self.held_due.remove(key);
     }
 }
 

@@ -44,6 +44,12 @@ fn nothing_is_evicted_from_a_held_node_until_the_label_goes() {
     w.kubelet_posts("held", "False");
     assert!(w.has_taint("held", keys::NOT_READY, Effect::NoExecute));
     assert!(evicted(&w).is_empty());
+    // Each held pod says so once, however often it is looked at again.
+    w.kubelet_posts("held", "False");
+    let mut held = w.events("EvictionHeld");
+    held.sort();
+    assert_eq!(held.len(), 2, "{held:?}");
+    assert!(held[0].starts_with("Eviction of Pod ") && held[0].contains("held"), "{held:?}");
     // The label goes: both are past their deadlines (the taint is 130 s old), so both go at once.
     let mut released = w.node("held").clone();
     released.held = false;
