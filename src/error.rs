@@ -42,6 +42,10 @@ pub enum Error {
     /// The leader did not renew its lease within the renew deadline; it stopped writing.
     #[error("leader election lost: the lease was not renewed within --leader-elect-renew-deadline")]
     LostLease,
+
+    /// `status --check` found no live leader.
+    #[error("{0}")]
+    Check(String),
 }
 
 impl Error {
@@ -57,6 +61,7 @@ impl Error {
             Self::Io { .. } => "io",
             Self::Telemetry(_) => "telemetry",
             Self::LostLease => "leader_election",
+            Self::Check(_) => "check",
         }
     }
 }

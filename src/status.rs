@@ -54,6 +54,15 @@ pub struct StatusArgs {
     /// Honour the `Lt` / `Gt` toleration operators, as the controller does with the same flag.
     #[arg(long, value_enum, default_value = "auto", num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_COMPARISON_OPERATORS")]
     pub enable_comparison_operators: nlc_core::taints::ComparisonOperators,
+    /// Only check that the controller runs: a leader holds its Lease (`--lease`, in the
+    /// namespace) and renewed it within the Lease's duration. Prints one line and exits 0, or
+    /// exits 1 saying what is wrong; reads nothing else (for `helm test` and checks from
+    /// outside the cluster).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub check: bool,
+    /// The controller's leader election Lease (its `--leader-elect-resource-name`).
+    #[arg(long, default_value = "node-lifecycle-controller")]
+    pub lease: String,
     /// The controller's node lifecycle flags (its taint rules, grace periods and rates shape
     /// what it decides).
     #[command(flatten)]
@@ -61,11 +70,27 @@ pub struct StatusArgs {
 }
 
 pub async fn run(args: StatusArgs) -> Result<()> {
-    let StatusArgs { client, namespace, within, watch, interval, output, enable_comparison_operators, lifecycle } =
-        args;
+    let StatusArgs {
+        client,
+        namespace,
+        within,
+        watch,
+        interval,
+        output,
+        enable_comparison_operators,
+        lifecycle,
+        check,
+        lease,
+    } = args;
     let opts = enable_comparison_operators.options();
     let lifecycle = lifecycle.into_config()?.decisions;
     let client = crate::runtime::client::client(&client).await?;
+    if check {
+        let l = Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease).await?;
+        let line = leader_check(&namespace, &lease, l.as_ref(), jiff::Timestamp::now()).map_err(crate::Error::Check)?;
+        println!("{line}");
+        return Ok(());
+    }
     loop {
         let r = snapshot(&client, &namespace, lifecycle.clone(), opts, within).await?;
         let mut out = std::io::stdout().lock();
@@ -89,6 +114,30 @@ pub async fn run(args: StatusArgs) -> Result<()> {
             _ = tokio::signal::ctrl_c() => return Ok(()),
         }
     }
+}
+
+/// Whether `lease` shows a live leader at `now`: held, and renewed within its duration.
+fn leader_check(namespace: &str, name: &str, lease: Option<&Lease>, now: jiff::Timestamp) -> Result<String, String> {
+    let Some(spec) = lease.and_then(|l| l.spec.as_ref()) else {
+        return Err(format!(
+            "no Lease {namespace}/{name}: the controller never led (is it installed, with leader election?)"
+        ));
+    };
+    let holder = spec.holder_identity.as_deref().filter(|h| !h.is_empty());
+    let Some(holder) = holder else {
+        return Err(format!("Lease {namespace}/{name} is not held: no replica leads"));
+    };
+    let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15).max(1));
+    let Some(renewed) = spec.renew_time.as_ref().map(|t| t.0) else {
+        return Err(format!("Lease {namespace}/{name} held by {holder} was never renewed"));
+    };
+    let age = now.duration_since(renewed).as_secs_f64();
+    if age > duration as f64 {
+        return Err(format!(
+            "Lease {namespace}/{name} held by {holder} was last renewed {age:.0}s ago, past its {duration}s: the leader is gone or cannot reach the API server"
+        ));
+    }
+    Ok(format!("leader {holder} renewed Lease {namespace}/{name} {:.1}s ago (duration {duration}s)", age.max(0.0)))
 }
 
 fn json(r: &Report) -> String {
@@ -166,4 +215,38 @@ fn evicted_by_taint(pod: &Pod) -> Option<(String, String, jiff::Timestamp)> {
     let at = cond.last_transition_time.as_ref()?.0;
     let key = format!("{}/{}", pod.metadata.namespace.as_deref()?, pod.metadata.name.as_deref()?);
     Some((key, pod.spec.as_ref()?.node_name.clone()?, at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::leader_check;
+    use k8s_openapi::api::coordination::v1::Lease;
+
+    fn lease(holder: &str, renewed_secs_ago: Option<i64>, duration: i32, now: jiff::Timestamp) -> Lease {
+        let renew = renewed_secs_ago.map(|s| now - jiff::SignedDuration::from_secs(s));
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "l"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration,
+                     "renewTime": renew.map(|t| t.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string())}
+        }))
+        .expect("lease")
+    }
+
+    #[test]
+    fn a_leader_is_live_only_while_it_renews_within_the_lease_duration() {
+        let now: jiff::Timestamp = "2026-12-01T10:00:00Z".parse().expect("time");
+        let ok = leader_check("ns", "l", Some(&lease("pod-a", Some(3), 15, now)), now).expect("live");
+        assert!(ok.contains("pod-a") && ok.contains("3.0s ago"), "{ok}");
+        let stale = leader_check("ns", "l", Some(&lease("pod-a", Some(16), 15, now)), now).expect_err("stale");
+        assert!(stale.contains("16s ago") && stale.contains("past its 15s"), "{stale}");
+        assert!(
+            leader_check("ns", "l", Some(&lease("", Some(1), 15, now)), now).expect_err("free").contains("not held")
+        );
+        assert!(
+            leader_check("ns", "l", Some(&lease("pod-a", None, 15, now)), now)
+                .expect_err("never")
+                .contains("never renewed")
+        );
+        assert!(leader_check("ns", "l", None, now).expect_err("absent").contains("no Lease ns/l"));
+    }
 }

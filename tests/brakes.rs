@@ -253,3 +253,49 @@ async fn a_pause_set_before_the_start_holds_without_leader_election_too() {
         c.logs()
     );
 }
+
+/// `status --check` (what the chart's `helm test` runs): exit 0 while a leader renews the
+/// controller's Lease, exit 1 once it stopped past the Lease's duration or when there is none.
+#[tokio::test]
+async fn status_check_says_whether_a_leader_is_alive() {
+    let env = shared();
+    let s = Scope::new(env, "brake-check").await;
+    let check = || {
+        std::process::Command::new(BIN)
+            .arg("status")
+            .arg("--kubeconfig")
+            .arg(&env.kubeconfig)
+            .args(["--check", "-n", "default", "--lease", &s.scope])
+            .output()
+            .expect("status --check runs")
+    };
+    let none = check();
+    assert!(!none.status.success(), "no controller yet: {}", String::from_utf8_lossy(&none.stdout));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no Lease"), "{}", String::from_utf8_lossy(&none.stderr));
+    let lease = [
+        "--leader-elect-resource-namespace",
+        "default",
+        "--leader-elect-lease-duration",
+        "3s",
+        "--leader-elect-renew-deadline",
+        "2s",
+        "--leader-elect-retry-period",
+        "500ms",
+    ];
+    let c = Controller::start(env, &s.scope, &flags(&lease)).await;
+    let mut live = check();
+    for _ in 0..50 {
+        if live.status.success() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        live = check();
+    }
+    assert!(live.status.success(), "{}\n{}", String::from_utf8_lossy(&live.stderr), c.logs());
+    assert!(String::from_utf8_lossy(&live.stdout).starts_with("leader "), "{}", String::from_utf8_lossy(&live.stdout));
+    c.kill().await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let gone = check();
+    assert!(!gone.status.success(), "a dead leader passed: {}", String::from_utf8_lossy(&gone.stdout));
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("past its 3s"), "{}", String::from_utf8_lossy(&gone.stderr));
+}

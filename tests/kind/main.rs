@@ -398,6 +398,11 @@ async fn on_a_real_kind_cluster() {
     nodes.sort();
     assert_eq!(nodes, vec![w1.clone(), w2.clone()], "one replica on each worker");
     note(&mut summary, format!("replicas on {nodes:?}; {leader_pod} on {leader_node} leads"));
+    // The chart's own test: a pod of the image runs `status --check` against the leader's Lease.
+    let started = Instant::now();
+    let tested = helm(&kubeconfig, &["test", RELEASE, "--namespace", NAMESPACE, "--timeout", "2m", "--logs"]);
+    assert!(tested.contains("Phase:") && tested.contains("Succeeded"), "helm test: {tested}");
+    note(&mut summary, format!("helm test passed in {:.1} s", started.elapsed().as_secs_f64()));
     until("webhook available", Duration::from_secs(120), || async {
         available(&client, NAMESPACE, &format!("{FULLNAME}-webhook"), 2).await.then_some(())
     })
