@@ -32,6 +32,8 @@ pub struct EvictionMetrics {
     >,
     pub fire_lateness: prometheus_client::metrics::histogram::Histogram,
     pub pending: Gauge,
+    /// The soonest scheduled deadline (Unix seconds), 0 with none.
+    pub next_deadline: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub held: Gauge,
     pub in_flight: Gauge,
     pub failures: Family<ReasonLabels, Counter>,
@@ -69,6 +71,7 @@ impl Default for EvictionMetrics {
             lateness: Family::new_with_constructor(lateness_histogram),
             fire_lateness: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 17)),
             pending: Gauge::default(),
+            next_deadline: Gauge::default(),
             held: Gauge::default(),
             in_flight: Gauge::default(),
             failures: Family::default(),
@@ -102,6 +105,11 @@ impl EvictionMetrics {
             m.fire_lateness.clone(),
         );
         registry.register("nlc_evictions_pending", "Pods with a scheduled or retrying eviction", m.pending.clone());
+        registry.register(
+            "nlc_eviction_next_deadline_timestamp_seconds",
+            "The soonest deadline of a scheduled or retrying eviction (Unix seconds; 0: none)",
+            m.next_deadline.clone(),
+        );
         registry.register(
             "nlc_evictions_held",
             "Pods that would be due only through a managed taint node lifecycle has not confirmed (yet)",

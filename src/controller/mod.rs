@@ -396,7 +396,9 @@ impl Task {
 
     /// Gauges and the executor's gate, after each turn of the loop.
     fn after_turn(&mut self) {
-        if let Some(ev) = &self.state.eviction {
+        if let Some(ev) = self.state.eviction.as_mut() {
+            let next = ev.next_wakeup().map_or(0.0, |t| t.as_millisecond() as f64 / 1000.0);
+            self.metrics.eviction.next_deadline.set(next);
             self.metrics.eviction.pending.set(ev.pending() as i64);
             self.metrics.eviction.held.set(ev.held() as i64);
         }
