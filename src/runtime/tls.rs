@@ -46,8 +46,17 @@ pub fn self_signed() -> Result<CertifiedKey> {
     let problem =
         |e: rcgen::Error| Error::Tls { flag: "--metrics-tls-cert-file", path: PathBuf::new(), problem: e.to_string() };
     let mut names = vec!["localhost".to_owned()];
+    // The pod's host name, when it is a DNS name (a laptop's may not be; then localhost alone).
     if let Ok(host) = std::env::var("HOSTNAME")
         && !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
     {
         names.push(host);
     }
@@ -148,5 +157,15 @@ pub async fn reload(
                 tracing::warn!(error = %e, "the changed certificate files do not load yet; keeping the current certificate")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_self_signed_certificate_is_made_for_localhost() {
+        let k = super::self_signed().expect("self-signed");
+        assert_eq!(k.cert.len(), 1);
+        assert!(k.keys_match().is_ok());
     }
 }
