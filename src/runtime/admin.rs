@@ -209,6 +209,9 @@ async fn metrics(State(s): State<AdminState>, headers: HeaderMap) -> axum::respo
                 StatusCode::FORBIDDEN,
                 format!("Forbidden: user {user:?} may not get the non-resource URL \"/metrics\"\n"),
             )),
+            Err(super::auth::ReviewError::Busy) => {
+                Some(("busy", StatusCode::SERVICE_UNAVAILABLE, "too many reviews in flight; retry\n".to_owned()))
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot review a metrics request with the API server");
                 Some((
@@ -220,7 +223,11 @@ async fn metrics(State(s): State<AdminState>, headers: HeaderMap) -> axum::respo
         };
         if let Some((result, status, body)) = refused {
             guard.count(result);
-            return (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response();
+            let mut response = (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response();
+            if status == StatusCode::UNAUTHORIZED {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
+            }
+            return response;
         }
         guard.count("allowed");
     }

@@ -8,8 +8,10 @@
 //! no token is kept in memory; API errors are not cached.
 //!
 //! The answers: no or malformed `Authorization` header, or a token the API server does not
-//! authenticate: `401`; an identity without the permission: `403`; the API server unreachable:
-//! `503`. Each is counted in `nlc_metrics_requests_total{result}`.
+//! authenticate: `401` (with `WWW-Authenticate: Bearer`); an identity without the permission:
+//! `403` (neither cached when the API server reported an error with it, as upstream does not
+//! cache errors); the API server unreachable or slow (10 s), or more than four reviews already
+//! in flight: `503`, not cached. Each is counted in `nlc_metrics_requests_total{result}`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,8 +28,15 @@ use tokio::time::Instant;
 
 /// How long an answer is reused.
 const TTL: Duration = Duration::from_secs(10);
-/// At most this many cached answers (a flood of random tokens cannot grow memory past it).
+/// At most this many cached answers (a flood of random tokens cannot grow memory past it; when
+/// full of live answers, new ones are not cached, so a scraper's answer is never pushed out).
 const MAX_CACHED: usize = 4096;
+/// At most this many reviews in flight: more callers with uncached tokens are answered 503 at
+/// once, so that a flood of tokens cannot queue requests on the API server in the controller's
+/// name.
+const MAX_REVIEWS: usize = 4;
+/// A review the API server does not answer within this long fails (503, not cached).
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a request may do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,7 +62,19 @@ pub struct Delegated {
     client: kube::Client,
     path: &'static str,
     cache: Arc<Mutex<Answers>>,
+    reviews: Arc<tokio::sync::Semaphore>,
     results: Family<ResultLabels, Counter>,
+}
+
+/// Why a request could not be reviewed (answered 503, never cached).
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("too many reviews in flight")]
+    Busy,
 }
 
 impl Delegated {
@@ -61,10 +82,16 @@ impl Delegated {
         let results = Family::<ResultLabels, Counter>::default();
         registry.register(
             "nlc_metrics_requests",
-            "Requests to the secure metrics endpoint, by result (allowed, unauthenticated, forbidden, error)",
+            "Requests to the secure metrics endpoint, by result (allowed, unauthenticated, forbidden, busy, error)",
             results.clone(),
         );
-        Self { client, path, cache: Arc::default(), results }
+        Self {
+            client,
+            path,
+            cache: Arc::default(),
+            reviews: Arc::new(tokio::sync::Semaphore::new(MAX_REVIEWS)),
+            results,
+        }
     }
 
     /// Counts a request's result.
@@ -74,7 +101,7 @@ impl Delegated {
 
     /// The verdict on a request carrying this `Authorization` header value (if any); `Err` when
     /// the API server could not answer.
-    pub async fn review(&self, authorization: Option<&[u8]>) -> Result<Verdict, kube::Error> {
+    pub async fn review(&self, authorization: Option<&[u8]>) -> Result<Verdict, ReviewError> {
         let Some(token) = authorization.and_then(bearer) else {
             return Ok(Verdict::Unauthenticated);
         };
@@ -87,19 +114,25 @@ impl Delegated {
         {
             return Ok(v.clone());
         }
-        let verdict = self.ask(token).await?;
+        let Ok(_permit) = self.reviews.try_acquire() else {
+            return Err(ReviewError::Busy);
+        };
+        let (verdict, cacheable) = tokio::time::timeout(REVIEW_TIMEOUT, self.ask(token))
+            .await
+            .map_err(|_| ReviewError::Timeout(REVIEW_TIMEOUT))??;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= MAX_CACHED {
             cache.retain(|_, (at, _)| now.duration_since(*at) < TTL);
-            if cache.len() >= MAX_CACHED {
-                cache.clear();
-            }
         }
-        cache.insert(hash, (now, verdict.clone()));
+        if cacheable && cache.len() < MAX_CACHED {
+            cache.insert(hash, (now, verdict.clone()));
+        }
         Ok(verdict)
     }
 
-    async fn ask(&self, token: &str) -> Result<Verdict, kube::Error> {
+    /// The verdict, and whether it may be cached (not when the API server reported an error
+    /// with it, as upstream's token cache does not cache errors).
+    async fn ask(&self, token: &str) -> Result<(Verdict, bool), ReviewError> {
         let review = TokenReview {
             spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: None },
             ..Default::default()
@@ -108,7 +141,9 @@ impl Delegated {
         let status = reviewed.status.unwrap_or_default();
         let user = match (status.authenticated, status.user) {
             (Some(true), Some(user)) => user,
-            _ => return Ok(Verdict::Unauthenticated),
+            // Not authenticated: 401 either way; with an error (an invalid token, or an
+            // authenticator that failed) the answer is not cached.
+            _ => return Ok((Verdict::Unauthenticated, status.error.is_none_or(|e| e.is_empty()))),
         };
         let UserInfo { username, uid, groups, extra } = user;
         let name = username.clone().unwrap_or_default();
@@ -128,8 +163,12 @@ impl Delegated {
         };
         let decided =
             Api::<SubjectAccessReview>::all(self.client.clone()).create(&PostParams::default(), &access).await?;
-        let allowed = decided.status.is_some_and(|s| s.allowed);
-        Ok(if allowed { Verdict::Allowed } else { Verdict::Forbidden(name) })
+        let status = decided.status.unwrap_or_default();
+        if status.allowed {
+            return Ok((Verdict::Allowed, true));
+        }
+        // Denied with an evaluation error (an authorizer failed): 403, not cached.
+        Ok((Verdict::Forbidden(name), status.evaluation_error.is_none_or(|e| e.is_empty())))
     }
 }
 

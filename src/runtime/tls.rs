@@ -39,9 +39,9 @@ pub fn load_certified_key(cert: &Path, key: &Path, flags: Flags) -> Result<Certi
     Ok(certified)
 }
 
-/// A self-signed certificate for `localhost` and the pod's host name, valid one year (the
-/// process restarts long before; Prometheus scrapes it with `insecureSkipVerify`, as
-/// kubebuilder's default ServiceMonitor does).
+/// A self-signed certificate for `localhost` and the pod's host name, made at each start (rcgen's
+/// default validity; Prometheus scrapes it with `insecureSkipVerify`, as kubebuilder's default
+/// ServiceMonitor does; mount one with `--metrics-tls-cert-file` to verify it).
 pub fn self_signed() -> Result<CertifiedKey> {
     let problem =
         |e: rcgen::Error| Error::Tls { flag: "--metrics-tls-cert-file", path: PathBuf::new(), problem: e.to_string() };
