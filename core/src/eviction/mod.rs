@@ -639,19 +639,20 @@ impl TaintEviction {
             }
             return;
         }
+        // Due now but for the gate (whatever a confirmed taint says for later): said once per hold.
+        if held_due && self.held_due.insert(key.clone()) {
+            out.push(Action::PodEvent(PodEvent {
+                namespace: pod.namespace().to_owned(),
+                name: pod.name().to_owned(),
+                uid: pod.uid.to_string(),
+                kind: PodEventKind::EvictionHeld,
+            }));
+        }
         match fire {
             Fire::Never if held => {
                 // A pod that only had its timer keeps that deadline as when it became due.
                 let deadline = self.timers.cancel(key).unwrap_or(cx.now);
                 let t = self.tracked.entry(key.clone()).or_insert_with(|| Tracked::new(pod, deadline, cx.now));
-                if held_due && self.held_due.insert(key.clone()) {
-                    out.push(Action::PodEvent(PodEvent {
-                        namespace: pod.namespace().to_owned(),
-                        name: pod.name().to_owned(),
-                        uid: pod.uid.to_string(),
-                        kind: PodEventKind::EvictionHeld,
-                    }));
-                }
                 t.phase = Phase::Held;
             }
             Fire::Never => {
