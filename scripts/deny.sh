@@ -13,6 +13,7 @@ SNAP=third_party/advisory-db
 
 if [[ ${1:-} == --refresh ]]; then
   src=${2:?usage: scripts/deny.sh --refresh PATH-TO-A-CLONE-OF-rustsec/advisory-db}
+  [[ -d $src/crates && -f $src/LICENSE.txt ]] || { echo "deny: $src is not a clone of rustsec/advisory-db" >&2; exit 1; }
   rm -rf "$SNAP/crates"
   mkdir -p "$SNAP"
   cp -r "$src/crates" "$SNAP/"
@@ -41,7 +42,7 @@ if [[ $(cat "$NLC_ADVISORY_DBS/snapshot" 2>/dev/null || true) != "$commit" ]]; t
   git -C "$db" init -q
   git -C "$db" add -A
   GIT_AUTHOR_DATE=$date GIT_COMMITTER_DATE=$date \
-    git -C "$db" -c user.name=nlc -c user.email=nlc@localhost commit -qm "rustsec/advisory-db $commit"
+    git -C "$db" -c user.name=nlc -c user.email=nlc@localhost -c commit.gpgsign=false commit -qm "rustsec/advisory-db $commit"
   echo "$commit" >"$NLC_ADVISORY_DBS/snapshot"
 fi
 

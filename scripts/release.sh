@@ -48,7 +48,7 @@ mv sbom.json "$DIST/node-lifecycle-controller-$version.cdx.json"
 git ls-files --others --exclude-standard -- '*sbom.json' | xargs -r rm -f
 
 helm=$CACHE/tools/helm
-[[ -x $helm ]] || helm=$(command -v helm)
+[[ -x $helm ]] || helm=$(command -v helm) || { log "helm not found (scripts/build-controlplane.sh builds it)"; exit 1; }
 "$helm" package charts/node-lifecycle-controller -d "$DIST" >&2
 
 (cd "$DIST" && sha256sum -- *.tar *.json *.tgz >SHA256SUMS)
