@@ -34,7 +34,7 @@ docker save "$IMAGE" -o "$DIST/node-lifecycle-controller-$version-image-$arch.ta
 have=$("$TOOLS/bin/cargo-cyclonedx" --version 2>/dev/null || true)
 if [[ $have != *" $CYCLONEDX_VERSION" ]]; then  # it prints "cargo-cyclonedx-cyclonedx X.Y.Z"
   log "installing cargo-cyclonedx $CYCLONEDX_VERSION into $TOOLS"
-  cargo install cargo-cyclonedx --version "$CYCLONEDX_VERSION" --locked --root "$TOOLS" \
+  cargo install cargo-cyclonedx --version "$CYCLONEDX_VERSION" --locked --debug --root "$TOOLS" \
     --target-dir "$CACHE/cargo-tools-target" >&2
 fi
 # The SBOM of what the image ships: the binary's crates for its target, without dev or build
