@@ -31,8 +31,8 @@ rm -rf "$DIST" && mkdir -p "$DIST"
 scripts/image.sh "$IMAGE"
 docker save "$IMAGE" -o "$DIST/node-lifecycle-controller-$version-image-$arch.tar"
 
-have=$("$TOOLS/bin/cargo-cyclonedx" --version 2>/dev/null || true)
-if [[ $have != *" $CYCLONEDX_VERSION" ]]; then  # it prints "cargo-cyclonedx-cyclonedx X.Y.Z"
+have=$("$TOOLS/bin/cargo-cyclonedx" cyclonedx --version 2>/dev/null || true)
+if [[ $have != *" $CYCLONEDX_VERSION" ]]; then  # "cargo-cyclonedx-cyclonedx X.Y.Z" (as a cargo subcommand)
   log "installing cargo-cyclonedx $CYCLONEDX_VERSION into $TOOLS"
   cargo install cargo-cyclonedx --version "$CYCLONEDX_VERSION" --locked --debug --root "$TOOLS" \
     --target-dir "$CACHE/cargo-tools-target" >&2
