@@ -257,6 +257,13 @@ async fn evict_mode_is_blocked_by_a_pdb_then_falls_back_to_delete() {
     assert!((3.0..=5.0).contains(&waited), "deleted {waited:.3}s after the taint:\n{}", c.logs());
     let metrics = c.metrics().await;
     assert!(metric_sum(&metrics, "nlc_eviction_failures_total", &["reason=\"disruption_budget\""]) > 0.0, "{metrics}");
+    // The pod says why it waited, and that it was deleted after all, once each (issue 25).
+    tokio::time::sleep(Duration::from_secs(1)).await; // events are written in the background
+    let events = pod_events(&s.client, &s.ns, "guarded").await;
+    for reason in ["EvictionBlocked", "EvictionFallback"] {
+        let n = events.iter().filter(|(r, _)| r == reason).count();
+        assert_eq!(n, 1, "{reason}: {events:?}");
+    }
 }
 
 /// A delete that is denied for a while (here by a ValidatingAdmissionPolicy) is retried with

@@ -94,6 +94,13 @@ pub enum PodEventKind {
     /// NoExecute taint, but the eviction gate holds it (its node is held, evictions are paused,
     /// or node lifecycle has not confirmed the taint yet). Once per hold.
     EvictionHeld,
+    /// `taint-eviction-controller`, Warning `EvictionBlocked` (ours): the Eviction API refused
+    /// because of a PodDisruptionBudget; retried with backoff. Once per pod.
+    EvictionBlocked,
+    /// `taint-eviction-controller`, Warning `EvictionFallback` (ours): refused by a
+    /// PodDisruptionBudget for longer than `--eviction-pdb-max-wait`: the pod is deleted instead.
+    /// Once per pod.
+    EvictionFallback,
 }
 
 /// An event about a pod (`regarding` the pod).
@@ -113,6 +120,8 @@ impl PodEvent {
             PodEventKind::TolerationsTruncated => "TolerationsTruncated",
             PodEventKind::EvictedByOtherController => "SecondTaintEvictionController",
             PodEventKind::EvictionHeld => "EvictionHeld",
+            PodEventKind::EvictionBlocked => "EvictionBlocked",
+            PodEventKind::EvictionFallback => "EvictionFallback",
         }
     }
 
@@ -135,13 +144,23 @@ impl PodEvent {
                 "Eviction of Pod {ns}/{name} held: its node is held ({}), evictions are paused, or node lifecycle has not confirmed the taint yet",
                 crate::brakes::HOLD_LABEL
             ),
+            PodEventKind::EvictionBlocked => {
+                format!("Eviction of Pod {ns}/{name} refused by a PodDisruptionBudget; retried with backoff")
+            }
+            PodEventKind::EvictionFallback => format!(
+                "Eviction of Pod {ns}/{name} refused by a PodDisruptionBudget for longer than --eviction-pdb-max-wait: deleting it instead"
+            ),
         }
     }
 
     pub fn warning(&self) -> bool {
         matches!(
             self.kind,
-            PodEventKind::NodeNotReady | PodEventKind::TolerationsTruncated | PodEventKind::EvictedByOtherController
+            PodEventKind::NodeNotReady
+                | PodEventKind::TolerationsTruncated
+                | PodEventKind::EvictedByOtherController
+                | PodEventKind::EvictionBlocked
+                | PodEventKind::EvictionFallback
         )
     }
 }

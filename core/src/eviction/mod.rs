@@ -120,6 +120,9 @@ struct Tracked {
     bound_seen: Option<Timestamp>,
     /// The executor reached the writes (and recorded the `Marking for deletion` event).
     announced: bool,
+    /// `EvictionBlocked` / `EvictionFallback` were recorded (once each per pod).
+    told_blocked: bool,
+    told_fallback: bool,
 }
 
 /// When one taint makes a pod due. Ordered: `Now` < `At` < `Never`.
@@ -418,6 +421,17 @@ impl TaintEviction {
                 self.reconcile(key, cx, out);
             }
             EvictionResult::Moot | EvictionResult::Blocked(_) | EvictionResult::Failed(_) => {
+                if matches!(result, EvictionResult::Blocked(_)) && !t.told_blocked {
+                    t.told_blocked = true;
+                    if let Some((namespace, name)) = key.split_once('/') {
+                        out.push(Action::PodEvent(PodEvent {
+                            namespace: namespace.to_owned(),
+                            name: name.to_owned(),
+                            uid: uid.to_owned(),
+                            kind: PodEventKind::EvictionBlocked,
+                        }));
+                    }
+                }
                 let reached_write = !matches!(result, EvictionResult::Moot);
                 t.announced |= reached_write;
                 if evict_mode && reached_write {
@@ -710,11 +724,21 @@ impl TaintEviction {
         self.next_op += 1;
         let op = self.next_op;
         let method = self.method(key, now);
+        let fell_back = method == EvictionMode::Delete && self.cfg.mode == EvictionMode::Evict;
         let t = self.tracked.entry(key.clone()).or_insert_with(|| Tracked::new(pod, due, now));
         if phase != Some(Phase::Retrying) {
             t.due = t.due.min(due);
         }
         t.phase = Phase::InFlight { op, cancel_sent: false };
+        if fell_back && !t.told_fallback {
+            t.told_fallback = true;
+            out.push(Action::PodEvent(PodEvent {
+                namespace: pod.namespace().to_owned(),
+                name: pod.name().to_owned(),
+                uid: pod.uid.to_string(),
+                kind: PodEventKind::EvictionFallback,
+            }));
+        }
         out.push(Action::EvictPod(EvictPod {
             op,
             key: key.clone(),
@@ -776,6 +800,8 @@ impl Tracked {
             failing_since: None,
             bound_seen: pod.bound.filter(|b| *b > now).map(|_| now),
             announced: false,
+            told_blocked: false,
+            told_fallback: false,
         }
     }
 

@@ -747,3 +747,42 @@ mod one_rule {
         }
     }
 }
+
+#[test]
+fn a_pdb_refusal_and_the_fallback_to_delete_are_each_told_once() {
+    let cfg = Config {
+        mode: EvictionMode::Evict,
+        pdb_max_wait: Some(Duration::from_secs(10)),
+        retry_base: Duration::from_secs(2),
+        retry_cap: Duration::from_secs(2),
+        ..Config::default()
+    };
+    let mut w = World::new(cfg);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").build(), 0);
+    let mut told = vec![];
+    let mut now = 0;
+    loop {
+        let actions = w.take();
+        told.extend(actions.iter().filter_map(|a| match a {
+            Action::PodEvent(e) => Some(e.kind),
+            _ => None,
+        }));
+        let ev: Vec<&EvictPod> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::EvictPod(e) => Some(e),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ev.len(), 1, "{actions:?}");
+        if ev[0].method == EvictionMode::Delete {
+            break;
+        }
+        let ev = ev[0].clone();
+        w.report(&ev, EvictionResult::Blocked("pdb".into()), now);
+        now += 2;
+        w.tick(now);
+    }
+    assert_eq!(told, vec![PodEventKind::EvictionBlocked, PodEventKind::EvictionFallback]);
+}
