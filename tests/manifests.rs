@@ -159,6 +159,12 @@ async fn every_overlay_renders_and_applies_as_users_apply_it() {
     apply_overlays(&client).await;
 }
 
+/// A kubeconfig for the manifests' service account, as the API server would see its token.
+fn controller_kubeconfig(env: &nlc_testenv::ControlPlane) -> std::path::PathBuf {
+    let groups = ["system:serviceaccounts", "system:serviceaccounts:node-lifecycle-controller", "system:authenticated"];
+    env.kubeconfig_for(SERVICE_ACCOUNT_USER, &groups).expect("kubeconfig")
+}
+
 /// Issue 24: the optional ValidatingAdmissionPolicy (in the restricted overlay) holds the
 /// controller's identity to its node writes: a label or a taint it does not manage is refused,
 /// a managed taint is not (and the whole job below runs under it).
@@ -167,8 +173,7 @@ async fn the_node_write_policy_refuses_what_the_controller_does_not_manage() {
     let env = shared();
     let admin = env.client().await;
     apply_overlays(&admin).await;
-    let groups = ["system:serviceaccounts", "system:serviceaccounts:node-lifecycle-controller", "system:authenticated"];
-    let kubeconfig = env.kubeconfig_for(SERVICE_ACCOUNT_USER, &groups).expect("kubeconfig");
+    let kubeconfig = controller_kubeconfig(env);
     let as_controller = nlc_testenv::client_from(&kubeconfig).await.expect("client");
     let s = Scope::new(env, "node-writes").await;
     let node = s.node("n", json!([])).await;
@@ -212,8 +217,7 @@ async fn the_rendered_rbac_is_enough_for_the_whole_job() {
     let env = shared();
     let admin = env.client().await;
     apply_overlays(&admin).await;
-    let groups = ["system:serviceaccounts", "system:serviceaccounts:node-lifecycle-controller", "system:authenticated"];
-    let kubeconfig = env.kubeconfig_for(SERVICE_ACCOUNT_USER, &groups).expect("kubeconfig");
+    let kubeconfig = controller_kubeconfig(env);
 
     let s = Scope::new(env, "rbac").await;
     let node = s.node("n", json!([])).await;

@@ -395,19 +395,25 @@ fn a_queued_eviction_is_called_off_when_its_taint_goes_away() {
     assert_ne!(again[0].op, ev[0].op);
 }
 
+/// Evict mode, a 10 s PDB wait, retries every 2 s; one untolerated pod on a tainted node.
+fn pdb_world() -> World {
+    let cfg = Config {
+        mode: EvictionMode::Evict,
+        pdb_max_wait: Some(Duration::from_secs(10)),
+        retry_base: Duration::from_secs(2),
+        retry_cap: Duration::from_secs(2),
+        ..Config::default()
+    };
+    let mut w = World::new(cfg);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").build(), 0);
+    w
+}
+
 #[test]
 fn evict_mode_falls_back_to_delete_after_the_pdb_wait_whatever_the_failure() {
     for failure in [EvictionResult::Blocked("pdb".into()), EvictionResult::Failed("more than one PDB".into())] {
-        let cfg = Config {
-            mode: EvictionMode::Evict,
-            pdb_max_wait: Some(Duration::from_secs(10)),
-            retry_base: Duration::from_secs(2),
-            retry_cap: Duration::from_secs(2),
-            ..Config::default()
-        };
-        let mut w = World::new(cfg);
-        w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
-        w.set_pod(pod("p").on("n1").build(), 0);
+        let mut w = pdb_world();
         let mut now = 0;
         let mut methods = vec![];
         loop {
@@ -750,16 +756,7 @@ mod one_rule {
 
 #[test]
 fn a_pdb_refusal_and_the_fallback_to_delete_are_each_told_once() {
-    let cfg = Config {
-        mode: EvictionMode::Evict,
-        pdb_max_wait: Some(Duration::from_secs(10)),
-        retry_base: Duration::from_secs(2),
-        retry_cap: Duration::from_secs(2),
-        ..Config::default()
-    };
-    let mut w = World::new(cfg);
-    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
-    w.set_pod(pod("p").on("n1").build(), 0);
+    let mut w = pdb_world();
     let mut told = vec![];
     let mut now = 0;
     loop {
