@@ -34,15 +34,10 @@ impl Readiness {
         tx
     }
 
-    /// The components that are not ready yet (empty: ready).
-    pub fn pending(&self) -> Vec<&'static str> {
-        self.checks().into_iter().filter(|(_, ready)| !ready).map(|(name, _)| name).collect()
-    }
-
-    /// Every component, and whether it is ready.
-    fn checks(&self) -> Vec<(&'static str, bool)> {
+    /// Every component, and `not ready` for those that are not.
+    fn checks(&self) -> Vec<Check> {
         let gates = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        gates.iter().map(|(name, rx)| (*name, *rx.borrow())).collect()
+        gates.iter().map(|(name, rx)| (*name, (!*rx.borrow()).then(|| "not ready".to_owned()))).collect()
     }
 }
 
@@ -77,20 +72,27 @@ impl Liveness {
         hb
     }
 
-    fn stalled(&self) -> Vec<String> {
-        self.checks().into_iter().filter_map(|(name, problem)| problem.map(|p| format!("{name} ({p})"))).collect()
-    }
-
     /// Every loop, and why it fails (`None`: it is making progress).
-    fn checks(&self) -> Vec<(&'static str, Option<String>)> {
+    fn checks(&self) -> Vec<Check> {
         let beats = self.0.lock().unwrap_or_else(|p| p.into_inner());
         beats.iter().map(|h| (h.name, h.stalled().map(|d| format!("no progress for {}s", d.as_secs())))).collect()
     }
 }
 
-/// `?verbose`, as kube components answer it: one line per check (`[+]name ok`, `[-]name failed:
-/// why`), then `<endpoint> check passed` or `failed`.
-fn verbose(endpoint: &str, checks: &[(&str, Option<String>)]) -> String {
+/// One check of a health endpoint: its name, and why it fails (`None`: it passes).
+type Check = (&'static str, Option<String>);
+
+/// A health endpoint's answer from its checks: 200 when every one passes, 503 otherwise. With
+/// `?verbose`, one line per check as kube components answer it (`[+]name ok`, `[-]name failed:
+/// why`, then `<endpoint> check passed` or `failed`); without, `ok` or `failure`'s one line.
+fn answer(endpoint: &str, uri: &Uri, checks: &[Check], failure: impl FnOnce() -> String) -> (StatusCode, String) {
+    let passed = checks.iter().all(|(_, p)| p.is_none());
+    let code = if passed { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let wants_verbose =
+        uri.query().is_some_and(|q| q.split('&').any(|kv| kv == "verbose" || kv.starts_with("verbose=")));
+    if !wants_verbose {
+        return (code, if passed { "ok".to_owned() } else { failure() });
+    }
     let mut out = String::new();
     for (name, problem) in checks {
         match problem {
@@ -98,13 +100,17 @@ fn verbose(endpoint: &str, checks: &[(&str, Option<String>)]) -> String {
             Some(why) => out.push_str(&format!("[-]{name} failed: {why}\n")),
         }
     }
-    let passed = checks.iter().all(|(_, p)| p.is_none());
     out.push_str(&format!("{endpoint} check {}\n", if passed { "passed" } else { "failed" }));
-    out
+    (code, out)
 }
 
-fn wants_verbose(uri: &Uri) -> bool {
-    uri.query().is_some_and(|q| q.split('&').any(|kv| kv == "verbose" || kv.starts_with("verbose=")))
+/// The failing checks' names (and why, with `why`), comma-separated.
+fn failing(checks: &[Check], why: bool) -> String {
+    let names: Vec<String> = checks
+        .iter()
+        .filter_map(|(name, p)| p.as_ref().map(|p| if why { format!("{name} ({p})") } else { (*name).to_owned() }))
+        .collect();
+    names.join(", ")
 }
 
 #[derive(Clone)]
@@ -152,48 +158,26 @@ fn probe_routes() -> Router<AdminState> {
     Router::new().route("/healthz", get(healthz)).route("/livez", get(livez)).route("/readyz", get(readyz))
 }
 
-async fn healthz(uri: Uri) -> String {
-    if wants_verbose(&uri) { verbose("healthz", &[("ping", None)]) } else { "ok".to_owned() }
+async fn healthz(uri: Uri) -> impl IntoResponse {
+    answer("healthz", &uri, &[("ping", None)], String::new)
 }
 
 /// Not ready while any component is not, and from the moment shutdown begins (so that
 /// endpoints stop sending traffic while the listeners drain).
 async fn readyz(State(s): State<AdminState>, uri: Uri) -> impl IntoResponse {
-    if wants_verbose(&uri) {
-        let mut checks: Vec<(&str, Option<String>)> = vec![("ping", None)];
-        checks.extend(
-            s.readiness.checks().into_iter().map(|(name, ready)| (name, (!ready).then(|| "not ready".to_owned()))),
-        );
-        checks.push(("shutdown", s.stop.is_signaled().then(|| "shutting down".to_owned())));
-        let code =
-            if checks.iter().all(|(_, p)| p.is_none()) { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-        return (code, verbose("readyz", &checks));
-    }
-    if s.stop.is_signaled() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down".to_owned());
-    }
-    let pending = s.readiness.pending();
-    if pending.is_empty() {
-        (StatusCode::OK, "ok".to_owned())
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {}", pending.join(", ")))
-    }
+    let stopping = s.stop.is_signaled();
+    let mut checks: Vec<Check> = vec![("ping", None)];
+    checks.extend(s.readiness.checks());
+    checks.push(("shutdown", stopping.then(|| "shutting down".to_owned())));
+    answer("readyz", &uri, &checks, || {
+        if stopping { "shutting down".to_owned() } else { format!("not ready: {}", failing(&checks, false)) }
+    })
 }
 
 async fn livez(State(s): State<AdminState>, uri: Uri) -> impl IntoResponse {
-    if wants_verbose(&uri) {
-        let mut checks: Vec<(&str, Option<String>)> = vec![("ping", None)];
-        checks.extend(s.liveness.checks());
-        let code =
-            if checks.iter().all(|(_, p)| p.is_none()) { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-        return (code, verbose("livez", &checks));
-    }
-    let stalled = s.liveness.stalled();
-    if stalled.is_empty() {
-        (StatusCode::OK, "ok".to_owned())
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("stalled: {}", stalled.join(", ")))
-    }
+    let mut checks: Vec<Check> = vec![("ping", None)];
+    checks.extend(s.liveness.checks());
+    answer("livez", &uri, &checks, || format!("stalled: {}", failing(&checks, true)))
 }
 
 async fn metrics(State(s): State<AdminState>, headers: HeaderMap) -> axum::response::Response {
@@ -236,4 +220,23 @@ async fn metrics(State(s): State<AdminState>, headers: HeaderMap) -> axum::respo
         crate::metrics::render(&s.registry),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Check, StatusCode, Uri, answer, failing};
+
+    #[test]
+    fn one_set_of_checks_gives_the_plain_and_the_verbose_answer() {
+        let checks: Vec<Check> = vec![("ping", None), ("nodes", Some("not ready".into())), ("pods", None)];
+        let plain: Uri = "/readyz".parse().expect("uri");
+        let (code, body) = answer("readyz", &plain, &checks, || format!("not ready: {}", failing(&checks, false)));
+        assert_eq!((code, body.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "not ready: nodes"));
+        let verbose: Uri = "/readyz?verbose".parse().expect("uri");
+        let (_, body) = answer("readyz", &verbose, &checks, String::new);
+        assert_eq!(body, "[+]ping ok\n[-]nodes failed: not ready\n[+]pods ok\nreadyz check failed\n");
+        assert_eq!(failing(&checks, true), "nodes (not ready)");
+        let (code, body) = answer("livez", &plain, &[("ping", None)], String::new);
+        assert_eq!((code, body.as_str()), (StatusCode::OK, "ok"));
+    }
 }
