@@ -58,9 +58,8 @@ pub struct Runtime {
     signal: shutdown::Signal,
     metrics_listener: Option<tokio::net::TcpListener>,
     probe_listener: Option<tokio::net::TcpListener>,
-    /// The metrics listener's TLS (`None`: `--metrics-secure=false`).
+    /// The metrics listener's TLS and guard (`None`: `--metrics-secure=false`).
     tls: Option<MetricsTls>,
-    guard: Option<auth::Delegated>,
     tasks: JoinSet<()>,
     failures: Family<TaskLabels, Counter>,
     failed_tx: mpsc::UnboundedSender<Error>,
@@ -74,12 +73,12 @@ impl Runtime {
     /// Builds the client (no request is made yet) and binds the admin addresses.
     pub async fn build(client: &ClientArgs, admin: &AdminArgs) -> Result<Self> {
         let (client, skew) = client::client_with_skew(client).await?;
-        let tls = metrics_tls(admin)?;
+        let mut registry = Registry::default();
+        let tls = metrics_tls(admin, &client, &mut registry)?;
         let metrics_listener = bind("--metrics-bind-address", admin.metrics_bind_address).await?;
         let probe_listener = bind("--health-probe-bind-address", admin.health_probe_bind_address).await?;
         let (trigger, signal) = shutdown::channel();
         let (failed_tx, failed_rx) = mpsc::unbounded_channel();
-        let mut registry = Registry::default();
         let failures = Family::<TaskLabels, Counter>::default();
         registry.register(
             "nlc_task_failures",
@@ -98,7 +97,6 @@ impl Runtime {
         registry.register_collector(Box::new(process::ProcessCollector));
         let watch_metrics = watch::WatchMetrics::register(&mut registry);
         let http_metrics = http::HttpMetrics::register(&mut registry);
-        let guard = tls.is_some().then(|| auth::Delegated::new(client.clone(), "/metrics", &mut registry));
         Ok(Self {
             client,
             registry,
@@ -109,7 +107,6 @@ impl Runtime {
             metrics_listener,
             probe_listener,
             tls,
-            guard,
             tasks: JoinSet::new(),
             failures,
             failed_tx,
@@ -206,7 +203,6 @@ impl Runtime {
             metrics_listener,
             probe_listener,
             tls,
-            guard,
             mut tasks,
             mut failed_rx,
             http_metrics,
@@ -234,12 +230,12 @@ impl Runtime {
             if let Ok(addr) = listener.local_addr() {
                 tracing::info!(address = %addr, secure, "serving /metrics (and the probes)");
             }
-            let acceptor = match tls {
+            let (acceptor, guard) = match tls {
                 Some(t) => {
                     reloader = t.reload.map(|r| tokio::spawn(r));
-                    Some(t.acceptor)
+                    (Some(t.acceptor), Some(t.guard))
                 }
-                None => None,
+                None => (None, None),
             };
             let server = http::Server {
                 name: "admin",
@@ -279,18 +275,20 @@ impl Runtime {
     }
 }
 
-/// The metrics listener's TLS: the acceptor, and the task that reloads certificate files.
+/// The secure metrics listener: the TLS acceptor, the task that reloads certificate files, and
+/// who may read `/metrics`.
 struct MetricsTls {
     acceptor: tokio_rustls::TlsAcceptor,
     reload: Option<futures::future::BoxFuture<'static, ()>>,
+    guard: auth::Delegated,
 }
 
 const METRICS_TLS_FLAGS: tls::Flags =
     tls::Flags { cert: "--metrics-tls-cert-file", key: "--metrics-tls-private-key-file" };
 
-/// The metrics endpoint's TLS per the flags: `None` when it is not secure; the certificate files
-/// when both are given, a self-signed certificate when neither is.
-fn metrics_tls(admin: &AdminArgs) -> Result<Option<MetricsTls>> {
+/// The metrics endpoint's TLS and guard per the flags: `None` when it is not secure; the
+/// certificate files when both are given, a self-signed certificate when neither is.
+fn metrics_tls(admin: &AdminArgs, client: &kube::Client, registry: &mut Registry) -> Result<Option<MetricsTls>> {
     let files = match (&admin.metrics_tls_cert_file, &admin.metrics_tls_private_key_file) {
         (Some(c), Some(k)) => Some((c.clone(), k.clone())),
         (None, None) => None,
@@ -322,7 +320,8 @@ fn metrics_tls(admin: &AdminArgs) -> Result<Option<MetricsTls>> {
         use futures::FutureExt;
         tls::reload(cert, key, METRICS_TLS_FLAGS, Duration::from_secs(5), resolver, None).boxed()
     });
-    Ok(Some(MetricsTls { acceptor, reload }))
+    let guard = auth::Delegated::new(client.clone(), "/metrics", registry);
+    Ok(Some(MetricsTls { acceptor, reload, guard }))
 }
 
 /// Binds `addr` (`None`: the listener is off).
