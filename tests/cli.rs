@@ -459,32 +459,9 @@ fn make_run_writes_only_to_a_cluster_named_on_the_command_line() {
     assert!(!argv.contains("--dry-run"), "{argv}");
 }
 
-/// `GET path` over HTTPS (trusting the test CA) with an optional bearer token: the status and
-/// the body.
+/// `GET path` on the metrics endpoint (serving the test CA's certificate), with a token.
 async fn https_get(port: u16, path: &str, token: Option<&str>) -> Option<(u16, String)> {
-    use rustls_pki_types::pem::PemObject;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pki_types::CertificateDer::pem_file_iter(&shared().pki.ca_cert).ok()? {
-        roots.add(c.ok()?).ok()?;
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .ok()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").ok()?.to_owned();
-    let mut s = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg)).connect(name, tcp).await.ok()?;
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.ok()?;
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out).await;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let code = text.split(' ').nth(1)?.parse().ok()?;
-    Some((code, text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()))
+    common::https_get(&shared().pki.ca_cert, port, path, token).await
 }
 
 /// A token of a new service account in `ns`.

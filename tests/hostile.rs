@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::webhook::{Webhook, register_mutating};
@@ -57,27 +56,9 @@ async fn until_mutated(client: &kube::Client, ns: &str) {
     panic!("the webhook never took effect");
 }
 
-/// A TLS client trusting the test CA (the webhook serves the API server's certificate).
-fn tls_connector(alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
-    use rustls_pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pki_types::CertificateDer::pem_file_iter(&env().pki.ca_cert).expect("ca") {
-        roots.add(c.expect("cert")).expect("root");
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("tls")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    tokio_rustls::TlsConnector::from(Arc::new(cfg))
-}
-
+/// A TLS connection to the webhook on `port` (it serves the API server's certificate).
 async fn tls(port: u16, alpn: &[&[u8]]) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").ok()?.to_owned();
-    tls_connector(alpn).connect(name, tcp).await.ok()
+    common::tls_connect(&env().pki.ca_cert, port, alpn).await
 }
 
 /// Whether the server closed the connection (EOF or reset) within `within`.

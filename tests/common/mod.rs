@@ -100,9 +100,52 @@ pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.ok()?;
     let mut buf = String::new();
     s.read_to_string(&mut buf).await.ok()?;
-    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    status_and_body(&buf)
+}
+
+/// The status code and the body of an HTTP/1.1 response.
+fn status_and_body(response: &str) -> Option<(u16, String)> {
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
     Some((code, body))
+}
+
+/// A TLS connection to `127.0.0.1:port`, trusting the CA in `ca` (a test control plane's: its
+/// serving certificate is the one the webhook and the metrics endpoint serve in the tests),
+/// offering `alpn`.
+pub async fn tls_connect(
+    ca: &std::path::Path,
+    port: u16,
+    alpn: &[&[u8]],
+) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_file_iter(ca).expect("ca") {
+        roots.add(c.expect("cert")).expect("root");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("tls")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").ok()?.to_owned();
+    tokio_rustls::TlsConnector::from(Arc::new(cfg)).connect(name, tcp).await.ok()
+}
+
+/// `GET path` over HTTPS (trusting `ca`) with an optional bearer token: the status and the body.
+pub async fn https_get(ca: &std::path::Path, port: u16, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tls_connect(ca, port, &[b"http/1.1"]).await?;
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut out = Vec::new();
+    // The server may close without TLS's close_notify: keep what arrived.
+    let _ = s.read_to_end(&mut out).await;
+    status_and_body(&String::from_utf8_lossy(&out))
 }
 
 impl Controller {
