@@ -3,11 +3,10 @@
 # The advisory database is the RustSec snapshot vendored in third_party/advisory-db (CC0; its
 # commit and date in SNAPSHOT): CI reaches no git host, so a new advisory reaches CI when the
 # snapshot is refreshed (`scripts/deny.sh --refresh DIR` from a clone of rustsec/advisory-db).
-# cargo-deny is installed (pinned) into the cache on first use.
+# cargo-deny is installed (pinned) into the cache on first use (scripts/cargo-tool.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${NLC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-controller}"
-TOOLS="$CACHE/cargo-tools"
 VERSION=0.20.2
 SNAP=third_party/advisory-db
 
@@ -23,12 +22,7 @@ if [[ ${1:-} == --refresh ]]; then
   exit 0
 fi
 
-have=$("$TOOLS/bin/cargo-deny" --version 2>/dev/null || true)
-if [[ $have != "cargo-deny $VERSION" ]]; then
-  echo "deny: installing cargo-deny $VERSION into $TOOLS" >&2
-  # A debug build: half the compile time, and fast enough for one check of ~330 crates.
-  cargo install cargo-deny --version "$VERSION" --locked --debug --root "$TOOLS" --target-dir "$CACHE/cargo-tools-target" >&2
-fi
+bin=$(scripts/cargo-tool.sh cargo-deny "$VERSION")
 
 # cargo-deny opens the database as a git repository (for its date) under a directory named after
 # the URL in deny.toml: make one from the snapshot, dated as the snapshot.
@@ -48,4 +42,4 @@ if [[ $(cat "$NLC_ADVISORY_DBS/snapshot" 2>/dev/null || true) != "$commit" ]]; t
 fi
 
 cargo fetch --locked >/dev/null
-"$TOOLS/bin/cargo-deny" --offline --locked check --show-stats
+"$bin/cargo-deny" --offline --locked check --show-stats

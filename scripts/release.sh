@@ -15,7 +15,6 @@ cd "$(dirname "$0")/.."
 IMAGE=${1:-node-lifecycle-controller:dev}
 DIST=${2:-${CARGO_TARGET_DIR:-target}/dist-artifacts}
 CACHE="${NLC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-controller}"
-TOOLS="$CACHE/cargo-tools"
 CYCLONEDX_VERSION=0.5.9
 log() { printf 'release: %s\n' "$*" >&2; }
 
@@ -31,17 +30,10 @@ rm -rf "$DIST" && mkdir -p "$DIST"
 scripts/image.sh "$IMAGE"
 docker save "$IMAGE" -o "$DIST/node-lifecycle-controller-$version-image-$arch.tar"
 
-have=$("$TOOLS/bin/cargo-cyclonedx" cyclonedx --version 2>/dev/null || true)
-if [[ $have != *" $CYCLONEDX_VERSION" ]]; then  # "cargo-cyclonedx-cyclonedx X.Y.Z" (as a cargo subcommand)
-  log "installing cargo-cyclonedx $CYCLONEDX_VERSION into $TOOLS"
-  cargo install cargo-cyclonedx --version "$CYCLONEDX_VERSION" --locked --debug --root "$TOOLS" \
-    --target-dir "$CACHE/cargo-tools-target" >&2
-fi
+bin=$(scripts/cargo-tool.sh cargo-cyclonedx "$CYCLONEDX_VERSION")
 # The SBOM of what the image ships: the binary's crates for its target, without dev or build
 # dependencies.
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-PATH="$TOOLS/bin:$PATH" cargo cyclonedx --manifest-path Cargo.toml --format json --spec-version 1.5 \
+PATH="$bin:$PATH" cargo cyclonedx --manifest-path Cargo.toml --format json --spec-version 1.5 \
   --target "$(rustc -vV | sed -n 's/^host: //p')" --no-build-deps --override-filename "sbom" >&2
 mv sbom.json "$DIST/node-lifecycle-controller-$version.cdx.json"
 # cargo-cyclonedx writes one per workspace member: keep the binary's only.
