@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, Patch};
 use nlc_core::rules::{self, ConfigFile, RuleSpec};
 use nlc_core::selector::Selector;
-use nlc_core::taints::{Taint, TaintId};
+use nlc_core::taints::{Taint, TaintId, TaintIdentity};
 use serde_json::json;
 
 use crate::error::Result;
@@ -87,7 +87,7 @@ pub async fn run(args: UninstallArgs) -> Result<()> {
         for attempt in 0..5 {
             let taints: Vec<Taint> =
                 current.spec.iter().flat_map(|s| s.taints.iter().flatten()).map(Taint::from).collect();
-            let going: Vec<&Taint> = taints.iter().filter(|t| own.iter().any(|id| id.is(t))).collect();
+            let going: Vec<&Taint> = taints.iter().filter(|t| own.iter().any(|id| id.match_taint(*t))).collect();
             if going.is_empty() {
                 break;
             }
@@ -98,7 +98,7 @@ pub async fn run(args: UninstallArgs) -> Result<()> {
                 break;
             }
             let kept: Vec<k8s_openapi::api::core::v1::Taint> =
-                taints.iter().filter(|t| !own.iter().any(|id| id.is(t))).map(Into::into).collect();
+                taints.iter().filter(|t| !own.iter().any(|id| id.match_taint(*t))).map(Into::into).collect();
             let patch =
                 json!({"metadata": {"resourceVersion": current.metadata.resource_version}, "spec": {"taints": kept}});
             match nodes.patch(&name, &crate::patch_params(), &Patch::Merge(&patch)).await {

@@ -5,7 +5,7 @@
 use jiff::Timestamp;
 
 use crate::index::{PodKey, SlimNode};
-use crate::taints::{TaintAdd, TaintId};
+use crate::taints::{TaintAdd, TaintId, TaintIdentity};
 
 /// Upstream's texts for the pod condition written before an eviction
 /// (`pkg/controller/tainteviction`).
@@ -41,7 +41,7 @@ pub struct Cause {
 impl Cause {
     /// Whether `live` (a node's current taints) still carries this cause.
     pub fn present_in(&self, live: &[crate::taints::Taint]) -> bool {
-        live.iter().any(|t| self.taint.is(t) && (self.time_added.is_none() || t.time_added == self.time_added))
+        live.iter().any(|t| self.taint.match_taint(t) && (self.time_added.is_none() || t.time_added == self.time_added))
     }
 }
 

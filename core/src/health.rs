@@ -11,6 +11,7 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 
 use crate::action::ConditionWrite;
+use crate::condition;
 use crate::index::SlimNode;
 
 /// Condition types made `Unknown` when a kubelet goes silent, in upstream's order.
@@ -122,7 +123,7 @@ pub fn apply_conditions(node: &mut SlimNode, writes: &[ConditionWrite]) {
     for c in writes {
         let new = crate::index::Condition {
             type_: c.type_.clone(),
-            status: "Unknown".into(),
+            status: condition::UNKNOWN.into(),
             reason: Some(c.reason.into()),
             last_heartbeat: c.last_heartbeat.or_else(|| node.condition(&c.type_).and_then(|o| o.last_heartbeat)),
             last_transition: Some(c.last_transition),
@@ -140,7 +141,7 @@ pub fn apply_conditions(node: &mut SlimNode, writes: &[ConditionWrite]) {
 /// `NodeStatusNeverUpdated` and the node's creation time as heartbeat. As upstream, nothing is
 /// written unless `Ready` itself changes.
 pub fn unknown_conditions(node: &SlimNode, now: Timestamp) -> Option<Vec<ConditionWrite>> {
-    if node.condition("Ready").is_some_and(|c| c.status == "Unknown") {
+    if node.condition("Ready").is_some_and(|c| c.status == condition::UNKNOWN) {
         return None;
     }
     let writes = MONITORED_CONDITIONS
@@ -153,7 +154,7 @@ pub fn unknown_conditions(node: &SlimNode, now: Timestamp) -> Option<Vec<Conditi
                 last_heartbeat: Some(node.created.unwrap_or(now)),
                 last_transition: now,
             }),
-            Some(c) if c.status != "Unknown" => Some(ConditionWrite {
+            Some(c) if c.status != condition::UNKNOWN => Some(ConditionWrite {
                 type_: (*t).to_owned(),
                 reason: REASON_UNKNOWN,
                 message: MESSAGE_UNKNOWN,

@@ -12,6 +12,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
+use crate::condition;
 use crate::taints::{Taint, Toleration};
 use crate::uid::Uid;
 use crate::zone;
@@ -169,7 +170,7 @@ impl From<&Pod> for SlimPod {
         let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
         let conditions = || p.status.iter().flat_map(|s| s.conditions.iter().flatten());
         let scheduled = conditions()
-            .find(|c| c.type_ == "PodScheduled" && c.status == "True")
+            .find(|c| c.type_ == "PodScheduled" && c.status == condition::TRUE)
             .and_then(|c| c.last_transition_time.as_ref())
             .map(|t| t.0);
         let mut relevant = p
@@ -190,7 +191,7 @@ impl From<&Pod> for SlimPod {
             truncated,
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
             terminating: p.metadata.deletion_timestamp.is_some(),
-            ready: conditions().find(|c| c.type_ == "Ready").map(|c| c.status == "True"),
+            ready: conditions().find(|c| c.type_ == "Ready").map(|c| c.status == condition::TRUE),
             bound: scheduled.or_else(|| p.metadata.creation_timestamp.as_ref().map(|t| t.0)),
             generation: p.metadata.generation.unwrap_or_default(),
         }

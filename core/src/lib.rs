@@ -36,10 +36,13 @@
 //! - `fixtures` (this crate's tests only): builders for nodes and pods, and a fake API server for
 //!   the state.
 
+#![warn(clippy::disallowed_methods)]
+
 pub mod action;
 pub mod admission;
 pub mod brakes;
 pub mod cache;
+pub mod condition;
 pub mod default_tolerations;
 pub mod error;
 pub mod eviction;

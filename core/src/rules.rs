@@ -9,8 +9,9 @@ use std::collections::HashSet;
 
 use serde::Deserialize;
 
+use crate::condition;
 use crate::error::{Error, Result};
-use crate::taints::{Effect, keys};
+use crate::taints::{Effect, TaintIdentity, keys};
 
 /// The pseudo-condition for `spec.unschedulable`.
 pub const UNSCHEDULABLE: &str = "spec.unschedulable";
@@ -35,8 +36,8 @@ impl TaintRule {
     /// nearly every pod of the cluster.
     pub fn evicts_healthy_nodes(&self) -> bool {
         let healthy = match self.condition.as_str() {
-            "Ready" => "True",
-            "MemoryPressure" | "DiskPressure" | "PIDPressure" | "NetworkUnavailable" => "False",
+            "Ready" => condition::TRUE,
+            "MemoryPressure" | "DiskPressure" | "PIDPressure" | "NetworkUnavailable" => condition::FALSE,
             _ => return false,
         };
         self.effect == Effect::NoExecute && self.status == healthy
@@ -51,20 +52,27 @@ impl TaintRule {
     }
 }
 
+/// A rule's taint: [`TaintIdentity::id`] is the taint the rule sets.
+impl TaintIdentity for TaintRule {
+    fn identity(&self) -> (&str, &Effect) {
+        (&self.key, &self.effect)
+    }
+}
+
 /// Upstream's table: `nodeConditionToTaintKeyStatusMap`, the unschedulable taint, and the
 /// taint-based eviction pair.
 pub fn upstream_defaults() -> Vec<TaintRule> {
     use Effect::{NoExecute, NoSchedule};
     vec![
-        TaintRule::new("Ready", "False", keys::NOT_READY, NoSchedule),
-        TaintRule::new("Ready", "Unknown", keys::UNREACHABLE, NoSchedule),
-        TaintRule::new("MemoryPressure", "True", keys::MEMORY_PRESSURE, NoSchedule),
-        TaintRule::new("DiskPressure", "True", keys::DISK_PRESSURE, NoSchedule),
-        TaintRule::new("NetworkUnavailable", "True", keys::NETWORK_UNAVAILABLE, NoSchedule),
-        TaintRule::new("PIDPressure", "True", keys::PID_PRESSURE, NoSchedule),
-        TaintRule::new(UNSCHEDULABLE, "True", keys::UNSCHEDULABLE, NoSchedule),
-        TaintRule::new("Ready", "False", keys::NOT_READY, NoExecute),
-        TaintRule::new("Ready", "Unknown", keys::UNREACHABLE, NoExecute),
+        TaintRule::new("Ready", condition::FALSE, keys::NOT_READY, NoSchedule),
+        TaintRule::new("Ready", condition::UNKNOWN, keys::UNREACHABLE, NoSchedule),
+        TaintRule::new("MemoryPressure", condition::TRUE, keys::MEMORY_PRESSURE, NoSchedule),
+        TaintRule::new("DiskPressure", condition::TRUE, keys::DISK_PRESSURE, NoSchedule),
+        TaintRule::new("NetworkUnavailable", condition::TRUE, keys::NETWORK_UNAVAILABLE, NoSchedule),
+        TaintRule::new("PIDPressure", condition::TRUE, keys::PID_PRESSURE, NoSchedule),
+        TaintRule::new(UNSCHEDULABLE, condition::TRUE, keys::UNSCHEDULABLE, NoSchedule),
+        TaintRule::new("Ready", condition::FALSE, keys::NOT_READY, NoExecute),
+        TaintRule::new("Ready", condition::UNKNOWN, keys::UNREACHABLE, NoExecute),
     ]
 }
 
@@ -136,13 +144,13 @@ pub fn build(use_defaults: bool, extra: &[RuleSpec]) -> Result<Vec<TaintRule>> {
             "NoExecute" => Effect::NoExecute,
             e => return Err(bad(format!("effect {e:?} is not NoSchedule, PreferNoSchedule or NoExecute"))),
         };
-        if !matches!(spec.status.as_str(), "True" | "False" | "Unknown") {
+        if !matches!(spec.status.as_str(), condition::TRUE | condition::FALSE | condition::UNKNOWN) {
             return Err(bad(format!("status {:?} is not True, False or Unknown", spec.status)));
         }
         if spec.condition.is_empty() || spec.condition.len() > 316 {
             return Err(bad(format!("condition {:?} is not a condition type", spec.condition)));
         }
-        if spec.condition == UNSCHEDULABLE && spec.status != "True" {
+        if spec.condition == UNSCHEDULABLE && spec.status != condition::TRUE {
             return Err(bad(format!("{UNSCHEDULABLE} only takes status True")));
         }
         if !valid_taint_key(&spec.key) {
@@ -154,17 +162,17 @@ pub fn build(use_defaults: bool, extra: &[RuleSpec]) -> Result<Vec<TaintRule>> {
         rules.push(TaintRule::new(&spec.condition, &spec.status, &spec.key, effect));
     }
     // One taint (key, effect) must come from one condition, else two rules would fight over it.
-    let mut owners: Vec<(&str, &Effect, &str)> = Vec::new();
+    let mut owners: Vec<&TaintRule> = Vec::new();
     for r in &rules {
-        if let Some((_, _, other)) = owners.iter().find(|(k, e, _)| *k == r.key && **e == r.effect) {
-            if *other != r.condition {
+        if let Some(other) = owners.iter().find(|o| o.match_taint(r)) {
+            if other.condition != r.condition {
                 return Err(Error::invalid(
                     format!("taint {}:{}", r.key, r.effect),
-                    format!("mapped from two conditions ({other} and {})", r.condition),
+                    format!("mapped from two conditions ({} and {})", other.condition, r.condition),
                 ));
             }
         } else {
-            owners.push((&r.key, &r.effect, &r.condition));
+            owners.push(r);
         }
     }
     let mut seen = HashSet::new();

@@ -8,7 +8,7 @@ use crate::action::{Action, EvictionResult, MarkResult, NodeWriteResult};
 use crate::brakes::Pause;
 use crate::cache::{Cache, Change, WatchEvent};
 use crate::eviction::{Ctx, Gate, TaintEviction};
-use crate::index::{PodKey, SlimLease, SlimNode, SlimPod};
+use crate::index::{Index, PodKey, SlimLease, SlimNode, SlimPod};
 use crate::lifecycle::NodeLifecycle;
 use crate::taints::Taint;
 
@@ -53,8 +53,88 @@ impl Gate for Brakes<'_> {
     }
 }
 
-fn gate_of(lifecycle: &Option<NodeLifecycle>, pause: Pause) -> Brakes<'_> {
-    Brakes { lifecycle: lifecycle.as_ref(), evictions_paused: pause != Pause::None }
+/// The two controllers as an input or the time reaches them, each decision taking the one
+/// context ([`Ctx`]): the eviction controller's is gated on the [`Brakes`], node lifecycle's on
+/// nothing (it is the judgement the brakes ask).
+struct Controllers<'a> {
+    index: &'a Index,
+    now: Timestamp,
+    eviction: &'a mut Option<TaintEviction>,
+    lifecycle: &'a mut Option<NodeLifecycle>,
+    pause: Pause,
+}
+
+impl Controllers<'_> {
+    /// Tells the taint eviction controller, if it runs.
+    fn eviction(&mut self, f: impl FnOnce(&mut TaintEviction, Ctx<'_>)) {
+        if let Some(ev) = self.eviction.as_mut() {
+            let brakes = Brakes { lifecycle: self.lifecycle.as_ref(), evictions_paused: self.pause != Pause::None };
+            f(ev, Ctx::new(self.index, self.now).gated(&brakes));
+        }
+    }
+
+    /// Tells the node lifecycle controller, if it runs.
+    fn lifecycle(&mut self, f: impl FnOnce(&mut NodeLifecycle, Ctx<'_>)) {
+        if let Some(lc) = self.lifecycle.as_mut() {
+            f(lc, Ctx::new(self.index, self.now));
+        }
+    }
+
+    /// One change of the cache, to the controllers that care about it. `own_write`: the node
+    /// changed as our own write returned it.
+    fn change(&mut self, change: Change, own_write: bool, out: &mut Vec<Action>) {
+        match change {
+            Change::NodeUpserted { name, old } => {
+                self.eviction(|ev, cx| {
+                    if let Some(node) = cx.index.nodes.get(&name) {
+                        ev.node_changed(node, old.as_ref(), cx, out);
+                    }
+                });
+                self.lifecycle(|lc, cx| lc.node_changed(&name, old.as_ref(), own_write, cx, out));
+            }
+            Change::NodeRemoved(old) => {
+                self.eviction(|ev, cx| ev.node_removed(&old.name, cx, out));
+                self.lifecycle(|lc, _| lc.node_removed(&old, out));
+            }
+            Change::PodUpserted { key, old } => {
+                // The index's own key, so that what the controllers keep shares it.
+                let key = self.index.pods.get_key_value(&key).map_or(key, |(k, _)| k.clone());
+                self.eviction(|ev, cx| ev.pod_changed(&key, old.as_ref(), cx, out));
+                self.lifecycle(|lc, cx| {
+                    if let Some(pod) = cx.index.pods.get(&key)
+                        && old.as_ref().is_none_or(|o| o.node_name != pod.node_name)
+                    {
+                        lc.pod_bound(&key, cx, out);
+                    }
+                });
+            }
+            Change::PodRemoved(old) => self.eviction(|ev, _| ev.pod_removed(&old.key())),
+            Change::LeaseUpserted { name, .. } => self.lifecycle(|lc, cx| lc.lease_changed(&name, cx, out)),
+            Change::LeaseRemoved(_) => {}
+        }
+    }
+}
+
+/// An executor's report, once [`State::apply`] has taken in what it carried for the cache.
+enum Report {
+    Eviction {
+        key: PodKey,
+        uid: String,
+        op: u64,
+        result: EvictionResult,
+    },
+    Mark {
+        key: PodKey,
+        op: u64,
+        result: MarkResult,
+    },
+    /// `own_write`: the cache took in the node as our write returned it (it carries no
+    /// heartbeat).
+    NodeWrite {
+        node: String,
+        result: NodeWriteResult,
+        own_write: bool,
+    },
 }
 
 pub struct State {
@@ -95,6 +175,13 @@ impl State {
         self.pause
     }
 
+    /// The controllers, on the cache as it stands, at `now`; and the cache's changes waiting for
+    /// them.
+    fn controllers(&mut self, now: Timestamp) -> (Controllers<'_>, &mut Vec<Change>) {
+        let Self { cache, eviction, lifecycle, pause, changes, .. } = self;
+        (Controllers { index: &cache.index, now, eviction, lifecycle, pause: *pause }, changes)
+    }
+
     /// This process became the leader.
     pub fn activate(&mut self, now: Timestamp, out: &mut Vec<Action>) {
         let was = self.is_active();
@@ -119,10 +206,7 @@ impl State {
         } else if !was && self.is_active() {
             self.resume(now, out);
         } else if self.is_active() {
-            let Self { cache, eviction, lifecycle, pause, .. } = self;
-            if let Some(ev) = eviction.as_mut() {
-                ev.recheck_all(Ctx { index: &cache.index, now, gate: &gate_of(lifecycle, *pause) }, out);
-            }
+            self.controllers(now).0.eviction(|ev, cx| ev.recheck_all(cx, out));
         }
     }
 
@@ -130,125 +214,99 @@ impl State {
     /// (docs/spec.md §4): every node gets a fresh grace period and is judged before any eviction
     /// for a managed taint; deadlines come from the API.
     fn resume(&mut self, now: Timestamp, out: &mut Vec<Action>) {
-        let Self { cache, eviction, lifecycle, pause, .. } = self;
-        if let Some(lc) = lifecycle.as_mut()
-            && cache.synced()
-        {
-            lc.synced(&cache.index, now, out);
+        let synced = self.cache.synced();
+        let (mut c, _) = self.controllers(now);
+        if synced {
+            c.lifecycle(|lc, cx| lc.synced(cx, out));
         }
-        if let Some(ev) = eviction.as_mut() {
-            let mut names: Vec<&String> = cache.index.nodes.keys().collect();
+        c.eviction(|ev, cx| {
+            let mut names: Vec<&String> = cx.index.nodes.keys().collect();
             names.sort();
             for name in names {
-                if let Some(node) = cache.index.nodes.get(name) {
-                    ev.node_changed(
-                        node,
-                        None,
-                        Ctx { index: &cache.index, now, gate: &gate_of(lifecycle, *pause) },
-                        out,
-                    );
+                if let Some(node) = cx.index.nodes.get(name) {
+                    ev.node_changed(node, None, cx, out);
                 }
             }
-        }
+        });
         self.after_batch(now, out);
     }
 
-    /// Applies one input; effects go to `out`. Call [`State::after_batch`] after a batch.
+    /// One input: applied to the cache, then dispatched to the controllers; effects go to `out`.
+    /// Call [`State::after_batch`] after a batch.
     pub fn handle(&mut self, input: Input, now: Timestamp, out: &mut Vec<Action>) {
-        self.changes.clear();
-        let mut own_write = false;
-        let mut write_result = None;
         if let Input::Pause(p) = input {
             self.set_pause(p, now, out);
             return;
         }
-        let active = self.is_active();
-        let Self { cache, eviction, lifecycle, changes, pause, .. } = self;
+        let report = self.apply(input);
+        self.dispatch(report, now, out);
+    }
+
+    /// Takes an input into the cache, its changes into `changes`: a watch event, or the node as a
+    /// write returned it or as read after a conflict (neither brings back a node that was
+    /// deleted meanwhile). The executor's report, if it was one, is left for its controller.
+    fn apply(&mut self, input: Input) -> Option<Report> {
+        let Self { cache, changes, .. } = self;
+        changes.clear();
         match input {
             Input::Node(ev) => cache.apply_node(ev, changes),
             Input::Pod(ev) => cache.apply_pod(ev, changes),
             Input::Lease(ev) => cache.apply_lease(ev, changes),
-            Input::EvictionResult { key, uid, op, result } => {
-                if let Some(ev) = eviction {
-                    let cx = Ctx { index: &cache.index, now, gate: &gate_of(lifecycle, *pause) };
-                    ev.result(&key, &uid, op, &result, cx, out);
-                }
-            }
-            Input::MarkResult { key, op, result } => {
-                if let Some(lc) = lifecycle {
-                    lc.mark_result(&key, op, &result, now, out);
-                }
-            }
             Input::Pause(_) => {}
+            Input::EvictionResult { key, uid, op, result } => {
+                return Some(Report::Eviction { key, uid, op, result });
+            }
+            Input::MarkResult { key, op, result } => return Some(Report::Mark { key, op, result }),
             Input::NodeWriteResult { node, result } => {
                 // The node as our write returned it carries no heartbeat; the node as read after
-                // a conflict is an ordinary observation. Neither brings back a node that was
-                // deleted meanwhile.
-                match &result {
+                // a conflict is an ordinary observation.
+                let own_write = match &result {
                     NodeWriteResult::Done(Some(fresh)) => {
-                        own_write = true;
                         cache.apply_node_write(fresh.as_ref().clone(), changes);
+                        true
                     }
                     NodeWriteResult::Simulated(node) => {
-                        own_write = true;
                         cache.apply_simulated(node.as_ref().clone(), changes);
+                        true
                     }
-                    NodeWriteResult::Conflict(Some(fresh)) => cache.apply_node_write(fresh.as_ref().clone(), changes),
-                    _ => {}
-                }
-                write_result = Some((node, result));
+                    NodeWriteResult::Conflict(Some(fresh)) => {
+                        cache.apply_node_write(fresh.as_ref().clone(), changes);
+                        false
+                    }
+                    _ => false,
+                };
+                return Some(Report::NodeWrite { node, result, own_write });
             }
         }
-        let index = &cache.index;
+        None
+    }
+
+    /// Which controller hears what: a report reaches the controller whose action it answers
+    /// (eviction and MarkPodsNotReady reports whether or not this process decides: a controller
+    /// that sent nothing matches nothing), and, while deciding, each change of the cache the
+    /// controllers that care, before the node write's report.
+    fn dispatch(&mut self, report: Option<Report>, now: Timestamp, out: &mut Vec<Action>) {
+        let active = self.is_active();
+        let (mut c, changes) = self.controllers(now);
+        let mut node_write = None;
+        match report {
+            Some(Report::Eviction { key, uid, op, result }) => {
+                c.eviction(|ev, cx| ev.eviction_result(&key, &uid, op, &result, cx, out));
+            }
+            Some(Report::Mark { key, op, result }) => c.lifecycle(|lc, cx| lc.mark_result(&key, op, &result, cx, out)),
+            Some(Report::NodeWrite { node, result, own_write }) => node_write = Some((node, result, own_write)),
+            None => {}
+        }
         if !active {
             changes.clear();
             return;
         }
+        let own_write = node_write.as_ref().is_some_and(|(_, _, own)| *own);
         for change in changes.drain(..) {
-            match change {
-                Change::NodeUpserted { name, old } => {
-                    if let (Some(ev), Some(node)) = (eviction.as_mut(), index.nodes.get(&name)) {
-                        ev.node_changed(node, old.as_ref(), Ctx { index, now, gate: &gate_of(lifecycle, *pause) }, out);
-                    }
-                    if let Some(lc) = lifecycle.as_mut() {
-                        lc.node_changed(&name, old.as_ref(), own_write, index, now, out);
-                    }
-                }
-                Change::NodeRemoved(old) => {
-                    if let Some(ev) = eviction.as_mut() {
-                        ev.node_removed(&old.name, Ctx { index, now, gate: &gate_of(lifecycle, *pause) }, out);
-                    }
-                    if let Some(lc) = lifecycle.as_mut() {
-                        lc.node_removed(&old, out);
-                    }
-                }
-                Change::PodUpserted { key, old } => {
-                    // The index's own key, so that what the controllers keep shares it.
-                    let key = index.pods.get_key_value(&key).map_or(key, |(k, _)| k.clone());
-                    if let Some(ev) = eviction.as_mut() {
-                        ev.pod_changed(&key, old.as_ref(), Ctx { index, now, gate: &gate_of(lifecycle, *pause) }, out);
-                    }
-                    if let (Some(lc), Some(pod)) = (lifecycle.as_mut(), index.pods.get(&key))
-                        && old.as_ref().is_none_or(|o| o.node_name != pod.node_name)
-                    {
-                        lc.pod_bound(&key, index, now, out);
-                    }
-                }
-                Change::PodRemoved(old) => {
-                    if let Some(ev) = eviction.as_mut() {
-                        ev.pod_removed(&old.key());
-                    }
-                }
-                Change::LeaseUpserted { name, .. } => {
-                    if let Some(lc) = lifecycle.as_mut() {
-                        lc.lease_changed(&name, index, now, out);
-                    }
-                }
-                Change::LeaseRemoved(_) => {}
-            }
+            c.change(change, own_write, out);
         }
-        if let (Some(lc), Some((node, result))) = (lifecycle.as_mut(), write_result) {
-            lc.write_result(&node, &result, index, now, out);
+        if let Some((node, result, _)) = node_write {
+            c.lifecycle(|lc, cx| lc.node_write_result(&node, &result, cx, out));
         }
     }
 
@@ -259,13 +317,15 @@ impl State {
         if !self.is_active() {
             return;
         }
-        if let Some(lc) = &mut self.lifecycle {
-            if self.cache.synced() {
-                lc.synced(&self.cache.index, now, out);
+        let synced = self.cache.synced();
+        let (mut c, _) = self.controllers(now);
+        c.lifecycle(|lc, cx| {
+            if synced {
+                lc.synced(cx, out);
             }
-            lc.after_changes(&self.cache.index, now, out);
-        }
-        self.recheck_held(now, out);
+            lc.after_batch(cx, out);
+        });
+        c.eviction(|ev, cx| ev.recheck_held(cx, out));
     }
 
     /// Time has passed: fire what is due.
@@ -273,23 +333,12 @@ impl State {
         if !self.is_active() {
             return;
         }
-        let Self { cache, eviction, lifecycle, pause, .. } = self;
-        if let Some(lc) = lifecycle.as_mut() {
-            lc.tick(&cache.index, now, out);
-        }
-        if let Some(ev) = eviction.as_mut() {
-            let gate = gate_of(lifecycle, *pause);
-            let cx = Ctx { index: &cache.index, now, gate: &gate };
+        let (mut c, _) = self.controllers(now);
+        c.lifecycle(|lc, cx| lc.tick(cx, out));
+        c.eviction(|ev, cx| {
             ev.tick(cx, out);
             ev.recheck_held(cx, out);
-        }
-    }
-
-    fn recheck_held(&mut self, now: Timestamp, out: &mut Vec<Action>) {
-        let Self { cache, eviction, lifecycle, pause, .. } = self;
-        if let Some(ev) = eviction.as_mut() {
-            ev.recheck_held(Ctx { index: &cache.index, now, gate: &gate_of(lifecycle, *pause) }, out);
-        }
+        });
     }
 
     /// The wall clock stepped by `by` (an NTP step, a VM resumed): node lifecycle gives every
@@ -297,22 +346,15 @@ impl State {
     /// zones' token buckets (a backward step would freeze them for its size); every pending
     /// eviction keeps the monotonic time it had left.
     pub fn clock_stepped(&mut self, by: SignedDuration, now: Timestamp, out: &mut Vec<Action>) {
-        if let Some(lc) = &mut self.lifecycle {
-            lc.clock_stepped(now);
-        }
-        let Self { cache, eviction, lifecycle, pause, .. } = self;
-        if let Some(ev) = eviction.as_mut() {
-            ev.clock_stepped(by, Ctx { index: &cache.index, now, gate: &gate_of(lifecycle, *pause) }, out);
-        }
+        let (mut c, _) = self.controllers(now);
+        c.lifecycle(|lc, cx| lc.clock_stepped(cx.now));
+        c.eviction(|ev, cx| ev.clock_stepped(by, cx, out));
     }
 
     /// How far this process's clock is ahead of the API server's (docs/spec.md §13): an
     /// eviction waits that much past its deadline.
     pub fn set_clock_skew(&mut self, skew: SignedDuration, now: Timestamp, out: &mut Vec<Action>) {
-        let Self { cache, eviction, lifecycle, pause, .. } = self;
-        if let Some(ev) = eviction.as_mut() {
-            ev.set_clock_skew(skew, Ctx { index: &cache.index, now, gate: &gate_of(lifecycle, *pause) }, out);
-        }
+        self.controllers(now).0.eviction(|ev, cx| ev.set_clock_skew(skew, cx, out));
     }
 
     /// When `tick` next has something to do.

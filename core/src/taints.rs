@@ -103,11 +103,6 @@ impl Taint {
         self.time_added = Some(at);
         self
     }
-
-    /// Taints are unique by (key, effect) on a node; the value is not part of the identity.
-    pub fn same_identity(&self, other: &Taint) -> bool {
-        self.key == other.key && self.effect == other.effect
-    }
 }
 
 impl From<&core::Taint> for Taint {
@@ -349,14 +344,36 @@ impl TaintId {
     pub fn new(key: impl Into<String>, effect: Effect) -> Self {
         Self { key: key.into(), effect }
     }
+}
 
-    pub fn of(t: &Taint) -> Self {
-        Self { key: t.key.clone(), effect: t.effect.clone() }
+/// What names a taint: a taint, a [`TaintId`], a rule's taint ([`crate::rules::TaintRule`]).
+/// Taints are unique on a node by key and effect; the value (and `timeAdded`) is not part of the
+/// identity.
+pub trait TaintIdentity {
+    /// The key and the effect.
+    fn identity(&self) -> (&str, &Effect);
+
+    /// Upstream's `MatchTaint`: the same key and effect. The one test of taint identity.
+    fn match_taint(&self, other: &impl TaintIdentity) -> bool {
+        self.identity() == other.identity()
     }
 
-    /// Whether `t` is this taint.
-    pub fn is(&self, t: &Taint) -> bool {
-        self.key == t.key && self.effect == t.effect
+    /// The identity as a value.
+    fn id(&self) -> TaintId {
+        let (key, effect) = self.identity();
+        TaintId::new(key, effect.clone())
+    }
+}
+
+impl TaintIdentity for Taint {
+    fn identity(&self) -> (&str, &Effect) {
+        (&self.key, &self.effect)
+    }
+}
+
+impl TaintIdentity for TaintId {
+    fn identity(&self) -> (&str, &Effect) {
+        (&self.key, &self.effect)
     }
 }
 
@@ -388,11 +405,11 @@ impl TaintAdd {
 /// -- survives. Taints of other owners are untouched and keep their order. `None` when nothing
 /// changes.
 pub fn apply_changes(current: &[Taint], add: &[TaintAdd], remove: &[TaintId], now: Timestamp) -> Option<Vec<Taint>> {
-    let mut next: Vec<Taint> = current.iter().filter(|t| !remove.iter().any(|r| r.is(t))).cloned().collect();
+    let mut next: Vec<Taint> = current.iter().filter(|t| !remove.iter().any(|r| r.match_taint(*t))).cloned().collect();
     for a in add {
-        if !next.iter().any(|t| a.id.is(t)) {
+        if !next.iter().any(|t| a.id.match_taint(t)) {
             let inherited =
-                a.inherit.as_ref().and_then(|i| current.iter().find(|t| i.is(t))).and_then(|t| t.time_added);
+                a.inherit.as_ref().and_then(|i| current.iter().find(|t| i.match_taint(*t))).and_then(|t| t.time_added);
             next.push(Taint {
                 key: a.id.key.clone(),
                 value: String::new(),
@@ -635,7 +652,7 @@ pub fn warnings(taints: &[Taint], tolerations: &[Toleration], opts: MatchOptions
         if let Effect::Other(e) = &t.effect {
             out.push(format!("taint {i} ({}) has unknown effect {e:?}; nothing enforces it", t.key));
         }
-        if taints[..i].iter().any(|earlier| earlier.same_identity(t)) {
+        if taints[..i].iter().any(|earlier| earlier.match_taint(t)) {
             out.push(format!("taint {i} ({t}) repeats an earlier taint's key and effect; the API server rejects this"));
         }
         if t.effect == Effect::NoExecute && t.time_added.is_none() {

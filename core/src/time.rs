@@ -2,6 +2,8 @@
 //!
 //! - [`after`]: a timestamp plus a duration that never overflows (the far future saturates).
 //! - [`backoff`]: capped exponential backoff, shared by every retry in the core.
+//! - [`quota`]: a rate in queries per second as a token bucket's quota, for every limiter (the
+//!   executor's and the zones').
 //! - [`parse_go_time`]: an RFC 3339 timestamp as Go's `time.Parse(time.RFC3339, ..)` reads it,
 //!   which is what kube-apiserver stores for every `Time` and `MicroTime`. Go accepts
 //!   instants up to 9999-12-31T23:59:59.999999999Z (and offsets up to 23:59), jiff's
@@ -30,6 +32,17 @@ pub fn shift(now: Timestamp, d: SignedDuration) -> Timestamp {
 pub fn backoff(base: Duration, cap: Duration, attempts: u32) -> Duration {
     let exp = attempts.saturating_sub(1).min(20);
     base.saturating_mul(1u32 << exp).min(cap)
+}
+
+/// `qps` with `burst` as a governor quota; `None` for a rate no flag accepts as a limit (0 and
+/// below, NaN, infinite, below [`crate::flags::MIN_RATE`]): what `None` means is the caller's (the
+/// executor: no limit; a zone: no tokens). Never panics, however large `qps` or `burst`.
+pub fn quota(qps: f64, burst: u32) -> Option<governor::Quota> {
+    if !(qps >= crate::flags::MIN_RATE && qps.is_finite()) {
+        return None;
+    }
+    let period = Duration::try_from_secs_f64(1.0 / qps).ok()?.max(Duration::from_nanos(1));
+    Some(governor::Quota::with_period(period)?.allow_burst(std::num::NonZeroU32::new(burst.max(1))?))
 }
 
 /// Digits `s[range]` as a number within `min..=max`.

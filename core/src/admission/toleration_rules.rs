@@ -25,6 +25,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::restriction::is_superset;
+use crate::condition;
 use crate::selector::Selector;
 
 /// Tolerations (and optionally a required node affinity) added to the pods it matches.
@@ -280,11 +281,11 @@ impl RuleSet {
         };
         let condition = |type_: &str, ok: bool, reason: &str, message: String| Condition {
             type_: type_.to_owned(),
-            status: if ok { "True" } else { "False" }.to_owned(),
+            status: if ok { condition::TRUE } else { condition::FALSE }.to_owned(),
             reason: reason.to_owned(),
             message,
             observed_generation: generation,
-            last_transition_time: since(type_, if ok { "True" } else { "False" }),
+            last_transition_time: since(type_, if ok { condition::TRUE } else { condition::FALSE }),
         };
         let valid = match self.invalid.get(name) {
             Some(problem) => condition("Valid", false, "Invalid", format!("not applied: {problem}")),

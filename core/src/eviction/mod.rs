@@ -31,7 +31,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use crate::action::{Action, Cause, EvictPod, EvictionMode, EvictionResult, Op, PodEvent, PodEventKind};
 use crate::index::{Index, PodKey, SlimNode, SlimPod};
-use crate::taints::{self, MatchOptions, Taint, TaintDue, TaintId, keys};
+use crate::taints::{self, MatchOptions, Taint, TaintDue, TaintId, TaintIdentity, keys};
 use crate::time::backoff;
 use crate::timer_queue::TimerQueue;
 use crate::uid::Uid;
@@ -82,12 +82,34 @@ impl Gate for Ungated {
     }
 }
 
-/// What every decision needs: the cache, the time, and the gate.
+/// What every decision of both controllers needs: the cache, the time, and the gate. Only this
+/// controller asks the gate; node lifecycle stands behind it (it is the [`Gate`] that judges its
+/// own taints), so it is handed an ungated context ([`Ctx::new`]).
 #[derive(Clone, Copy)]
 pub struct Ctx<'a> {
     pub index: &'a Index,
     pub now: Timestamp,
     pub gate: &'a dyn Gate,
+}
+
+impl<'a> Ctx<'a> {
+    /// [`Ungated`]: every taint counts.
+    pub fn new(index: &'a Index, now: Timestamp) -> Self {
+        Self { index, now, gate: &Ungated }
+    }
+
+    /// The same, with evictions gated on `gate`.
+    pub fn gated(self, gate: &'a dyn Gate) -> Self {
+        Self { gate, ..self }
+    }
+}
+
+/// Whether the pod's timer has just fired: taken off the queue, so that an untracked pod was
+/// `Scheduled`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timer {
+    Fired,
+    Untouched,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,6 +208,19 @@ enum Fire {
     Never,
     At(Timestamp),
     Now { due: Timestamp, immediate: bool, causes: Vec<Cause> },
+}
+
+/// One eviction to hand to the executor ([`TaintEviction::evict`]): the pod, where its eviction
+/// stood, and what [`Fire::Now`] said.
+struct Eviction<'a> {
+    key: &'a PodKey,
+    pod: &'a SlimPod,
+    /// Before this try (a retry keeps the due time of the first).
+    phase: Option<Phase>,
+    due: Timestamp,
+    immediate: bool,
+    causes: Vec<Cause>,
+    now: Timestamp,
 }
 
 #[derive(Debug, Default)]
@@ -308,7 +343,7 @@ impl TaintEviction {
         }
         let keys: Vec<PodKey> = cx.index.pod_keys_on(&node.name).cloned().collect();
         for key in keys {
-            self.reconcile(&key, cx, out);
+            self.reconcile(&key, Timer::Untouched, cx, out);
         }
     }
 
@@ -320,7 +355,7 @@ impl TaintEviction {
         }
         let keys: Vec<PodKey> = cx.index.pod_keys_on(node).cloned().collect();
         for key in keys {
-            self.reconcile(&key, cx, out);
+            self.reconcile(&key, Timer::Untouched, cx, out);
         }
     }
 
@@ -353,7 +388,7 @@ impl TaintEviction {
         {
             self.forget(key); // recreated under the same name: a different pod
         }
-        self.reconcile(key, cx, out);
+        self.reconcile(key, Timer::Untouched, cx, out);
     }
 
     /// A pod is gone from the cluster.
@@ -365,7 +400,7 @@ impl TaintEviction {
     /// Timers that are due: re-evaluate each pod now.
     pub fn tick(&mut self, cx: Ctx<'_>, out: &mut Vec<Action>) {
         for (key, _) in self.timers.due(cx.now) {
-            self.decide(&key, true, cx, out);
+            self.reconcile(&key, Timer::Fired, cx, out);
         }
     }
 
@@ -377,7 +412,7 @@ impl TaintEviction {
         }
         let keys: Vec<PodKey> = self.held.iter().cloned().collect();
         for key in keys {
-            self.reconcile(&key, cx, out);
+            self.reconcile(&key, Timer::Untouched, cx, out);
         }
     }
 
@@ -387,12 +422,12 @@ impl TaintEviction {
         let mut keys: Vec<PodKey> = self.tracked.keys().cloned().collect();
         keys.extend(self.untracked().map(|(k, _)| k.clone()));
         for key in keys {
-            self.reconcile(&key, cx, out);
+            self.reconcile(&key, Timer::Untouched, cx, out);
         }
     }
 
     /// The executor's report on an [`EvictPod`].
-    pub fn result(
+    pub fn eviction_result(
         &mut self,
         key: &PodKey,
         uid: &str,
@@ -418,7 +453,7 @@ impl TaintEviction {
             EvictionResult::Cancelled => {
                 // Called off because the cache changed: decide afresh.
                 t.phase = Phase::Scheduled;
-                self.reconcile(key, cx, out);
+                self.reconcile(key, Timer::Untouched, cx, out);
             }
             EvictionResult::Moot | EvictionResult::Blocked(_) | EvictionResult::Failed(_) => {
                 if matches!(result, EvictionResult::Blocked(_)) && !t.told_blocked {
@@ -539,7 +574,7 @@ impl TaintEviction {
         let (_, taint) = best?;
         let seconds = taints::first_tolerating(&pod.tolerations, taint, self.cfg.match_options)
             .and_then(|j| pod.tolerations[j].toleration_seconds);
-        Some((TaintId::of(taint), seconds))
+        Some((taint.id(), seconds))
     }
 
     fn verdict(&self, key: &PodKey, pod: &SlimPod, cx: Ctx<'_>) -> Verdict {
@@ -576,10 +611,7 @@ impl TaintEviction {
                 let causes = dues
                     .iter()
                     .filter(|(_, d)| d.time(now) <= now)
-                    .map(|(t, d)| Cause {
-                        taint: TaintId::of(t),
-                        time_added: if *d == Due::Now { None } else { t.time_added },
-                    })
+                    .map(|(t, d)| Cause { taint: t.id(), time_added: if *d == Due::Now { None } else { t.time_added } })
                     .collect();
                 Fire::Now { due: due.time(now), immediate: due == Due::Now, causes }
             }
@@ -608,14 +640,9 @@ impl TaintEviction {
         self.skew
     }
 
-    /// Brings one pod's tracking in line with what its node and tolerations say now.
-    fn reconcile(&mut self, key: &PodKey, cx: Ctx<'_>, out: &mut Vec<Action>) {
-        self.decide(key, false, cx, out);
-    }
-
-    /// [`TaintEviction::reconcile`], where `fired` says that the pod's timer has just been taken
-    /// off the queue (so an untracked pod was `Scheduled`).
-    fn decide(&mut self, key: &PodKey, fired: bool, cx: Ctx<'_>, out: &mut Vec<Action>) {
+    /// Brings one pod's tracking in line with what its node and tolerations say now: the one
+    /// entry per pod, whether a change, a report or its own timer (`timer`) brought it up.
+    fn reconcile(&mut self, key: &PodKey, timer: Timer, cx: Ctx<'_>, out: &mut Vec<Action>) {
         let Some(pod) = cx.index.pods.get(key) else {
             self.forget(key);
             return;
@@ -625,7 +652,7 @@ impl TaintEviction {
             self.forget(key);
         }
         let verdict = self.verdict(key, pod, cx);
-        let phase = self.phase(key).or(fired.then_some(Phase::Scheduled));
+        let phase = self.phase(key).or((timer == Timer::Fired).then_some(Phase::Scheduled));
         let (fire, held, held_due) = match verdict {
             Verdict::Moot => {
                 if let Some(Phase::InFlight { op, cancel_sent: false }) = phase {
@@ -702,24 +729,14 @@ impl TaintEviction {
                 if phase == Some(Phase::Retrying) && self.timers.contains(key) {
                     return;
                 }
-                self.evict(key, pod, phase, due, immediate, causes, cx.now, out);
+                self.evict(Eviction { key, pod, phase, due, immediate, causes, now: cx.now }, out);
             }
         }
     }
 
     /// Hands the pod's eviction to the executor.
-    #[allow(clippy::too_many_arguments)] // the pieces of one decision, taken apart by the caller
-    fn evict(
-        &mut self,
-        key: &PodKey,
-        pod: &SlimPod,
-        phase: Option<Phase>,
-        due: Timestamp,
-        immediate: bool,
-        causes: Vec<Cause>,
-        now: Timestamp,
-        out: &mut Vec<Action>,
-    ) {
+    fn evict(&mut self, e: Eviction<'_>, out: &mut Vec<Action>) {
+        let Eviction { key, pod, phase, due, immediate, causes, now } = e;
         self.timers.cancel(key);
         self.next_op += 1;
         let op = self.next_op;

@@ -9,7 +9,7 @@ fn ts(s: i64) -> Timestamp {
 
 /// A tiny harness: the index plus the controller, with helpers that feed changes. `gate` plays
 /// node lifecycle: the taints it does not stand behind.
-struct World {
+struct EvictionWorld {
     index: Index,
     ctl: TaintEviction,
     out: Vec<Action>,
@@ -22,7 +22,7 @@ impl Gate for Vec<String> {
     }
 }
 
-impl World {
+impl EvictionWorld {
     fn new(cfg: Config) -> Self {
         Self { index: Index::default(), ctl: TaintEviction::new(cfg), out: vec![], unconfirmed: vec![] }
     }
@@ -59,7 +59,7 @@ impl World {
     /// The executor reports on eviction `ev`.
     fn report(&mut self, ev: &EvictPod, result: EvictionResult, now: i64) {
         let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed };
-        self.ctl.result(&ev.key, &ev.uid, ev.op, &result, cx, &mut self.out);
+        self.ctl.eviction_result(&ev.key, &ev.uid, ev.op, &result, cx, &mut self.out);
     }
 
     fn take(&mut self) -> Vec<Action> {
@@ -92,7 +92,7 @@ fn key(name: &str) -> PodKey {
 
 #[test]
 fn untolerated_pod_is_evicted_at_once_with_a_live_recheck() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_node(node("n1").build(), 0);
     w.set_pod(pod("p").on("n1").build(), 0);
     assert!(w.take().is_empty());
@@ -116,7 +116,7 @@ fn untolerated_pod_is_evicted_at_once_with_a_live_recheck() {
 
 #[test]
 fn tolerated_forever_is_never_evicted() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", None)]).build(), 0);
     w.tick(1_000_000);
@@ -126,7 +126,7 @@ fn tolerated_forever_is_never_evicted() {
 
 #[test]
 fn deadline_is_time_added_plus_seconds() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
     // The controller sees the taint 10 s after it was added: the deadline is still 30 s after.
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 10);
@@ -145,7 +145,7 @@ fn deadline_is_time_added_plus_seconds() {
 
 #[test]
 fn a_pod_bound_after_the_taint_gets_its_whole_toleration() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     // The taint is an hour old when the pod arrives.
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 3600);
     let mut late = pod("late").on("n1").tolerations(vec![toleration("k", Some(6))]).build();
@@ -172,7 +172,7 @@ fn a_pod_bound_after_the_taint_gets_its_whole_toleration() {
 
 #[test]
 fn missing_or_future_time_added_anchors_on_first_observation() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_pod(pod("a").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
     w.set_pod(pod("b").on("n2").tolerations(vec![toleration("k", Some(30))]).build(), 0);
     w.set_node(node("n1").taints(vec![no_execute("k", None)]).build(), 100);
@@ -190,7 +190,7 @@ fn missing_or_future_time_added_anchors_on_first_observation() {
 
 #[test]
 fn removing_the_taint_cancels_with_an_event() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     assert_eq!(w.ctl.pending(), 1);
@@ -206,7 +206,7 @@ fn removing_the_taint_cancels_with_an_event() {
 
 #[test]
 fn changing_tolerations_moves_the_deadline() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(100))]).build(), 0);
     assert_eq!(w.ctl.deadline(&key("p")), Some(ts(100)));
@@ -229,7 +229,7 @@ fn changing_tolerations_moves_the_deadline() {
 
 #[test]
 fn several_pods_are_evicted_in_deadline_order() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     for (name, s) in [("p5", 5), ("p1", 1), ("p3", 3)] {
         w.set_pod(pod(name).on("n1").tolerations(vec![toleration("k", Some(s))]).build(), 0);
     }
@@ -246,11 +246,11 @@ fn several_pods_are_evicted_in_deadline_order() {
 fn a_restarted_controller_keeps_the_deadline() {
     let n = node("n1").taints(vec![no_execute("k", Some(0.0))]).build();
     let p = pod("p").on("n1").tolerations(vec![toleration("k", Some(60))]).build();
-    let mut before = World::new(Config::default());
+    let mut before = EvictionWorld::new(Config::default());
     before.set_node(n.clone(), 0);
     before.set_pod(p.clone(), 0);
     // Restart 40 s into the countdown: a new controller sees the same objects.
-    let mut after = World::new(Config::default());
+    let mut after = EvictionWorld::new(Config::default());
     after.set_pod(p, 40);
     after.set_node(n, 40);
     assert_eq!(before.ctl.deadline(&key("p")), after.ctl.deadline(&key("p")));
@@ -261,7 +261,7 @@ fn a_restarted_controller_keeps_the_deadline() {
 fn an_unconfirmed_managed_taint_holds_the_eviction_until_confirmed() {
     // Restart after downtime: the unreachable taint is long past its pods' deadlines, but node
     // lifecycle has not judged the node yet.
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.unconfirmed = vec!["unreachable".into()];
     w.set_node(node("n1").taints(vec![no_execute("unreachable", Some(0.0))]).build(), 1000);
     w.set_pod(pod("timed").on("n1").tolerations(vec![toleration("unreachable", Some(30))]).build(), 1000);
@@ -291,7 +291,7 @@ fn an_unconfirmed_managed_taint_holds_the_eviction_until_confirmed() {
 
     // Judged stale instead: the taint is removed and nobody is evicted, without a cancel event
     // for pods that were only held.
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.unconfirmed = vec!["unreachable".into()];
     w.set_node(node("n1").taints(vec![no_execute("unreachable", Some(0.0))]).build(), 1000);
     w.set_pod(pod("p").on("n1").build(), 1000);
@@ -301,7 +301,7 @@ fn an_unconfirmed_managed_taint_holds_the_eviction_until_confirmed() {
     assert_eq!(w.ctl.held(), 0);
 
     // A confirmed (or unmanaged) taint is acted on meanwhile; the held one waits.
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.unconfirmed = vec!["unreachable".into()];
     w.set_node(
         node("n1").taints(vec![no_execute("unreachable", Some(0.0)), no_execute("user", Some(0.0))]).build(),
@@ -324,7 +324,7 @@ fn an_unconfirmed_managed_taint_holds_the_eviction_until_confirmed() {
 #[test]
 fn failures_retry_with_capped_backoff_until_done() {
     let cfg = Config { retry_base: Duration::from_secs(1), retry_cap: Duration::from_secs(4), ..Config::default() };
-    let mut w = World::new(cfg);
+    let mut w = EvictionWorld::new(cfg);
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").build(), 0);
     let mut now = 0;
@@ -354,7 +354,7 @@ fn failures_retry_with_capped_backoff_until_done() {
 
 #[test]
 fn retry_is_dropped_when_the_taint_goes_away() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").build(), 0);
     let ev = w.evictions();
@@ -367,7 +367,7 @@ fn retry_is_dropped_when_the_taint_goes_away() {
 
 #[test]
 fn a_queued_eviction_is_called_off_when_its_taint_goes_away() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").build(), 0);
     let ev = w.evictions();
@@ -396,7 +396,7 @@ fn a_queued_eviction_is_called_off_when_its_taint_goes_away() {
 }
 
 /// Evict mode, a 10 s PDB wait, retries every 2 s; one untolerated pod on a tainted node.
-fn pdb_world() -> World {
+fn pdb_world() -> EvictionWorld {
     let cfg = Config {
         mode: EvictionMode::Evict,
         pdb_max_wait: Some(Duration::from_secs(10)),
@@ -404,7 +404,7 @@ fn pdb_world() -> World {
         retry_cap: Duration::from_secs(2),
         ..Config::default()
     };
-    let mut w = World::new(cfg);
+    let mut w = EvictionWorld::new(cfg);
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").build(), 0);
     w
@@ -433,7 +433,7 @@ fn evict_mode_falls_back_to_delete_after_the_pdb_wait_whatever_the_failure() {
 
     // A moot result (nothing was tried) does not start the clock.
     let cfg = Config { mode: EvictionMode::Evict, pdb_max_wait: Some(Duration::from_secs(1)), ..Config::default() };
-    let mut w = World::new(cfg);
+    let mut w = EvictionWorld::new(cfg);
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").build(), 0);
     let ev = w.evictions();
@@ -443,7 +443,7 @@ fn evict_mode_falls_back_to_delete_after_the_pdb_wait_whatever_the_failure() {
 
     // With no maximum wait, it never falls back.
     let cfg = Config { mode: EvictionMode::Evict, pdb_max_wait: None, ..Config::default() };
-    let mut w = World::new(cfg);
+    let mut w = EvictionWorld::new(cfg);
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").build(), 0);
     for i in 0..50 {
@@ -456,7 +456,7 @@ fn evict_mode_falls_back_to_delete_after_the_pdb_wait_whatever_the_failure() {
 
 #[test]
 fn terminating_terminal_orphaned_and_unselected_pods_are_left_alone() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     let mut theirs = node("n2").taints(vec![no_execute("k", Some(0.0))]).build();
     theirs.selected = false;
@@ -472,7 +472,7 @@ fn terminating_terminal_orphaned_and_unselected_pods_are_left_alone() {
     assert!(w.take().is_empty());
 
     // Upstream's behaviour (kubernetes issue 96363) when asked for.
-    let mut w = World::new(Config { skip_terminal_pods: false, ..Config::default() });
+    let mut w = EvictionWorld::new(Config { skip_terminal_pods: false, ..Config::default() });
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(done, 0);
     assert_eq!(w.evictions().len(), 1);
@@ -480,7 +480,7 @@ fn terminating_terminal_orphaned_and_unselected_pods_are_left_alone() {
 
 #[test]
 fn a_pod_that_starts_terminating_drops_its_timer_quietly() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(60))]).build(), 0);
     let mut p = pod("p").on("n1").tolerations(vec![toleration("k", Some(60))]).build();
@@ -492,7 +492,7 @@ fn a_pod_that_starts_terminating_drops_its_timer_quietly() {
 
 #[test]
 fn a_recreated_pod_is_a_different_pod() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").build(), 0);
     let first = w.evictions();
@@ -513,7 +513,7 @@ fn a_recreated_pod_is_a_different_pod() {
 
 #[test]
 fn a_moot_result_is_retried_while_the_cache_still_says_due() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").build(), 0);
     let ev = w.evictions();
@@ -535,7 +535,7 @@ fn a_moot_result_is_retried_while_the_cache_still_says_due() {
 
 #[test]
 fn huge_and_negative_seconds_never_misbehave() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("huge").on("n1").tolerations(vec![toleration("k", Some(i64::MAX))]).build(), 0);
     w.set_pod(pod("neg").on("n1").tolerations(vec![toleration("k", Some(i64::MIN))]).build(), 0);
@@ -548,7 +548,7 @@ fn huge_and_negative_seconds_never_misbehave() {
 
 #[test]
 fn a_pod_waiting_for_its_deadline_is_only_a_timer() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
     assert!(w.ctl.tracked.is_empty(), "nothing to remember but the deadline");
@@ -566,7 +566,7 @@ fn a_pod_waiting_for_its_deadline_is_only_a_timer() {
 
 #[test]
 fn a_timer_that_fires_for_a_pod_no_longer_due_cancels_with_an_event() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
     // The taint went while its change is still in the batch (the cache has it, we did not yet).
@@ -578,7 +578,7 @@ fn a_timer_that_fires_for_a_pod_no_longer_due_cancels_with_an_event() {
 
 #[test]
 fn a_pod_recreated_under_the_same_name_starts_afresh() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
     let mut again = pod("p").on("n1").tolerations(vec![toleration("k", None)]).build();
@@ -590,7 +590,7 @@ fn a_pod_recreated_under_the_same_name_starts_afresh() {
 
 #[test]
 fn a_brake_holds_pods_that_only_wait_for_their_deadline() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
     // The brakes stop standing behind the taint (a pause), and everything is looked at again.
@@ -607,7 +607,7 @@ fn a_brake_holds_pods_that_only_wait_for_their_deadline() {
 
 #[test]
 fn a_pod_held_past_its_deadline_is_evicted_as_due_at_its_deadline() {
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
     w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
     w.unconfirmed = vec!["k".into()];
@@ -630,7 +630,7 @@ fn eviction_only_a_swap_with_fresh_time_added_keeps_the_first_countdown() {
         pod("p").on("n1").tolerations(vec![toleration(NOT_READY, Some(12)), toleration(UNREACHABLE, Some(12))]).build()
     };
     let swapped = |key: &str, at: i64| node("n1").taints(vec![no_execute(key, Some(at as f64))]).build();
-    let mut w = World::new(Config { eviction_only: true, ..Config::default() });
+    let mut w = EvictionWorld::new(Config { eviction_only: true, ..Config::default() });
     w.set_node(swapped(NOT_READY, 0), 0);
     w.set_pod(tolerates_both(), 0);
     assert_eq!(w.ctl.deadline(&key("p")), Some(ts(12)));
@@ -642,14 +642,14 @@ fn eviction_only_a_swap_with_fresh_time_added_keeps_the_first_countdown() {
 
     // The same swaps with node lifecycle in this process (it would never write a fresh
     // timeAdded on a swap): each taint counts from its own timeAdded.
-    let mut w = World::new(Config::default());
+    let mut w = EvictionWorld::new(Config::default());
     w.set_node(swapped(NOT_READY, 0), 0);
     w.set_pod(tolerates_both(), 0);
     w.set_node(swapped(UNREACHABLE, 4), 4);
     assert_eq!(w.ctl.deadline(&key("p")), Some(ts(16)));
 
     // A gap (the node Ready in between): the next taint starts a new countdown.
-    let mut w = World::new(Config { eviction_only: true, ..Config::default() });
+    let mut w = EvictionWorld::new(Config { eviction_only: true, ..Config::default() });
     w.set_node(swapped(NOT_READY, 0), 0);
     w.set_pod(tolerates_both(), 0);
     w.set_node(node("n1").build(), 3);
@@ -721,7 +721,7 @@ mod one_rule {
             .expect("pod");
 
             // The controller, from the slim objects its watches make.
-            let mut w = World::new(Config::default());
+            let mut w = EvictionWorld::new(Config::default());
             w.set_node(SlimNode::new(&node, &crate::selector::Selector::default()), now);
             w.set_pod(SlimPod::from(&pod), now);
             let evicted = !w.evictions().is_empty();

@@ -2,16 +2,14 @@
 //! upstream's `NewTokenBucketRateLimiter(qps, 1)`) driven by the `now` the pure code is given,
 //! so tests run on a fake clock and the I/O loop knows when to wake up.
 
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
+use governor::RateLimiter;
 use governor::clock::Clock as GovClock;
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::{InMemoryState, NotKeyed};
-use governor::{Quota, RateLimiter};
 use jiff::Timestamp;
 
 /// A governor clock set explicitly to "now" before each use.
@@ -47,12 +45,7 @@ impl std::fmt::Debug for ZoneLimiter {
 }
 
 fn bucket(qps: f64, clock: &SetClock) -> Option<Bucket> {
-    if !(qps > 0.0 && qps.is_finite()) {
-        return None;
-    }
-    let period = Duration::try_from_secs_f64(1.0 / qps).ok()?.max(Duration::from_nanos(1));
-    let quota = Quota::with_period(period)?.allow_burst(NonZeroU32::MIN);
-    Some(RateLimiter::direct_with_clock(quota, clock.clone()))
+    Some(RateLimiter::direct_with_clock(crate::time::quota(qps, 1)?, clock.clone()))
 }
 
 impl ZoneLimiter {

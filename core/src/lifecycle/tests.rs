@@ -6,11 +6,13 @@ use jiff::Timestamp;
 use super::*;
 use crate::action::{Action, MarkPodNotReady, MarkResult, NodeWriteResult, Op};
 use crate::cache::WatchEvent;
+use crate::eviction::Gate;
 use crate::fixtures::{World, cond, evicted, lifecycle_config as cfg, node, pod, taint_eviction as eviction, ts};
 use crate::index::SlimNode;
 use crate::rules;
 use crate::state::{Input, State};
 use crate::taints::{Effect, Taint, keys};
+use crate::zone::ZoneState;
 
 fn healthy_zone(prefix: &str, zone: &str, n: usize) -> Vec<SlimNode> {
     (0..n).map(|i| node(&format!("{prefix}{i}")).zone(zone).build()).collect()

@@ -1,0 +1,220 @@
+//! Each known node's bookkeeping (docs/spec.md §3): its heartbeat [`Probe`] in local
+//! observation time with the timer that fires the moment its grace period runs out, and its
+//! writes: one at a time, failed ones backing off (capped exponential), a 404 waiting for the
+//! node's delete event.
+
+use std::collections::HashMap;
+
+use jiff::Timestamp;
+
+use super::{RETRY_BASE, RETRY_CAP};
+use crate::action::NodeWriteResult;
+use crate::health::{Grace, Probe};
+use crate::index::{Index, SlimNode};
+use crate::time::after;
+use crate::timer_queue::TimerQueue;
+
+#[derive(Debug)]
+pub(super) struct NodeState {
+    pub(super) probe: Probe,
+    /// A status or taint write is out.
+    pub(super) writing: bool,
+    /// When the grace period ran out, while the node is overdue.
+    pub(super) expired_at: Option<Timestamp>,
+    /// The status write out turns Ready=True into Unknown: when it lands, the NodeNotReady event
+    /// and MarkPodsNotReady follow.
+    pub(super) flipping: bool,
+    /// Consecutive failed writes; no write before `retry_at`.
+    failures: u32,
+    retry_at: Option<Timestamp>,
+    /// A write found the node gone (404) at this resourceVersion: nothing more is written until
+    /// a newer object shows up (its delete event normally follows).
+    pub(super) gone_rv: Option<String>,
+}
+
+impl NodeState {
+    /// Mid-write, or backing off after a failed one.
+    pub(super) fn busy(&self, now: Timestamp) -> bool {
+        self.writing || self.retry_at.is_some_and(|at| at > now)
+    }
+}
+
+/// The nodes registered in this process, by name, with their grace-period timers and write
+/// backoff.
+pub(super) struct Nodes {
+    grace: Grace,
+    states: HashMap<String, NodeState>,
+    expiry: TimerQueue<String>,
+    /// Per-node write backoff.
+    retries: TimerQueue<String>,
+}
+
+impl Nodes {
+    pub(super) fn new(grace: Grace) -> Self {
+        Self { grace, states: HashMap::new(), expiry: TimerQueue::default(), retries: TimerQueue::default() }
+    }
+
+    pub(super) fn get(&self, name: &str) -> Option<&NodeState> {
+        self.states.get(name)
+    }
+
+    pub(super) fn get_mut(&mut self, name: &str) -> Option<&mut NodeState> {
+        self.states.get_mut(name)
+    }
+
+    pub(super) fn contains(&self, name: &str) -> bool {
+        self.states.contains_key(name)
+    }
+
+    /// Every registered node, by name.
+    pub(super) fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.states.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// Whether `name`'s grace period has run out.
+    pub(super) fn overdue(&self, name: &str, now: Timestamp) -> bool {
+        self.states.get(name).is_some_and(|s| s.probe.overdue(self.grace, now))
+    }
+
+    /// A node first judged: its grace period starts now.
+    pub(super) fn register(&mut self, node: &SlimNode, lease: Option<Timestamp>, now: Timestamp) {
+        let probe = Probe::new(node, lease, now);
+        self.expiry.set(node.name.clone(), probe.deadline(self.grace));
+        self.states.insert(
+            node.name.clone(),
+            NodeState {
+                probe,
+                writing: false,
+                expired_at: None,
+                flipping: false,
+                failures: 0,
+                retry_at: None,
+                gone_rv: None,
+            },
+        );
+    }
+
+    /// A newer object of a registered node. `own_write` marks the object our own write returned:
+    /// it carries no heartbeat.
+    pub(super) fn observe_node(&mut self, node: &SlimNode, own_write: bool, now: Timestamp) {
+        let Some(st) = self.states.get_mut(&node.name) else { return };
+        if own_write {
+            st.probe.observe_own_write(node);
+        } else if st.probe.observe_node(node, now) {
+            st.expired_at = None;
+            self.expiry.set(node.name.clone(), st.probe.deadline(self.grace));
+        }
+        if st.gone_rv.as_deref().is_some_and(|rv| rv != node.resource_version) {
+            st.gone_rv = None;
+        }
+    }
+
+    /// A Lease renewal; whether it brought an overdue node back within its grace period.
+    pub(super) fn observe_lease(&mut self, name: &str, renew: Option<Timestamp>, now: Timestamp) -> bool {
+        let Some(st) = self.states.get_mut(name) else { return false };
+        let was_overdue = st.probe.overdue(self.grace, now);
+        if !st.probe.observe_lease(renew, now) {
+            return false;
+        }
+        // The timer is not moved on every renewal (500/s at 5,000 nodes): when it fires it
+        // finds the new deadline and re-arms.
+        st.expired_at = None;
+        if was_overdue {
+            self.expiry.set(name.to_owned(), st.probe.deadline(self.grace));
+        }
+        was_overdue
+    }
+
+    /// A node is gone; whether it was registered.
+    pub(super) fn remove(&mut self, name: &str) -> bool {
+        let name = name.to_owned();
+        self.expiry.cancel(&name);
+        self.retries.cancel(&name);
+        self.states.remove(&name).is_some()
+    }
+
+    /// The executor's report on a write to `name`: `None` for a node not registered, else
+    /// whether the write landed and turned Ready=True into Unknown.
+    pub(super) fn node_write_result(
+        &mut self,
+        name: &str,
+        result: &NodeWriteResult,
+        index: &Index,
+        now: Timestamp,
+    ) -> Option<bool> {
+        let st = self.states.get_mut(name)?;
+        st.writing = false;
+        let flipped_from_ready = std::mem::take(&mut st.flipping);
+        match result {
+            NodeWriteResult::Done(_) | NodeWriteResult::Simulated(_) => {
+                st.failures = 0;
+                st.retry_at = None;
+            }
+            // The node as read right after the conflict has been applied to the cache already:
+            // judge again at once.
+            NodeWriteResult::Conflict(Some(_)) => {}
+            NodeWriteResult::NotFound => st.gone_rv = index.nodes.get(name).map(|n| n.resource_version.clone()),
+            NodeWriteResult::Conflict(None) | NodeWriteResult::Failed(_) => {
+                st.failures = st.failures.saturating_add(1);
+                let at = after(now, crate::time::backoff(RETRY_BASE, RETRY_CAP, st.failures));
+                st.retry_at = Some(at);
+                self.retries.set(name.to_owned(), at);
+            }
+        }
+        Some(flipped_from_ready && matches!(result, NodeWriteResult::Done(_) | NodeWriteResult::Simulated(_)))
+    }
+
+    /// Nodes whose grace period has just run out (a timer that finds a newer heartbeat re-arms).
+    pub(super) fn expired(&mut self, now: Timestamp) -> Vec<String> {
+        let mut expired = Vec::new();
+        for (name, _) in self.expiry.due(now) {
+            let Some(st) = self.states.get_mut(&name) else { continue };
+            let deadline = st.probe.deadline(self.grace);
+            if deadline > now {
+                self.expiry.set(name, deadline); // a heartbeat came in meanwhile
+                continue;
+            }
+            st.expired_at.get_or_insert(deadline);
+            expired.push(name);
+        }
+        expired
+    }
+
+    /// Nodes whose write backoff is over.
+    pub(super) fn retries_due(&mut self, now: Timestamp) -> Vec<String> {
+        let due: Vec<String> = self.retries.due(now).into_iter().map(|(name, _)| name).collect();
+        for name in &due {
+            if let Some(st) = self.states.get_mut(name) {
+                st.retry_at = None;
+            }
+        }
+        due
+    }
+
+    /// The periodic pass: an overdue node's grace period ran out by now at the latest.
+    pub(super) fn note_expired(&mut self, name: &str, now: Timestamp) {
+        if let Some(st) = self.states.get_mut(name)
+            && st.probe.overdue(self.grace, now)
+        {
+            st.expired_at.get_or_insert(now);
+        }
+    }
+
+    /// Every node gets a fresh grace period from now, its probe reset by `reset`
+    /// ([`Probe::restart`] after a wall-clock step, [`Probe::refresh`] on leaving the all-zones
+    /// outage).
+    pub(super) fn fresh_grace(&mut self, now: Timestamp, reset: impl Fn(&mut Probe, Timestamp)) {
+        for (name, st) in self.states.iter_mut() {
+            reset(&mut st.probe, now);
+            st.expired_at = None;
+            self.expiry.set(name.clone(), st.probe.deadline(self.grace));
+        }
+    }
+
+    /// The next grace-period timer or write retry.
+    pub(super) fn next_wakeup(&mut self) -> Option<Timestamp> {
+        [self.expiry.next_deadline(), self.retries.next_deadline()].into_iter().flatten().min()
+    }
+}
