@@ -78,22 +78,9 @@ async fn a_clock_ahead_of_the_api_servers_is_measured_and_waited_out() {
     s.pod("p", &node, json!([toleration(KEY, Some(12))]), json!({})).await;
     let evictions = Evictions::watch(s.pods()).await;
     // Three seconds ahead; leader election's renewals every 500 ms give the estimate samples.
-    let (c, _file) = start_faked(
-        env,
-        &s,
-        "+3",
-        &[
-            "--leader-elect-resource-name",
-            "clock-skew",
-            "--leader-elect-lease-duration",
-            "4s",
-            "--leader-elect-renew-deadline",
-            "3s",
-            "--leader-elect-retry-period",
-            "500ms",
-        ],
-    )
-    .await;
+    let election: Vec<&str> =
+        ["--leader-elect-resource-name", "clock-skew"].into_iter().chain(FAST_ELECTION.iter().copied()).collect();
+    let (c, _file) = start_faked(env, &s, "+3", &election).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let skew = loop {
         let m = c.metrics().await;

@@ -311,69 +311,77 @@ async fn every_value_set_applies_to_the_api_server() {
             let what = format!("{name}: {} {}", doc["kind"], doc["metadata"]["name"]);
             apply(&client, doc).await.unwrap_or_else(|e| panic!("{what} refused: {e}"));
         }
-        let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
-        match *name {
-            "everything" => {
-                for k in [
-                    "ServiceMonitor",
-                    "PrometheusRule",
-                    "Certificate",
-                    "MutatingWebhookConfiguration",
-                    "ConfigMap",
-                    "NetworkPolicy",
-                ] {
-                    assert!(kinds.contains(k), "{name}: no {k}: {kinds:?}");
-                }
-                // Prometheus scrapes the HTTPS endpoint with its own service account's token.
-                for monitor in docs.iter().filter(|d| d["kind"] == "ServiceMonitor") {
-                    let endpoint = &monitor["spec"]["endpoints"][0];
-                    assert_eq!(endpoint["scheme"], "https", "{monitor}");
-                    assert_eq!(endpoint["bearerTokenFile"], "/var/run/secrets/kubernetes.io/serviceaccount/token");
-                }
-                let args = docs
-                    .iter()
-                    .find(|d| {
-                        d["kind"] == "Deployment"
-                            && d["metadata"]["name"] == format!("{release}-node-lifecycle-controller")
-                    })
-                    .map(|d| d["spec"]["template"]["spec"]["containers"][0]["args"].clone())
-                    .unwrap_or_default();
-                for want in [
-                    "--eviction-mode=evict",
-                    "--taint-rule=A=True:example.com/a:NoSchedule",
-                    "--config=/etc/node-lifecycle-controller/config.yaml",
-                    "--leader-elect-resource-name=nlc-everything-node-lifecycle-controller",
-                ] {
-                    assert!(args.as_array().is_some_and(|a| a.iter().any(|x| x == want)), "{want} not in {args}");
-                }
+        assert_rendered(name, &release, &docs);
+        delete_webhook_configurations(&client, &docs).await;
+    }
+}
+
+/// What the value set `name` must render, beyond being taken by the API server.
+fn assert_rendered(name: &str, release: &str, docs: &[Value]) {
+    let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    match name {
+        "everything" => {
+            for k in [
+                "ServiceMonitor",
+                "PrometheusRule",
+                "Certificate",
+                "MutatingWebhookConfiguration",
+                "ConfigMap",
+                "NetworkPolicy",
+            ] {
+                assert!(kinds.contains(k), "{name}: no {k}: {kinds:?}");
             }
-            "shadow" => {
-                let args = docs
-                    .iter()
-                    .find(|d| d["kind"] == "Deployment")
-                    .map(|d| d["spec"]["template"]["spec"]["containers"][0]["args"].clone())
-                    .unwrap_or_default();
-                assert!(
-                    args.as_array().is_some_and(
-                        |a| a.iter().any(|x| x == "--dry-run") && a.iter().any(|x| x == "--leader-elect=false")
-                    ),
-                    "{args}"
-                );
+            // Prometheus scrapes the HTTPS endpoint with its own service account's token.
+            for monitor in docs.iter().filter(|d| d["kind"] == "ServiceMonitor") {
+                let endpoint = &monitor["spec"]["endpoints"][0];
+                assert_eq!(endpoint["scheme"], "https", "{monitor}");
+                assert_eq!(endpoint["bearerTokenFile"], "/var/run/secrets/kubernetes.io/serviceaccount/token");
             }
-            _ => {}
+            let args = docs
+                .iter()
+                .find(|d| {
+                    d["kind"] == "Deployment" && d["metadata"]["name"] == format!("{release}-node-lifecycle-controller")
+                })
+                .map(|d| d["spec"]["template"]["spec"]["containers"][0]["args"].clone())
+                .unwrap_or_default();
+            for want in [
+                "--eviction-mode=evict",
+                "--taint-rule=A=True:example.com/a:NoSchedule",
+                "--config=/etc/node-lifecycle-controller/config.yaml",
+                "--leader-elect-resource-name=nlc-everything-node-lifecycle-controller",
+            ] {
+                assert!(args.as_array().is_some_and(|a| a.iter().any(|x| x == want)), "{want} not in {args}");
+            }
         }
-        // No webhook configuration may stay behind: its service has no backend here.
-        let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
-            Api::all(client.clone());
-        let validating: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
-            Api::all(client.clone());
-        for d in &docs {
-            let n = d["metadata"]["name"].as_str().unwrap_or_default();
-            if d["kind"] == "MutatingWebhookConfiguration" {
-                webhooks.delete(n, &Default::default()).await.expect("delete webhook configuration");
-            } else if d["kind"] == "ValidatingWebhookConfiguration" {
-                validating.delete(n, &Default::default()).await.expect("delete webhook configuration");
-            }
+        "shadow" => {
+            let args = docs
+                .iter()
+                .find(|d| d["kind"] == "Deployment")
+                .map(|d| d["spec"]["template"]["spec"]["containers"][0]["args"].clone())
+                .unwrap_or_default();
+            assert!(
+                args.as_array().is_some_and(
+                    |a| a.iter().any(|x| x == "--dry-run") && a.iter().any(|x| x == "--leader-elect=false")
+                ),
+                "{args}"
+            );
+        }
+        _ => {}
+    }
+}
+
+/// No webhook configuration may stay behind: its service has no backend here.
+async fn delete_webhook_configurations(client: &kube::Client, docs: &[Value]) {
+    let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
+        Api::all(client.clone());
+    let validating: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(client.clone());
+    for d in docs {
+        let n = d["metadata"]["name"].as_str().unwrap_or_default();
+        if d["kind"] == "MutatingWebhookConfiguration" {
+            webhooks.delete(n, &Default::default()).await.expect("delete webhook configuration");
+        } else if d["kind"] == "ValidatingWebhookConfiguration" {
+            validating.delete(n, &Default::default()).await.expect("delete webhook configuration");
         }
     }
 }

@@ -11,6 +11,7 @@ use common::webhook::{Webhook, register_mutating};
 use common::{metric_sum, webhook};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, PostParams};
+use nlc_testenv::fault::{Fault, FaultProxy, Rule};
 use nlc_testenv::{Options, shared_with, unique};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -23,9 +24,21 @@ fn env() -> &'static nlc_testenv::ControlPlane {
 }
 
 async fn namespace(client: &kube::Client, scope: &str) -> String {
+    namespace_annotated(client, scope, serde_json::Value::Null).await
+}
+
+/// A namespace whose PodTolerationRestriction whitelist allows the key `allowed` alone.
+async fn whitelisted_namespace(client: &kube::Client, scope: &str) -> String {
+    let whitelist = r#"[{"key": "allowed", "operator": "Exists"}]"#;
+    namespace_annotated(client, scope, json!({"scheduler.alpha.kubernetes.io/tolerationsWhitelist": whitelist})).await
+}
+
+async fn namespace_annotated(client: &kube::Client, scope: &str, annotations: serde_json::Value) -> String {
     let name = unique(scope);
-    let ns: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": name, "labels": {"nlc-hostile": scope}}})).expect("ns");
+    let ns: Namespace = serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": {"nlc-hostile": scope}, "annotations": annotations}}),
+    )
+    .expect("ns");
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("namespace");
     name
 }
@@ -267,13 +280,10 @@ async fn post(port: u16, path: &str, body: &[u8]) -> Option<u16> {
     exchange(port, &head, body, Duration::ZERO).await
 }
 
-#[tokio::test]
-async fn a_namespace_that_cannot_be_read_fails_the_request_so_the_failure_policy_decides() {
-    use nlc_testenv::fault::{Fault, FaultProxy, Rule};
-    let env = env();
-    let client = env.client().await;
+/// The webhook with PodTolerationRestriction on, through a fault proxy that holds its namespace
+/// watch: it lists the namespaces, then never hears of new ones (it must read them live).
+async fn blind_to_new_namespaces(env: &nlc_testenv::ControlPlane) -> (FaultProxy, Webhook) {
     let proxy = FaultProxy::start(env).await.expect("proxy");
-    // The webhook lists the namespaces, then never hears of new ones.
     proxy.add(Rule::new("GET", &["/api/v1/namespaces", "watch=true"], Fault::Hold));
     let kubeconfig = proxy.kubeconfig(env).expect("kubeconfig");
     let w = Webhook::start_as(
@@ -285,14 +295,16 @@ async fn a_namespace_that_cannot_be_read_fails_the_request_so_the_failure_policy
         &[],
     )
     .await;
+    (proxy, w)
+}
+
+#[tokio::test]
+async fn a_namespace_that_cannot_be_read_fails_the_request_so_the_failure_policy_decides() {
+    let env = env();
+    let client = env.client().await;
+    let (proxy, w) = blind_to_new_namespaces(env).await;
     let scope = unique("hostile-ptr");
-    let ns = unique(&scope);
-    let whitelist = r#"[{"key": "allowed", "operator": "Exists"}]"#;
-    let namespace: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": ns, "labels": {"nlc-hostile": scope},
-        "annotations": {"scheduler.alpha.kubernetes.io/tolerationsWhitelist": whitelist}}}))
-        .expect("ns");
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.expect("namespace");
+    let ns = whitelisted_namespace(&client, &scope).await;
     let outside = json!([{"key": "forbidden", "operator": "Exists", "effect": "NoSchedule"}]);
 
     // Its live read of the namespace fails: the request fails (500), it is not decided on the
@@ -331,27 +343,12 @@ async fn a_namespace_that_cannot_be_read_fails_the_request_so_the_failure_policy
 
 #[tokio::test]
 async fn with_failure_policy_fail_the_refusal_is_the_api_servers() {
-    use nlc_testenv::fault::{Fault, FaultProxy, Rule};
     let env = env();
     let client = env.client().await;
-    let proxy = FaultProxy::start(env).await.expect("proxy");
-    proxy.add(Rule::new("GET", &["/api/v1/namespaces", "watch=true"], Fault::Hold));
-    let kubeconfig = proxy.kubeconfig(env).expect("kubeconfig");
-    let w = Webhook::start_as(
-        env,
-        &kubeconfig,
-        &env.pki.serving_cert,
-        &env.pki.serving_key,
-        &["--enable-pod-toleration-restriction"],
-        &[],
-    )
-    .await;
+    let (proxy, w) = blind_to_new_namespaces(env).await;
     let scope = unique("hostile-fail");
     common::webhook::register_validating(&client, "nlc-hostile", &scope, w.port, &env.pki.ca_cert, "Fail").await;
-    let ns = unique(&scope);
-    let namespace: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": ns, "labels": {"nlc-hostile": scope}}})).expect("ns");
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.expect("namespace");
+    let ns = namespace(&client, &scope).await;
     let read = proxy.add(Rule::new("GET", &[&format!("/api/v1/namespaces/{ns}")], Fault::Status(500)));
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"generateName": "p-"},
@@ -427,13 +424,7 @@ async fn denials_by_plugin_and_the_certificates_expiry_are_metrics() {
     let env = env();
     let client = env.client().await;
     let scope = unique("hostile-deny");
-    let ns = unique(&scope);
-    let whitelist = r#"[{"key": "allowed", "operator": "Exists"}]"#;
-    let namespace: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": ns, "labels": {"nlc-hostile": scope},
-        "annotations": {"scheduler.alpha.kubernetes.io/tolerationsWhitelist": whitelist}}}))
-        .expect("ns");
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.expect("namespace");
+    let ns = whitelisted_namespace(&client, &scope).await;
     let w = webhook::Webhook::start(env, &["--enable-pod-toleration-restriction"]).await;
     let outside = json!([{"key": "forbidden", "operator": "Exists", "effect": "NoSchedule"}]);
     let mut refused = 0;

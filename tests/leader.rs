@@ -14,16 +14,6 @@ use serde_json::json;
 
 const KEY: &str = "example.com/evict";
 
-/// Short durations for a fast suite: lease 4 s, renew deadline 3 s, retry 500 ms.
-const FAST_ELECTION: &[&str] = &[
-    "--leader-elect-lease-duration",
-    "4s",
-    "--leader-elect-renew-deadline",
-    "3s",
-    "--leader-elect-retry-period",
-    "500ms",
-];
-
 fn election(lease: &'static str, extra: &[&'static str]) -> Vec<&'static str> {
     let mut v = vec!["--leader-elect-resource-name", lease];
     v.extend_from_slice(extra);
@@ -53,6 +43,21 @@ fn writes(metrics: &str) -> f64 {
 async fn markings(s: &Scope, pod: &str) -> usize {
     let note = format!("Marking for deletion Pod {}/{pod}", s.ns);
     pod_events(&s.client, &s.ns, pod).await.iter().filter(|(_, m)| *m == note).count()
+}
+
+/// Asserts that `pod` gets one "Marking for deletion" event, and no second one. Events are
+/// written in the background: waits for the first, then makes sure it is the only one.
+async fn assert_one_marking(s: &Scope, pod: &str) {
+    let mut n = 0;
+    for _ in 0..50 {
+        n = markings(s, pod).await;
+        if n > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!((n, markings(s, pod).await), (1, 1), "no event, or a duplicate eviction");
 }
 
 #[tokio::test]
@@ -104,17 +109,7 @@ async fn a_killed_leader_is_replaced_within_the_lease_duration_at_the_original_d
     let late = secs_between(added + Duration::from_secs(10), at);
     assert!((-0.05..=1.0).contains(&late), "evicted {late:.3}s after the original deadline");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    // Events are written in the background: wait for the first, then make sure it is the only one.
-    let mut n = 0;
-    for _ in 0..50 {
-        n = markings(&s, "p").await;
-        if n > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!((n, markings(&s, "p").await), (1, 1), "no event, or a duplicate eviction");
+    assert_one_marking(&s, "p").await;
 }
 
 #[tokio::test]
@@ -190,15 +185,5 @@ async fn a_killed_leader_restarted_takes_its_lease_back_and_evicts_at_the_origin
     let late = secs_between(added + Duration::from_secs(10), at);
     eprintln!("restarted leader evicted {late:.3}s after the original deadline");
     assert!(late.abs() <= 1.5, "evicted {late:.3}s after the original deadline:\n{}", again.logs());
-    // Events are written in the background: wait for the first, then make sure it is the only one.
-    let mut n = 0;
-    for _ in 0..50 {
-        n = markings(&s, "p").await;
-        if n > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!((n, markings(&s, "p").await), (1, 1), "no event, or a duplicate eviction");
+    assert_one_marking(&s, "p").await;
 }

@@ -66,97 +66,118 @@ async fn every_overlay_renders_and_applies_as_users_apply_it() {
     let client = shared().client().await;
     for overlay in OVERLAYS {
         let docs = render(overlay);
-        let find = |kind: &str, name: &str| {
-            docs.iter()
-                .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-                .cloned()
-                .unwrap_or_else(|| panic!("{overlay}: no {kind} {name}"))
-        };
-        for kind in ["Role", "RoleBinding"] {
-            let heartbeats = find(kind, "node-lifecycle-controller-heartbeats");
-            assert_eq!(heartbeats["metadata"]["namespace"], "kube-node-lease", "{overlay}: {kind}");
-        }
-        let controller = find("Deployment", "node-lifecycle-controller");
-        assert_eq!(controller["spec"]["replicas"], 2, "{overlay}");
-        assert_eq!(controller["spec"]["strategy"]["type"], "RollingUpdate");
-        let pod = &controller["spec"]["template"]["spec"];
-        assert_eq!(pod["priorityClassName"], "system-cluster-critical");
-        assert_eq!(
-            pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"],
-            "kubernetes.io/hostname"
-        );
-        assert_eq!(pod["topologySpreadConstraints"][0]["topologyKey"], "topology.kubernetes.io/zone");
-        assert_eq!(find("PodDisruptionBudget", "node-lifecycle-controller")["spec"]["minAvailable"], 1);
-        // /metrics is HTTPS behind TokenReview + SubjectAccessReview; the probes have their own port.
-        let binding = find("ClusterRoleBinding", "node-lifecycle-controller-auth-delegator");
-        assert_eq!(binding["roleRef"]["name"], "system:auth-delegator");
-        assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
-        find("ClusterRole", "node-lifecycle-controller-metrics-reader");
-        let container = &pod["containers"][0];
-        assert_eq!(container["readinessProbe"]["httpGet"]["port"], "probes");
-        assert!(
-            container["ports"]
-                .as_array()
-                .is_some_and(|p| p.iter().any(|p| p["name"] == "probes" && p["containerPort"] == 8081)),
-            "{overlay}: {container}"
-        );
-        if overlay.ends_with("restricted") {
-            // Applied below with the rest: the API server takes them.
-            for name in ["node-lifecycle-controller", "node-lifecycle-controller-webhook"] {
-                let policy = find("NetworkPolicy", name);
-                assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress", "Egress"]), "{name}");
-            }
-        }
-        for doc in &docs {
-            let kind = doc["kind"].as_str().unwrap_or_default();
-            let cluster_scoped = matches!(
-                kind,
-                "Namespace"
-                    | "ClusterRole"
-                    | "ClusterRoleBinding"
-                    | "MutatingWebhookConfiguration"
-                    | "ValidatingWebhookConfiguration"
-                    | "ValidatingAdmissionPolicy"
-                    | "ValidatingAdmissionPolicyBinding"
-                    | "CustomResourceDefinition"
-            );
-            if !cluster_scoped {
-                let ns = doc["metadata"]["namespace"].as_str();
-                assert!(
-                    ns == Some(NAMESPACE) || ns == Some("kube-node-lease"),
-                    "{overlay}: {kind} {} in {ns:?}",
-                    doc["metadata"]["name"]
-                );
-            }
-        }
+        assert_controller(overlay, &docs);
+        assert_namespaces(overlay, &docs);
         if overlay.ends_with("webhook") || overlay.ends_with("restricted") {
-            let webhook = find("Deployment", "node-lifecycle-controller-webhook");
-            assert_eq!(webhook["spec"]["replicas"], 2);
-            assert_eq!(webhook["spec"]["template"]["spec"]["containers"][0]["args"][0], "webhook");
-            find("PodDisruptionBudget", "node-lifecycle-controller-webhook");
-            find("ClusterRoleBinding", "node-lifecycle-controller-webhook-auth-delegator");
-            // The serving certificate is signed by a CA of its own (a chain, not a self-signed
-            // leaf), so that its renewal keeps the trust anchor injected into the configurations.
-            let leaf = find("Certificate", "node-lifecycle-controller-webhook");
-            let issuer = find("Issuer", leaf["spec"]["issuerRef"]["name"].as_str().unwrap_or_default());
-            let ca_secret = issuer["spec"]["ca"]["secretName"].as_str().expect("a CA Issuer signs the leaf");
-            let ca = docs
-                .iter()
-                .find(|d| d["kind"] == "Certificate" && d["spec"]["secretName"] == ca_secret)
-                .unwrap_or_else(|| panic!("{overlay}: no Certificate makes {ca_secret}"));
-            assert_eq!(ca["spec"]["isCA"], true, "{ca}");
-            let config = find("MutatingWebhookConfiguration", "node-lifecycle-controller-default-toleration-seconds");
-            let excluded = &config["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"];
-            assert_eq!(
-                excluded,
-                &json!([NAMESPACE, "kube-system", "kube-node-lease", "kube-public"]),
-                "the controller's and the system namespaces are left out (failurePolicy Fail must never stop them)"
-            );
-            let condition = &config["webhooks"][0]["matchConditions"][0]["expression"];
-            assert_eq!(condition, "!request.userInfo.username.startsWith('system:node:')", "mirror pods are left out");
+            assert_webhook(overlay, &docs);
         }
     }
     apply_overlays(&client).await;
+}
+
+/// The object `kind` `name` that `overlay` renders.
+fn find_doc(docs: &[Value], overlay: &str, kind: &str, name: &str) -> Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("{overlay}: no {kind} {name}"))
+}
+
+/// The controller's objects: its heartbeat RBAC, a highly available Deployment, its metrics
+/// authorization and probes, and (restricted) its NetworkPolicies.
+fn assert_controller(overlay: &str, docs: &[Value]) {
+    let find = |kind: &str, name: &str| find_doc(docs, overlay, kind, name);
+    for kind in ["Role", "RoleBinding"] {
+        let heartbeats = find(kind, "node-lifecycle-controller-heartbeats");
+        assert_eq!(heartbeats["metadata"]["namespace"], "kube-node-lease", "{overlay}: {kind}");
+    }
+    let controller = find("Deployment", "node-lifecycle-controller");
+    assert_eq!(controller["spec"]["replicas"], 2, "{overlay}");
+    assert_eq!(controller["spec"]["strategy"]["type"], "RollingUpdate");
+    let pod = &controller["spec"]["template"]["spec"];
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert_eq!(
+        pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    assert_eq!(pod["topologySpreadConstraints"][0]["topologyKey"], "topology.kubernetes.io/zone");
+    assert_eq!(find("PodDisruptionBudget", "node-lifecycle-controller")["spec"]["minAvailable"], 1);
+    // /metrics is HTTPS behind TokenReview + SubjectAccessReview; the probes have their own port.
+    let binding = find("ClusterRoleBinding", "node-lifecycle-controller-auth-delegator");
+    assert_eq!(binding["roleRef"]["name"], "system:auth-delegator");
+    assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
+    find("ClusterRole", "node-lifecycle-controller-metrics-reader");
+    let container = &pod["containers"][0];
+    assert_eq!(container["readinessProbe"]["httpGet"]["port"], "probes");
+    assert!(
+        container["ports"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["name"] == "probes" && p["containerPort"] == 8081)),
+        "{overlay}: {container}"
+    );
+    if overlay.ends_with("restricted") {
+        // Applied below with the rest: the API server takes them.
+        for name in ["node-lifecycle-controller", "node-lifecycle-controller-webhook"] {
+            let policy = find("NetworkPolicy", name);
+            assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress", "Egress"]), "{name}");
+        }
+    }
+}
+
+/// Every namespaced object is in the controller's namespace (or kube-node-lease).
+fn assert_namespaces(overlay: &str, docs: &[Value]) {
+    for doc in docs {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        let cluster_scoped = matches!(
+            kind,
+            "Namespace"
+                | "ClusterRole"
+                | "ClusterRoleBinding"
+                | "MutatingWebhookConfiguration"
+                | "ValidatingWebhookConfiguration"
+                | "ValidatingAdmissionPolicy"
+                | "ValidatingAdmissionPolicyBinding"
+                | "CustomResourceDefinition"
+        );
+        if !cluster_scoped {
+            let ns = doc["metadata"]["namespace"].as_str();
+            assert!(
+                ns == Some(NAMESPACE) || ns == Some("kube-node-lease"),
+                "{overlay}: {kind} {} in {ns:?}",
+                doc["metadata"]["name"]
+            );
+        }
+    }
+}
+
+/// The webhook's objects: a highly available Deployment, its certificate chain, and a
+/// configuration that leaves the controller's and the system namespaces and mirror pods out.
+fn assert_webhook(overlay: &str, docs: &[Value]) {
+    let find = |kind: &str, name: &str| find_doc(docs, overlay, kind, name);
+    let webhook = find("Deployment", "node-lifecycle-controller-webhook");
+    assert_eq!(webhook["spec"]["replicas"], 2);
+    assert_eq!(webhook["spec"]["template"]["spec"]["containers"][0]["args"][0], "webhook");
+    find("PodDisruptionBudget", "node-lifecycle-controller-webhook");
+    find("ClusterRoleBinding", "node-lifecycle-controller-webhook-auth-delegator");
+    // The serving certificate is signed by a CA of its own (a chain, not a self-signed
+    // leaf), so that its renewal keeps the trust anchor injected into the configurations.
+    let leaf = find("Certificate", "node-lifecycle-controller-webhook");
+    let issuer = find("Issuer", leaf["spec"]["issuerRef"]["name"].as_str().unwrap_or_default());
+    let ca_secret = issuer["spec"]["ca"]["secretName"].as_str().expect("a CA Issuer signs the leaf");
+    let ca = docs
+        .iter()
+        .find(|d| d["kind"] == "Certificate" && d["spec"]["secretName"] == ca_secret)
+        .unwrap_or_else(|| panic!("{overlay}: no Certificate makes {ca_secret}"));
+    assert_eq!(ca["spec"]["isCA"], true, "{ca}");
+    let config = find("MutatingWebhookConfiguration", "node-lifecycle-controller-default-toleration-seconds");
+    let excluded = &config["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"];
+    assert_eq!(
+        excluded,
+        &json!([NAMESPACE, "kube-system", "kube-node-lease", "kube-public"]),
+        "the controller's and the system namespaces are left out (failurePolicy Fail must never stop them)"
+    );
+    let condition = &config["webhooks"][0]["matchConditions"][0]["expression"];
+    assert_eq!(condition, "!request.userInfo.username.startsWith('system:node:')", "mirror pods are left out");
 }
 
 /// A kubeconfig for the manifests' service account, as the API server would see its token.

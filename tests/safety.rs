@@ -10,7 +10,6 @@ use std::time::Duration;
 use common::*;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use nlc_testenv::{shared, unique};
@@ -174,23 +173,10 @@ async fn evict_mode_falls_back_on_any_failure_and_leaves_no_false_condition() {
     s.pod("guarded", &node, json!([]), json!({"app": "guarded"})).await;
     s.mark_running("guarded").await;
     for name in ["one", "two"] {
-        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {"minAvailable": 0, "selector": {"matchLabels": {"app": "guarded"}}}
-        }))
-        .expect("pdb");
-        Api::<PodDisruptionBudget>::namespaced(s.client.clone(), &s.ns)
-            .create(&PostParams::default(), &pdb)
-            .await
-            .expect("create pdb");
+        s.pdb(name, 0, "guarded").await;
     }
     let evictions = Evictions::watch(s.pods()).await;
-    let c = Controller::start(
-        env,
-        &s.scope,
-        &["--eviction-mode", "evict", "--pdb-max-wait", "3s", "--eviction-retry-max-delay", "500ms"],
-    )
-    .await;
+    let c = Controller::start(env, &s.scope, EVICT_MODE).await;
     let tainted = Timestamp::now();
     s.set_taints(&node, json!([no_execute(KEY, now_s())])).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -250,9 +236,10 @@ async fn a_refused_node_write_backs_off() {
     let refused = metric_sum(&metrics, "nlc_api_requests_total", &["resource=\"nodes/status\"", "code=\"403\""]);
     // Backoff 0.5, 1, 2, 4, 8 s: about 5 tries in 10 s (a loop would make hundreds).
     assert!((2.0..=7.0).contains(&refused), "{refused} refused writes of {silent}:\n{metrics}");
-    // This identity may not read ConfigMaps either: the brakes are unavailable, said loudly,
-    // and the controller acts (it is paused only until the pause has been read or refused).
-    assert!(c.logs().contains("may not read the pause ConfigMap"), "{}", c.logs());
+    // This identity may not read ConfigMaps either: the brakes are unavailable (0, not the 1 of a
+    // pause read), and the controller acts (it is paused only until the pause has been read or
+    // refused: the refused writes above).
+    assert_eq!(metric(&metrics, "nlc_brakes_available"), Some(0.0), "{metrics}\n{}", c.logs());
 }
 
 /// What kube-apiserver answers to a pod write aimed at a pod that was deleted and recreated

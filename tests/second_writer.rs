@@ -9,7 +9,7 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{BIN, Controller, Scope, flags, metric_sum};
+use common::{BIN, Controller, Scope, flags, metric, metric_sum};
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{Api, ListParams, PostParams};
 use nlc_testenv::{ControlPlane, shared, unique};
@@ -49,6 +49,23 @@ fn start_kcm(env: &ControlPlane) -> tokio::process::Child {
 async fn events_with_reason(client: &kube::Client, reason: &str) -> Vec<Event> {
     let api: Api<Event> = Api::all(client.clone());
     api.list(&ListParams::default().fields(&format!("reason={reason}"))).await.expect("events").items
+}
+
+/// The Warning events, on the foreign `node` and on the evicted `pod`, within 20 s.
+async fn assert_warning_events(client: &kube::Client, node: &str, pod: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let nodes = events_with_reason(client, "SecondNodeLifecycleController").await;
+        let pods = events_with_reason(client, "SecondTaintEvictionController").await;
+        let on_silent = nodes.iter().any(|e| e.involved_object.name.as_deref() == Some(node));
+        let on_victim = pods.iter().any(|e| e.involved_object.name.as_deref() == Some(pod));
+        if on_silent && on_victim {
+            assert!(nodes.iter().chain(&pods).all(|e| e.type_.as_deref() == Some("Warning")));
+            return;
+        }
+        assert!(Instant::now() < deadline, "events: nodes {nodes:?}, pods {pods:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 #[tokio::test]
@@ -116,21 +133,11 @@ async fn kube_controller_manager_beside_us_is_reported_within_a_minute() {
     }
     eprintln!("reported {:.1} s after kube-controller-manager started", started.elapsed().as_secs_f64());
 
-    // The Warning events, on the foreign node and on the evicted pod.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let nodes = events_with_reason(&s.client, "SecondNodeLifecycleController").await;
-        let pods = events_with_reason(&s.client, "SecondTaintEvictionController").await;
-        let on_silent = nodes.iter().any(|e| e.involved_object.name.as_deref() == Some(silent.as_str()));
-        let on_victim = pods.iter().any(|e| e.involved_object.name.as_deref() == Some("victim"));
-        if on_silent && on_victim {
-            assert!(nodes.iter().chain(&pods).all(|e| e.type_.as_deref() == Some("Warning")));
-            break;
-        }
-        assert!(Instant::now() < deadline, "events: nodes {nodes:?}, pods {pods:?}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    assert!(c.logs().contains("a second writer"), "{}", c.logs());
+    assert_warning_events(&s.client, &silent, "victim").await;
+    // Reported (counted above, and logged): when kube-controller-manager last wrote.
+    let m = c.metrics().await;
+    let last = metric(&m, "nlc_second_writer_last_write_timestamp_seconds{manager=\"kube-controller-manager\"}");
+    assert!(last.is_some_and(|t| t > 0.0), "{m}\n{}", c.logs());
 
     // `status` says so too.
     let out =

@@ -26,7 +26,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 use nlc_testenv::ControlPlane;
-use nlc_testenv::fault::{Fault, FaultProxy, Rule};
+use nlc_testenv::fault::{Fault, FaultProxy, Rule, RuleHandle};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
@@ -88,27 +88,10 @@ pub async fn run(cp: &mut ControlPlane, args: &ChaosArgs) -> Result<serde_json::
 
     let proxy = FaultProxy::start(cp).await?;
     let kubeconfig = proxy.kubeconfig(cp)?;
-    let faults = if args.no_faults {
-        vec![]
-    } else {
-        vec![
-            proxy.add(Rule::new("", &[], Fault::Status(429)).probability(0.02)),
-            proxy.add(Rule::new("", &[], Fault::Status(500)).probability(0.02)),
-            proxy.add(Rule::new("", &[], Fault::Reset).probability(0.01)),
-            proxy.add(Rule::new("", &[], Fault::Delay(Duration::from_secs(2))).probability(0.02)),
-        ]
-    };
+    let faults = if args.no_faults { vec![] } else { inject_faults(&proxy) };
 
     // The controller, restarted if it exits (a kubelet would).
-    let flags = vec![
-        "--node-monitor-grace-period".to_owned(),
-        args.grace.text.clone(),
-        "--node-startup-grace-period".to_owned(),
-        args.grace.text.clone(),
-        "--instance".to_owned(),
-        "chaos".to_owned(),
-    ];
-    let supervisor = Supervisor::start(cp, &args.controller, &kubeconfig, flags).await?;
+    let supervisor = Supervisor::start(cp, &args.controller, &kubeconfig, controller_flags(args)).await?;
     // The webhook, through the proxy too, and the API server's pod creates through it.
     let (webhook_port, webhook) = start_webhook(cp, &args.controller, &kubeconfig).await?;
     register_webhook(&client, cp, webhook_port).await?;
@@ -121,36 +104,7 @@ pub async fn run(cp: &mut ControlPlane, args: &ChaosArgs) -> Result<serde_json::
     let episodes: Arc<Mutex<HashMap<String, Episode>>> = Arc::default();
     let _taints = watch_taints(&client, episodes.clone());
     let start = Instant::now();
-    let mut failed: Vec<(usize, Instant)> = Vec::new();
-    let mut next_fail = Instant::now();
-    let mut restarts_done = 0usize;
-    let mut next_node = 0usize;
-    let restart_at = |k: usize| args.duration.value.mul_f64((k + 1) as f64 / (args.restarts + 1) as f64);
-    while start.elapsed() < args.duration.value {
-        if Instant::now() >= next_fail && next_node < nodes.len() {
-            // Spread over the zones (nodes are dealt round-robin into three).
-            let idx = (next_node * 7919) % nodes.len();
-            next_node += 1;
-            heartbeats.stop(&[idx]);
-            failed.push((idx, Instant::now()));
-            next_fail += args.fail_every.value;
-        }
-        for (idx, at) in &failed {
-            if at.elapsed() >= args.down.value {
-                heartbeats.resume(&[*idx]);
-            }
-        }
-        if !args.no_faults && restarts_done < args.restarts && start.elapsed() >= restart_at(restarts_done) {
-            eprintln!("bench: restarting the API server ({} of {})", restarts_done + 1, args.restarts);
-            tokio::task::block_in_place(|| cp.restart_apiserver(Duration::from_secs(5)))?;
-            restarts_done += 1;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    // Every failed node back; time for the last countdowns and cancellations.
-    for (idx, _) in &failed {
-        heartbeats.resume(&[*idx]);
-    }
+    let (failed, restarts_done) = fail_nodes(cp, args, &heartbeats, nodes.len(), start).await?;
     for rule in &faults {
         proxy.remove(rule);
     }
@@ -172,16 +126,123 @@ pub async fn run(cp: &mut ControlPlane, args: &ChaosArgs) -> Result<serde_json::
         s.abort();
     }
 
-    // Verdicts.
     let failed_names: HashMap<String, ()> = failed.iter().map(|(i, _)| (nodes[*i].clone(), ())).collect();
     let episodes = episodes.lock().map(|e| e.clone()).unwrap_or_default();
     let deleted = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let Verdicts { due, wrongful, missed, edge, lateness } = verdicts(&nodes, args.pods, &episodes, &deleted, end);
+    let lists = lists_per_minute(&metrics, start.elapsed().as_secs_f64() / 60.0);
+    let _ = supervisor.stop().await;
+    drop(heartbeats);
+    Ok(json!({
+        "benchmark": "chaos",
+        "faults": !args.no_faults,
+        "nodes": args.nodes, "pods_per_node": args.pods, "duration": args.duration.text,
+        "fail_every": args.fail_every.text, "down": args.down.text, "grace": args.grace.text,
+        "nodes_failed": failed.len(), "tainted": episodes.values().filter(|e| e.added.is_some()).count(),
+        "failed_and_tainted": failed_names.keys().filter(|n| episodes.get(*n).is_some_and(|e| e.added.is_some())).count(),
+        "api_server_restarts": restarts_done,
+        "injected": {"429": injected.first(), "500": injected.get(1), "reset": injected.get(2), "stall_2s": injected.get(3)},
+        "due": due, "on_the_edge": edge,
+        "wrongful_evictions": wrongful.len(), "missed_evictions": missed.len(),
+        "wrongful": wrongful.iter().take(20).collect::<Vec<_>>(), "missed": missed.iter().take(20).collect::<Vec<_>>(),
+        "lateness_s": {"p50": percentile(&lateness, 50.0), "p99": percentile(&lateness, 99.0), "max": lateness.last().copied().unwrap_or(f64::NAN)},
+        "controller_peak_rss_mb": peak_rss_mb, "controller_restarts": ctl_restarts,
+        "lists_per_minute": lists,
+        "webhook": {"api_server_pod_creates": webhook_report, "served_mutate": webhook_served},
+    }))
+}
+
+/// The controller's flags: the grace periods of the run, and its own instance name.
+fn controller_flags(args: &ChaosArgs) -> Vec<String> {
+    vec![
+        "--node-monitor-grace-period".to_owned(),
+        args.grace.text.clone(),
+        "--node-startup-grace-period".to_owned(),
+        args.grace.text.clone(),
+        "--instance".to_owned(),
+        "chaos".to_owned(),
+    ]
+}
+
+/// The proxy's faults for the controller's and the webhook's traffic: 429s, 500s, connection
+/// resets and 2 s stalls (the handles in that order).
+fn inject_faults(proxy: &FaultProxy) -> Vec<RuleHandle> {
+    vec![
+        proxy.add(Rule::new("", &[], Fault::Status(429)).probability(0.02)),
+        proxy.add(Rule::new("", &[], Fault::Status(500)).probability(0.02)),
+        proxy.add(Rule::new("", &[], Fault::Reset).probability(0.01)),
+        proxy.add(Rule::new("", &[], Fault::Delay(Duration::from_secs(2))).probability(0.02)),
+    ]
+}
+
+/// Until `args.duration` after `start`: stops a node's heartbeats every `fail_every` (and resumes
+/// them `down` later), and restarts the API server `restarts` times (with faults); then resumes
+/// every failed node's heartbeats. Returns the failed nodes (index, when) and the restarts done.
+async fn fail_nodes(
+    cp: &mut ControlPlane,
+    args: &ChaosArgs,
+    heartbeats: &Heartbeats,
+    nodes: usize,
+    start: Instant,
+) -> Result<(Vec<(usize, Instant)>, usize)> {
+    let mut failed: Vec<(usize, Instant)> = Vec::new();
+    let mut next_fail = Instant::now();
+    let mut restarts_done = 0usize;
+    let mut next_node = 0usize;
+    let restart_at = |k: usize| args.duration.value.mul_f64((k + 1) as f64 / (args.restarts + 1) as f64);
+    while start.elapsed() < args.duration.value {
+        if Instant::now() >= next_fail && next_node < nodes {
+            // Spread over the zones (nodes are dealt round-robin into three).
+            let idx = (next_node * 7919) % nodes;
+            next_node += 1;
+            heartbeats.stop(&[idx]);
+            failed.push((idx, Instant::now()));
+            next_fail += args.fail_every.value;
+        }
+        for (idx, at) in &failed {
+            if at.elapsed() >= args.down.value {
+                heartbeats.resume(&[*idx]);
+            }
+        }
+        if !args.no_faults && restarts_done < args.restarts && start.elapsed() >= restart_at(restarts_done) {
+            eprintln!("bench: restarting the API server ({} of {})", restarts_done + 1, args.restarts);
+            tokio::task::block_in_place(|| cp.restart_apiserver(Duration::from_secs(5)))?;
+            restarts_done += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Every failed node back; time for the last countdowns and cancellations.
+    for (idx, _) in &failed {
+        heartbeats.resume(&[*idx]);
+    }
+    Ok((failed, restarts_done))
+}
+
+/// Each pod's verdict on the failed nodes, counted.
+struct Verdicts {
+    due: usize,
+    wrongful: Vec<String>,
+    missed: Vec<String>,
+    /// Pods whose deadline was within 2 s of the taint's removal: either is right.
+    edge: usize,
+    /// Of the due pods deleted, how late (s), sorted.
+    lateness: Vec<f64>,
+}
+
+/// The verdicts from the taints seen (`episodes`) and the deletions seen, up to `end`.
+fn verdicts(
+    nodes: &[String],
+    pods: usize,
+    episodes: &HashMap<String, Episode>,
+    deleted: &HashMap<String, Timestamp>,
+    end: Timestamp,
+) -> Verdicts {
     let margin = jiff::SignedDuration::from_secs(2);
     let (mut due, mut wrongful, mut missed, mut edge) = (0usize, Vec::new(), Vec::new(), 0usize);
     let mut lateness = Vec::new();
     for (n, node) in nodes.iter().enumerate() {
         let episode = episodes.get(node).cloned().unwrap_or_default();
-        for p in 0..args.pods {
+        for p in 0..pods {
             let name = pod_name(n, p);
             let secs = SECONDS[p % SECONDS.len()];
             let deletion = deleted.get(&name).copied();
@@ -225,33 +286,18 @@ pub async fn run(cp: &mut ControlPlane, args: &ChaosArgs) -> Result<serde_json::
         }
     }
     lateness.sort_by(f64::total_cmp);
-    let minutes = start.elapsed().as_secs_f64() / 60.0;
-    let lists: serde_json::Map<String, serde_json::Value> = ["nodes", "pods", "leases", "pause"]
+    Verdicts { due, wrongful, missed, edge, lateness }
+}
+
+/// The controller's relists per minute, by resource, from its metrics.
+fn lists_per_minute(metrics: &str, minutes: f64) -> serde_json::Map<String, serde_json::Value> {
+    ["nodes", "pods", "leases", "pause"]
         .iter()
         .map(|r| {
-            let n = crate::common::metric_sum(&metrics, "nlc_watch_relists_total", &[&format!("resource=\"{r}\"")]);
+            let n = crate::common::metric_sum(metrics, "nlc_watch_relists_total", &[&format!("resource=\"{r}\"")]);
             ((*r).to_owned(), json!(n / minutes))
         })
-        .collect();
-    let _ = supervisor.stop().await;
-    drop(heartbeats);
-    Ok(json!({
-        "benchmark": "chaos",
-        "faults": !args.no_faults,
-        "nodes": args.nodes, "pods_per_node": args.pods, "duration": args.duration.text,
-        "fail_every": args.fail_every.text, "down": args.down.text, "grace": args.grace.text,
-        "nodes_failed": failed.len(), "tainted": episodes.values().filter(|e| e.added.is_some()).count(),
-        "failed_and_tainted": failed_names.keys().filter(|n| episodes.get(*n).is_some_and(|e| e.added.is_some())).count(),
-        "api_server_restarts": restarts_done,
-        "injected": {"429": injected.first(), "500": injected.get(1), "reset": injected.get(2), "stall_2s": injected.get(3)},
-        "due": due, "on_the_edge": edge,
-        "wrongful_evictions": wrongful.len(), "missed_evictions": missed.len(),
-        "wrongful": wrongful.iter().take(20).collect::<Vec<_>>(), "missed": missed.iter().take(20).collect::<Vec<_>>(),
-        "lateness_s": {"p50": percentile(&lateness, 50.0), "p99": percentile(&lateness, 99.0), "max": lateness.last().copied().unwrap_or(f64::NAN)},
-        "controller_peak_rss_mb": peak_rss_mb, "controller_restarts": ctl_restarts,
-        "lists_per_minute": lists,
-        "webhook": {"api_server_pod_creates": webhook_report, "served_mutate": webhook_served},
-    }))
+        .collect()
 }
 
 fn pod_name(node: usize, pod: usize) -> String {

@@ -15,6 +15,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
@@ -94,6 +95,37 @@ pub fn free_ports<const N: usize>() -> [u16; N] {
 /// pick and the bind) is started again on fresh ports.
 pub const START_ATTEMPTS: usize = 3;
 
+/// A process of ours that a test starts: ready once `/readyz` on its admin port answers 200.
+pub trait Process {
+    fn child(&mut self) -> &mut tokio::process::Child;
+    /// The port that serves `/readyz`.
+    fn admin_port(&self) -> u16;
+    fn logs(&self) -> String;
+}
+
+/// Starts a process with `spawn` (fresh ports each time) and waits up to `timeout` for it to be
+/// ready; one that exits first is started again, [`START_ATTEMPTS`] times in all. `what` names it
+/// in the messages.
+pub async fn start_until_ready<P: Process>(what: &str, timeout: Duration, mut spawn: impl FnMut() -> P) -> P {
+    for attempt in 1..=START_ATTEMPTS {
+        let mut p = spawn();
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some((200, _)) = http_get(p.admin_port(), "/readyz").await {
+                return p;
+            }
+            if let Ok(Some(status)) = p.child().try_wait() {
+                assert!(attempt < START_ATTEMPTS, "{what} exited ({status}) before it was ready; log:\n{}", p.logs());
+                eprintln!("{what} exited ({status}) before it was ready; again:\n{}", p.logs());
+                break;
+            }
+            assert!(Instant::now() < deadline, "{what} not ready; log:\n{}", p.logs());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    unreachable!("every attempt returns or panics")
+}
+
 pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
@@ -172,7 +204,7 @@ impl Controller {
         extra: &[&str],
         vars: &[(&str, &str)],
     ) -> Self {
-        for attempt in 1..=START_ATTEMPTS {
+        start_until_ready("controller", Duration::from_secs(30), || {
             let port = free_port();
             let log = env.dir.join(format!("controller-{scope}-{port}.log"));
             let file = std::fs::File::create(&log).expect("log file");
@@ -201,26 +233,9 @@ impl Controller {
                 .kill_on_drop(true)
                 .spawn()
                 .expect("spawn controller");
-            let mut c = Self { child, port, scope: scope.to_owned(), log };
-            let deadline = Instant::now() + Duration::from_secs(30);
-            loop {
-                if let Some((200, _)) = http_get(port, "/readyz").await {
-                    return c;
-                }
-                if let Ok(Some(status)) = c.child.try_wait() {
-                    assert!(
-                        attempt < START_ATTEMPTS,
-                        "controller exited ({status}) before it was ready; log:\n{}",
-                        c.logs()
-                    );
-                    eprintln!("controller exited ({status}) before it was ready; again:\n{}", c.logs());
-                    break;
-                }
-                assert!(Instant::now() < deadline, "controller not ready; log:\n{}", c.logs());
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        unreachable!("every attempt returns or panics")
+            Self { child, port, scope: scope.to_owned(), log }
+        })
+        .await
     }
 
     pub fn logs(&self) -> String {
@@ -259,6 +274,20 @@ impl Controller {
     /// Whether it leads on `lease` (its `leader_election_master_status`).
     pub async fn leads(&self, lease: &str) -> bool {
         metric(&self.metrics().await, &format!("leader_election_master_status{{name=\"{lease}\"}}")) == Some(1.0)
+    }
+}
+
+impl Process for Controller {
+    fn child(&mut self) -> &mut tokio::process::Child {
+        &mut self.child
+    }
+
+    fn admin_port(&self) -> u16 {
+        self.port
+    }
+
+    fn logs(&self) -> String {
+        Controller::logs(self)
     }
 }
 
@@ -323,6 +352,19 @@ impl Scope {
 }
 
 impl Scope {
+    /// Creates the PodDisruptionBudget `name` over this scope's pods labelled `app=<app>`.
+    pub async fn pdb(&self, name: &str, min_available: i32, app: &str) {
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}}
+        }))
+        .expect("pdb");
+        Api::<PodDisruptionBudget>::namespaced(self.client.clone(), &self.ns)
+            .create(&PostParams::default(), &pdb)
+            .await
+            .expect("create pdb");
+    }
+
     /// Marks a pod Running and Ready, as a kubelet would (the Eviction API ignores budgets for
     /// pods that are still Pending).
     pub async fn mark_running(&self, pod: &str) {
@@ -560,6 +602,21 @@ pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 /// Flags for a fast controller: 3 s grace, a 1 s safety pass.
 pub const FAST: &[&str] =
     &["--node-monitor-grace-period", "3s", "--node-startup-grace-period", "3s", "--node-monitor-period", "1s"];
+
+/// Leader election's short durations for a fast suite: lease 4 s, renew deadline 3 s, retry
+/// 500 ms.
+pub const FAST_ELECTION: &[&str] = &[
+    "--leader-elect-lease-duration",
+    "4s",
+    "--leader-elect-renew-deadline",
+    "3s",
+    "--leader-elect-retry-period",
+    "500ms",
+];
+
+/// Flags for evictions through the Eviction API, falling back to delete after 3 s of refusals.
+pub const EVICT_MODE: &[&str] =
+    &["--eviction-mode", "evict", "--pdb-max-wait", "3s", "--eviction-retry-max-delay", "500ms"];
 
 pub fn flags(extra: &[&'static str]) -> Vec<&'static str> {
     FAST.iter().chain(extra).copied().collect()

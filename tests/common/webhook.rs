@@ -2,7 +2,7 @@
 
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
@@ -10,7 +10,7 @@ use kube::api::{Api, PostParams};
 use nlc_testenv::{ControlPlane, unique};
 use serde_json::json;
 
-use super::{BIN, START_ATTEMPTS, free_ports, http_get};
+use super::{BIN, Process, free_ports, http_get, start_until_ready};
 
 pub struct Webhook {
     pub child: tokio::process::Child,
@@ -41,7 +41,7 @@ impl Webhook {
         extra: &[&str],
         prefix: &[&str],
     ) -> Self {
-        for attempt in 1..=START_ATTEMPTS {
+        start_until_ready("webhook", Duration::from_secs(20), || {
             let [port, admin] = free_ports::<2>();
             let log = env.dir.join(format!("webhook-{port}.log"));
             let mut cmd = match prefix.split_first() {
@@ -69,26 +69,9 @@ impl Webhook {
                 .kill_on_drop(true)
                 .spawn()
                 .expect("spawn webhook");
-            let mut w = Self { child, port, admin, log };
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                if let Some((200, _)) = http_get(admin, "/readyz").await {
-                    return w;
-                }
-                if let Ok(Some(status)) = w.child.try_wait() {
-                    assert!(
-                        attempt < START_ATTEMPTS,
-                        "webhook exited ({status}) before it was ready; log:\n{}",
-                        w.logs()
-                    );
-                    eprintln!("webhook exited ({status}) before it was ready; again:\n{}", w.logs());
-                    break;
-                }
-                assert!(Instant::now() < deadline, "webhook not ready; log:\n{}", w.logs());
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        unreachable!("every attempt returns or panics")
+            Self { child, port, admin, log }
+        })
+        .await
     }
 
     pub fn logs(&self) -> String {
@@ -110,6 +93,20 @@ impl Webhook {
             .unwrap_or(0);
         let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0);
         (rss, fds)
+    }
+}
+
+impl Process for Webhook {
+    fn child(&mut self) -> &mut tokio::process::Child {
+        &mut self.child
+    }
+
+    fn admin_port(&self) -> u16 {
+        self.admin
+    }
+
+    fn logs(&self) -> String {
+        Webhook::logs(self)
     }
 }
 

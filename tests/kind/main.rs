@@ -317,6 +317,7 @@ async fn events(client: &kube::Client, ns: &str, reason: &str) -> Vec<Event> {
         .unwrap_or_default()
 }
 
+// Stays long: one cluster, numbered steps that each build on the state the previous one left.
 #[tokio::test]
 async fn on_a_real_kind_cluster() {
     let out = out_dir();

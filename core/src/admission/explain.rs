@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use k8s_openapi::api::core::v1::{Pod, Toleration};
 use serde::Serialize;
 
-use super::{Admission, Context, Plugins, admit, describe, validate};
+use super::{Admission, Context, Plugins, Step, admit, describe, validate};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -37,71 +37,32 @@ fn list(ts: &[Toleration]) -> String {
 pub fn explain(pod: &Pod, namespace: &str, plugins: &Plugins, cx: Context<'_>) -> AdmissionExplanation {
     let name = pod.metadata.name.clone().or_else(|| pod.metadata.generate_name.clone()).unwrap_or_default();
     let result = admit(pod, namespace, true, plugins, cx);
-    let mut lines = Vec::new();
     let step = |plugin: &str| result.as_ref().ok().and_then(|a| a.steps.iter().find(|s| s.plugin == plugin));
-    let mut plugin_line = |plugin: &str, on: bool, idle: &str| {
-        let line = match (on, step(plugin)) {
-            (false, _) => Line { plugin: plugin.to_owned(), did: "nothing".into(), why: "switched off".into() },
-            (true, None) => Line { plugin: plugin.to_owned(), did: "nothing".into(), why: idle.to_owned() },
-            (true, Some(s)) => {
-                let mut did = Vec::new();
-                if !s.added.is_empty() {
-                    did.push(format!("adds {}", list(&s.added)));
-                }
-                if !s.dropped.is_empty() {
-                    did.push(format!("drops {} (covered by another)", list(&s.dropped)));
-                }
-                Line { plugin: plugin.to_owned(), did: did.join("; "), why: s.why.clone() }
-            }
-        };
-        lines.push(line);
-    };
-    plugin_line(
-        "DefaultTolerationSeconds",
-        plugins.default_toleration_seconds.is_some(),
-        "the pod already tolerates not-ready and unreachable NoExecute",
-    );
-    plugin_line(
-        "PodTolerationRestriction",
-        plugins.pod_toleration_restriction.is_some(),
-        "no default tolerations for this namespace, and the pod is BestEffort",
-    );
-    plugin_line(
-        "ExtendedResourceToleration",
-        plugins.extended_resource_toleration,
-        "it requests no extended resource (or already tolerates each one)",
-    );
+    let plugin_line = |plugin: &str, on: bool, idle: &str| builtin_line(plugin, on, idle, step(plugin));
+    let mut lines = vec![
+        plugin_line(
+            "DefaultTolerationSeconds",
+            plugins.default_toleration_seconds.is_some(),
+            "the pod already tolerates not-ready and unreachable NoExecute",
+        ),
+        plugin_line(
+            "PodTolerationRestriction",
+            plugins.pod_toleration_restriction.is_some(),
+            "no default tolerations for this namespace, and the pod is BestEffort",
+        ),
+        plugin_line(
+            "ExtendedResourceToleration",
+            plugins.extended_resource_toleration,
+            "it requests no extended resource (or already tolerates each one)",
+        ),
+    ];
     if plugins.toleration_rules {
         let empty = super::NamespaceInfo::default();
         let ns = cx.namespace.unwrap_or(&empty);
         for rule in &cx.rules.rules {
             let plugin = format!("TolerationRule/{}", rule.name);
             let line = match step(&plugin) {
-                Some(s) => {
-                    let mut did = Vec::new();
-                    if !s.added.is_empty() {
-                        did.push(format!("adds {}", list(&s.added)));
-                    }
-                    if !s.node_affinity.is_empty() {
-                        let reqs: Vec<String> = s
-                            .node_affinity
-                            .iter()
-                            .map(|r| {
-                                format!(
-                                    "{} {} [{}]",
-                                    r.key,
-                                    r.operator,
-                                    r.values.clone().unwrap_or_default().join(", ")
-                                )
-                            })
-                            .collect();
-                        did.push(format!("requires nodes with {}", reqs.join(" and ")));
-                    }
-                    if did.is_empty() {
-                        did.push("nothing".into());
-                    }
-                    Line { plugin, did: did.join("; "), why: s.why.clone() }
-                }
+                Some(s) => rule_line(plugin, s),
                 None if result.is_err() => Line { plugin, did: "nothing".into(), why: "the pod is refused".into() },
                 None => {
                     let matches = rule.matches(namespace, &ns.labels, pod.metadata.labels.as_ref());
@@ -121,7 +82,52 @@ pub fn explain(pod: &Pod, namespace: &str, plugins: &Plugins, cx: Context<'_>) -
     } else {
         lines.push(Line { plugin: "TolerationRule".into(), did: "nothing".into(), why: "switched off".into() });
     }
-    let whitelist = plugins.pod_toleration_restriction.as_ref().map(|_| match &result {
+    let whitelist = plugins.pod_toleration_restriction.as_ref().map(|_| whitelist(pod, &result, plugins, cx));
+    AdmissionExplanation { pod: name, namespace: namespace.to_owned(), lines, result, whitelist }
+}
+
+/// The line of one of the built-in plugins: `on` says whether it is switched on, `idle` why it
+/// did nothing, `step` what it did.
+fn builtin_line(plugin: &str, on: bool, idle: &str, step: Option<&Step>) -> Line {
+    match (on, step) {
+        (false, _) => Line { plugin: plugin.to_owned(), did: "nothing".into(), why: "switched off".into() },
+        (true, None) => Line { plugin: plugin.to_owned(), did: "nothing".into(), why: idle.to_owned() },
+        (true, Some(s)) => {
+            let mut did = Vec::new();
+            if !s.added.is_empty() {
+                did.push(format!("adds {}", list(&s.added)));
+            }
+            if !s.dropped.is_empty() {
+                did.push(format!("drops {} (covered by another)", list(&s.dropped)));
+            }
+            Line { plugin: plugin.to_owned(), did: did.join("; "), why: s.why.clone() }
+        }
+    }
+}
+
+/// The line of a toleration rule that applied to the pod.
+fn rule_line(plugin: String, s: &Step) -> Line {
+    let mut did = Vec::new();
+    if !s.added.is_empty() {
+        did.push(format!("adds {}", list(&s.added)));
+    }
+    if !s.node_affinity.is_empty() {
+        let reqs: Vec<String> = s
+            .node_affinity
+            .iter()
+            .map(|r| format!("{} {} [{}]", r.key, r.operator, r.values.clone().unwrap_or_default().join(", ")))
+            .collect();
+        did.push(format!("requires nodes with {}", reqs.join(" and ")));
+    }
+    if did.is_empty() {
+        did.push("nothing".into());
+    }
+    Line { plugin, did: did.join("; "), why: s.why.clone() }
+}
+
+/// PodTolerationRestriction's whitelist over the pod with the tolerations admission gave it.
+fn whitelist(pod: &Pod, result: &Result<Admission, String>, plugins: &Plugins, cx: Context<'_>) -> Result<(), String> {
+    match result {
         Ok(a) => {
             let mut after = pod.clone();
             if let Some(spec) = after.spec.as_mut() {
@@ -130,8 +136,7 @@ pub fn explain(pod: &Pod, namespace: &str, plugins: &Plugins, cx: Context<'_>) -
             validate(&after, plugins, cx)
         }
         Err(e) => Err(e.clone()),
-    });
-    AdmissionExplanation { pod: name, namespace: namespace.to_owned(), lines, result, whitelist }
+    }
 }
 
 pub fn render_text(e: &AdmissionExplanation) -> String {

@@ -250,97 +250,140 @@ pub fn admit(
         return Ok(out);
     }
     if let Some(global) = plugins.default_toleration_seconds {
-        let (defaults, warnings) = defaults_for(Some(&ns.annotations), global);
-        out.warnings.extend(warnings);
-        // kube-apiserver's own DefaultTolerationSeconds (kept on, so that a webhook outage
-        // degrades to upstream's 300 s, never below it) ran first: where the namespace sets its
-        // own seconds, the toleration it added is rewritten (on CREATE; it is exactly what that
-        // plugin adds, with the API server's default seconds, which the webhook's global defaults
-        // mirror).
-        let mut rewritten = Vec::new();
-        if create {
-            for (key, api_server, wanted) in [
-                (keys::NOT_READY, global.not_ready, defaults.not_ready),
-                (keys::UNREACHABLE, global.unreachable, defaults.unreachable),
-            ] {
-                if api_server == wanted {
-                    continue;
-                }
-                let added_by_api_server = |t: &Toleration| {
-                    t.key.as_deref() == Some(key)
-                        && t.operator.as_deref() == Some("Exists")
-                        && t.effect.as_deref() == Some("NoExecute")
-                        && t.value.as_deref().unwrap_or_default().is_empty()
-                        && t.toleration_seconds == Some(api_server)
-                };
-                let covering = |t: &Toleration| {
-                    let k = t.key.as_deref().unwrap_or_default();
-                    let e = t.effect.as_deref().unwrap_or_default();
-                    (k.is_empty() || k == key) && (e.is_empty() || e == "NoExecute")
-                };
-                // Only when it is the one toleration that covers the key: anything else was
-                // written by someone who meant it.
-                if tolerations.iter().filter(|t| covering(t)).count() == 1
-                    && let Some(t) = tolerations.iter_mut().find(|t| added_by_api_server(t))
-                {
-                    t.toleration_seconds = Some(wanted);
-                    rewritten.push(t.clone());
-                }
-            }
-        }
-        if !rewritten.is_empty() {
-            out.steps.push(Step {
-                plugin: "DefaultTolerationSeconds".to_owned(),
-                added: rewritten,
-                why: format!(
-                    "kube-apiserver's own plugin added the default seconds; the namespace's annotations set {} s / {} s",
-                    defaults.not_ready, defaults.unreachable
-                ),
-                ..Step::default()
-            });
-        }
-        let missing = default_tolerations::missing(&tolerations, defaults);
-        if !missing.is_empty() {
-            tolerations.extend(missing.iter().cloned());
-            out.steps.push(Step {
-                plugin: "DefaultTolerationSeconds".to_owned(),
-                added: missing,
-                why: format!(
-                    "no toleration for not-ready / unreachable NoExecute: {} s / {} s ({})",
-                    defaults.not_ready,
-                    defaults.unreachable,
-                    if defaults == global { "the defaults" } else { "the namespace's annotations" }
-                ),
-                ..Step::default()
-            });
-        }
+        default_toleration_seconds(&mut tolerations, create, ns, global, &mut out);
     }
     if let Some(cluster) = &plugins.pod_toleration_restriction {
-        let best_effort = restriction::best_effort(pod);
-        if let Some(next) = restriction::admit(&tolerations, create, best_effort, &ns.annotations, cluster)? {
-            let from_namespace = ns.annotations.contains_key(DEFAULT_TOLERATIONS_ANNOTATION);
-            let mut why = Vec::new();
-            if create && from_namespace {
-                why.push(format!("the namespace's {DEFAULT_TOLERATIONS_ANNOTATION}"));
-            } else if create && !cluster.default.is_empty() {
-                why.push("the cluster's default tolerations".to_owned());
-            }
-            if !best_effort {
-                why.push("memory-pressure for a pod that is not BestEffort".to_owned());
-            }
-            out.steps.push(Step {
-                plugin: "PodTolerationRestriction".to_owned(),
-                added: added(&tolerations, &next),
-                dropped: dropped(&tolerations, &next),
-                why: format!("merged {}", why.join(" and ")),
-                ..Step::default()
-            });
-            tolerations = next;
+        pod_toleration_restriction(pod, &mut tolerations, create, ns, cluster, &mut out)?;
+    }
+    if plugins.extended_resource_toleration {
+        extended_resource_toleration(pod, &mut tolerations, &mut out);
+    }
+    if plugins.toleration_rules && create {
+        out.affinity = apply_toleration_rules(pod, namespace, ns, cx.rules, &mut tolerations, &mut out);
+    }
+    out.tolerations = tolerations;
+    Ok(out)
+}
+
+/// DefaultTolerationSeconds: rewrites the seconds kube-apiserver's own plugin added where the
+/// namespace sets its own, then adds the not-ready / unreachable tolerations the pod lacks.
+fn default_toleration_seconds(
+    tolerations: &mut Vec<Toleration>,
+    create: bool,
+    ns: &NamespaceInfo,
+    global: DefaultTolerationSeconds,
+    out: &mut Admission,
+) {
+    let (defaults, warnings) = defaults_for(Some(&ns.annotations), global);
+    out.warnings.extend(warnings);
+    let rewritten = if create { rewrite_api_server_defaults(tolerations, global, defaults) } else { Vec::new() };
+    if !rewritten.is_empty() {
+        out.steps.push(Step {
+            plugin: "DefaultTolerationSeconds".to_owned(),
+            added: rewritten,
+            why: format!(
+                "kube-apiserver's own plugin added the default seconds; the namespace's annotations set {} s / {} s",
+                defaults.not_ready, defaults.unreachable
+            ),
+            ..Step::default()
+        });
+    }
+    let missing = default_tolerations::missing(tolerations, defaults);
+    if !missing.is_empty() {
+        tolerations.extend(missing.iter().cloned());
+        out.steps.push(Step {
+            plugin: "DefaultTolerationSeconds".to_owned(),
+            added: missing,
+            why: format!(
+                "no toleration for not-ready / unreachable NoExecute: {} s / {} s ({})",
+                defaults.not_ready,
+                defaults.unreachable,
+                if defaults == global { "the defaults" } else { "the namespace's annotations" }
+            ),
+            ..Step::default()
+        });
+    }
+}
+
+/// kube-apiserver's own DefaultTolerationSeconds (kept on, so that a webhook outage degrades to
+/// upstream's 300 s, never below it) ran first: where the namespace sets its own seconds, the
+/// toleration it added is rewritten (on CREATE; it is exactly what that plugin adds, with the API
+/// server's default seconds, which the webhook's global defaults mirror). Returns the rewritten
+/// tolerations.
+fn rewrite_api_server_defaults(
+    tolerations: &mut [Toleration],
+    global: DefaultTolerationSeconds,
+    defaults: DefaultTolerationSeconds,
+) -> Vec<Toleration> {
+    let mut rewritten = Vec::new();
+    for (key, api_server, wanted) in [
+        (keys::NOT_READY, global.not_ready, defaults.not_ready),
+        (keys::UNREACHABLE, global.unreachable, defaults.unreachable),
+    ] {
+        if api_server == wanted {
+            continue;
+        }
+        let added_by_api_server = |t: &Toleration| {
+            t.key.as_deref() == Some(key)
+                && t.operator.as_deref() == Some("Exists")
+                && t.effect.as_deref() == Some("NoExecute")
+                && t.value.as_deref().unwrap_or_default().is_empty()
+                && t.toleration_seconds == Some(api_server)
+        };
+        let covering = |t: &Toleration| {
+            let k = t.key.as_deref().unwrap_or_default();
+            let e = t.effect.as_deref().unwrap_or_default();
+            (k.is_empty() || k == key) && (e.is_empty() || e == "NoExecute")
+        };
+        // Only when it is the one toleration that covers the key: anything else was
+        // written by someone who meant it.
+        if tolerations.iter().filter(|t| covering(t)).count() == 1
+            && let Some(t) = tolerations.iter_mut().find(|t| added_by_api_server(t))
+        {
+            t.toleration_seconds = Some(wanted);
+            rewritten.push(t.clone());
         }
     }
-    if plugins.extended_resource_toleration
-        && let Some((next, new)) = extended::admit(pod, &tolerations)
-    {
+    rewritten
+}
+
+/// PodTolerationRestriction: merges the namespace's (or the cluster's) default tolerations and
+/// memory-pressure. `Err` refuses the pod (an annotation it cannot read).
+fn pod_toleration_restriction(
+    pod: &Pod,
+    tolerations: &mut Vec<Toleration>,
+    create: bool,
+    ns: &NamespaceInfo,
+    cluster: &RestrictionConfig,
+    out: &mut Admission,
+) -> Result<(), String> {
+    let best_effort = restriction::best_effort(pod);
+    if let Some(next) = restriction::admit(tolerations, create, best_effort, &ns.annotations, cluster)? {
+        let from_namespace = ns.annotations.contains_key(DEFAULT_TOLERATIONS_ANNOTATION);
+        let mut why = Vec::new();
+        if create && from_namespace {
+            why.push(format!("the namespace's {DEFAULT_TOLERATIONS_ANNOTATION}"));
+        } else if create && !cluster.default.is_empty() {
+            why.push("the cluster's default tolerations".to_owned());
+        }
+        if !best_effort {
+            why.push("memory-pressure for a pod that is not BestEffort".to_owned());
+        }
+        out.steps.push(Step {
+            plugin: "PodTolerationRestriction".to_owned(),
+            added: added(tolerations, &next),
+            dropped: dropped(tolerations, &next),
+            why: format!("merged {}", why.join(" and ")),
+            ..Step::default()
+        });
+        *tolerations = next;
+    }
+    Ok(())
+}
+
+/// ExtendedResourceToleration: a toleration for each extended resource the pod requests.
+fn extended_resource_toleration(pod: &Pod, tolerations: &mut Vec<Toleration>, out: &mut Admission) {
+    if let Some((next, new)) = extended::admit(pod, tolerations) {
         let names: Vec<String> = new.iter().filter_map(|t| t.key.clone()).collect();
         out.steps.push(Step {
             plugin: "ExtendedResourceToleration".to_owned(),
@@ -348,41 +391,42 @@ pub fn admit(
             why: format!("requests the extended resource(s) {}", names.join(", ")),
             ..Step::default()
         });
-        tolerations = next;
+        *tolerations = next;
     }
-    let mut affinity = None;
-    if plugins.toleration_rules && create {
-        let spec_affinity = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
-        let labels = pod.metadata.labels.as_ref();
-        if let Some(applied) =
-            toleration_rules::apply(cx.rules, namespace, &ns.labels, labels, &tolerations, spec_affinity)
-        {
-            for toleration_rules::RuleStep { rule, tolerations: new, node_affinity: reqs, note } in applied.steps {
-                let why = match (&note, new.is_empty() && reqs.is_empty()) {
-                    (Some(n), _) => format!("matches; {n}"),
-                    (None, true) => "matches; the pod already has all it adds".to_owned(),
-                    (None, false) => "matches".to_owned(),
-                };
-                if let Some(n) = note {
-                    out.warnings.push(format!("TolerationRule {rule}: {n}"));
-                }
-                out.steps.push(Step {
-                    plugin: format!("TolerationRule/{rule}"),
-                    added: new,
-                    node_affinity: reqs,
-                    why,
-                    ..Step::default()
-                });
-            }
-            tolerations = applied.tolerations;
-            if applied.affinity.as_ref() != spec_affinity {
-                affinity = applied.affinity;
-            }
+}
+
+/// The toleration rules (on CREATE): a step (and a warning for each note) per matching rule.
+/// Returns the affinity when a rule changed it.
+fn apply_toleration_rules(
+    pod: &Pod,
+    namespace: &str,
+    ns: &NamespaceInfo,
+    rules: &RuleSet,
+    tolerations: &mut Vec<Toleration>,
+    out: &mut Admission,
+) -> Option<Affinity> {
+    let spec_affinity = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+    let labels = pod.metadata.labels.as_ref();
+    let applied = toleration_rules::apply(rules, namespace, &ns.labels, labels, tolerations, spec_affinity)?;
+    for toleration_rules::RuleStep { rule, tolerations: new, node_affinity: reqs, note } in applied.steps {
+        let why = match (&note, new.is_empty() && reqs.is_empty()) {
+            (Some(n), _) => format!("matches; {n}"),
+            (None, true) => "matches; the pod already has all it adds".to_owned(),
+            (None, false) => "matches".to_owned(),
+        };
+        if let Some(n) = note {
+            out.warnings.push(format!("TolerationRule {rule}: {n}"));
         }
+        out.steps.push(Step {
+            plugin: format!("TolerationRule/{rule}"),
+            added: new,
+            node_affinity: reqs,
+            why,
+            ..Step::default()
+        });
     }
-    out.tolerations = tolerations;
-    out.affinity = affinity;
-    Ok(out)
+    *tolerations = applied.tolerations;
+    if applied.affinity.as_ref() != spec_affinity { applied.affinity } else { None }
 }
 
 /// The validating half: PodTolerationRestriction's whitelist over the pod as it will be stored.

@@ -247,6 +247,7 @@ fn as_set(mut v: Vec<Toleration>) -> Vec<String> {
     s
 }
 
+// Stays long: one table of upstream's cases (TestPodAdmission), kept whole to compare with it.
 #[test]
 fn pod_admission_as_upstream() {
     let cluster = |default: Vec<Toleration>, whitelist: Vec<Toleration>| RestrictionConfig {
