@@ -5,9 +5,10 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A flag, rule or manifest that cannot be used (names it).
-    #[error("invalid configuration: {0}")]
-    Config(#[from] nlc_core::Error),
+    /// A value that cannot be used: a flag, a rule, a configuration file, or a manifest given to
+    /// `explain` (the core's error names it).
+    #[error(transparent)]
+    Invalid(#[from] nlc_core::Error),
 
     #[error("kubeconfig: {0}")]
     Kubeconfig(String),
@@ -52,7 +53,7 @@ impl Error {
     /// The label of `nlc_task_failures_total{error}`.
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Self::Config(_) => "config",
+            Self::Invalid(_) => "config",
             Self::Kubeconfig(_) => "kubeconfig",
             Self::Kube(kube::Error::Api(_)) => "api",
             Self::Kube(_) => "client",

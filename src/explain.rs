@@ -4,7 +4,7 @@
 
 use std::io::Read as _;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use nlc_core::admission::explain::{explain as admission_explain, render_text as admission_render};
 use nlc_core::admission::restriction::RestrictionConfig;
@@ -16,11 +16,7 @@ use nlc_core::explain::{explain, parse_manifest, render_text};
 use crate::error::Result;
 use crate::runtime::args::ClientArgs;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
-    Text,
-    Json,
-}
+pub use crate::config::OutputFormat;
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
@@ -91,7 +87,7 @@ pub async fn run(args: ExplainArgs) -> Result<()> {
         (read_manifest(&node, "Node")?, read_manifest(&pod, "Pod")?)
     };
     let opts = enable_comparison_operators.options();
-    let e = explain(&node, &pod, opts, jiff::Timestamp::now());
+    let e = explain(&node, &pod, opts, crate::clock::Clock::now(&crate::clock::SystemClock));
     match output {
         OutputFormat::Text => print!("{}", render_text(&e)),
         OutputFormat::Json => {

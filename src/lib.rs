@@ -31,6 +31,8 @@
 //!   detection; a fake one for tests).
 //! - [`config`]: the top-level command; [`metrics`]: the metric families; [`error`]: the error.
 
+#![warn(clippy::disallowed_methods)]
+
 pub mod clock;
 pub mod config;
 pub mod controller;

@@ -21,13 +21,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
+
+use crate::clock::{Clock, Stopwatch};
 use k8s_openapi::api::core::v1::{Event as K8sEvent, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType};
 use nlc_core::action::{NodeEvent, PodEvent, PodEventKind};
 use tokio::sync::{Semaphore, mpsc};
-use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::executor::Fence;
@@ -71,11 +72,18 @@ impl EventQueue {
         fence: Arc<Fence>,
         saturation: Saturation,
         metrics: ExecutorMetrics,
+        clock: Arc<dyn Clock>,
     ) -> Self {
         // Upstream's event sources: taint-eviction-controller for evictions, node-controller for
         // nodes and MarkPodsNotReady.
-        let pods = Arc::new(Recorder::new(client.clone(), "taint-eviction-controller", instance, fence.clone()));
-        let nodes = Arc::new(Recorder::new(client, "node-controller", instance, fence.clone()));
+        let pods = Arc::new(Recorder::new(
+            client.clone(),
+            "taint-eviction-controller",
+            instance,
+            fence.clone(),
+            clock.clone(),
+        ));
+        let nodes = Arc::new(Recorder::new(client, "node-controller", instance, fence.clone(), clock));
         let (tx, rx) = mpsc::channel(EVENT_QUEUE);
         let dropped = metrics.events_dropped.clone();
         let worker = worker(rx, pods, nodes, saturation, fence, dropped.clone());
@@ -102,18 +110,18 @@ async fn worker(
     // While the evictions take every worker: since when, and when an event last saw it. Events
     // wait at most EVENT_DEFER_MAX in all, then flow as usual until the evictions leave a worker
     // free, or no event has come for a second (a new storm).
-    let mut saturated: Option<(Instant, Instant)> = None;
+    let mut saturated: Option<(Stopwatch, Stopwatch)> = None;
     while let Some(e) = rx.recv().await {
         if evictions.saturated() {
-            let now = Instant::now();
+            let now = Stopwatch::start();
             let since = match saturated {
-                Some((since, seen)) if now.duration_since(seen) < Duration::from_secs(1) => since,
+                Some((since, seen)) if now.since(seen) < Duration::from_secs(1) => since,
                 _ => now,
             };
             while evictions.saturated() && since.elapsed() < EVENT_DEFER_MAX && fence.is_open() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            saturated = evictions.saturated().then(|| (since, Instant::now()));
+            saturated = evictions.saturated().then(|| (since, Stopwatch::start()));
         } else {
             saturated = None;
         }
@@ -223,6 +231,8 @@ pub struct Recorder {
     instance: String,
     cache: Mutex<Cache>,
     fence: Arc<Fence>,
+    /// Event times, and the 6-minute aggregation window.
+    clock: Arc<dyn Clock>,
 }
 
 /// A write the fence did not let through.
@@ -231,19 +241,26 @@ fn fenced() -> kube::Error {
 }
 
 impl Recorder {
-    pub fn new(client: kube::Client, controller: &str, instance: &str, fence: Arc<Fence>) -> Self {
+    pub fn new(
+        client: kube::Client,
+        controller: &str,
+        instance: &str,
+        fence: Arc<Fence>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Self {
             client,
             controller: controller.to_owned(),
             instance: instance.to_owned(),
             cache: Mutex::default(),
             fence,
+            clock,
         }
     }
 
     /// Creates the event, or counts it on the same event recorded within 6 minutes.
     pub async fn publish(&self, ev: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
-        let now = Timestamp::now();
+        let now = self.clock.now();
         let key = Key {
             warning: ev.type_ == EventType::Warning,
             action: ev.action.clone(),

@@ -5,7 +5,9 @@
 //! [`SecondWriters::take_events`].
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::Stopwatch;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use nlc_core::action::{Action, NodeEvent, NodeEventKind, PodEvent, PodEventKind};
@@ -33,12 +35,12 @@ pub struct ManagerLabels {
 }
 
 #[derive(Clone, Default)]
-pub struct Metrics {
+pub struct WriterMetrics {
     writes: Family<WriterLabels, Counter>,
     last: Family<ManagerLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
-impl Metrics {
+impl WriterMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register(
@@ -58,7 +60,7 @@ impl Metrics {
 #[derive(Default)]
 struct Pending {
     events: Vec<Action>,
-    logged: Option<Instant>,
+    logged: Option<Stopwatch>,
     unlogged: u64,
 }
 
@@ -67,11 +69,11 @@ struct Pending {
 pub struct SecondWriters {
     tracker: Arc<Mutex<Tracker>>,
     pending: Arc<Mutex<Pending>>,
-    metrics: Metrics,
+    metrics: WriterMetrics,
 }
 
 impl SecondWriters {
-    pub fn new(since: jiff::Timestamp, metrics: Metrics) -> Self {
+    pub fn new(since: jiff::Timestamp, metrics: WriterMetrics) -> Self {
         Self {
             tracker: Arc::new(Mutex::new(Tracker::new(since))),
             pending: Arc::new(Mutex::new(Pending::default())),
@@ -123,7 +125,7 @@ impl SecondWriters {
         if p.events.len() < MAX_PENDING {
             p.events.push(event);
         }
-        let now = Instant::now();
+        let now = Stopwatch::start();
         match p.logged {
             None => {
                 // The first: loud, whatever the log level.
@@ -131,7 +133,7 @@ impl SecondWriters {
                     "a second writer: {}", s.describe(name));
                 p.logged = Some(now);
             }
-            Some(last) if now.duration_since(last) >= LOG_EVERY => {
+            Some(last) if now.since(last) >= LOG_EVERY => {
                 tracing::warn!(object = kind_and_name, manager = %s.manager, what = s.what.as_str(),
                     more = p.unlogged, "a second writer is still active: {}", s.describe(name));
                 p.logged = Some(now);

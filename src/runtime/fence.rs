@@ -49,6 +49,7 @@ impl Fence {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // paused tokio time
 mod tests {
     use super::*;
     use std::sync::Arc;

@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::time::Instant;
+use crate::clock::Stopwatch;
 
 use axum::Router;
 use axum::body::Body;
@@ -146,7 +146,7 @@ impl HttpMetrics {
 /// One connection's activity, shared by its socket wrapper, its service and its watchdog.
 /// Times are milliseconds since `start`.
 struct Activity {
-    start: Instant,
+    start: Stopwatch,
     /// When the first byte of a request head arrived while no request was in flight (`NONE`:
     /// none is arriving).
     head_since: AtomicU64,
@@ -160,7 +160,7 @@ const NONE: u64 = u64::MAX;
 impl Activity {
     fn new() -> Self {
         Self {
-            start: Instant::now(),
+            start: Stopwatch::start(),
             head_since: AtomicU64::new(NONE),
             idle_since: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
@@ -300,7 +300,7 @@ async fn gate(axum::extract::State(g): axum::extract::State<Gate>, req: Request,
 /// Accept errors: logged at most once a second, with the count of those not logged.
 struct AcceptErrors {
     delay: Duration,
-    last_log: Option<Instant>,
+    last_log: Option<Stopwatch>,
     suppressed: u64,
 }
 
@@ -309,7 +309,7 @@ impl AcceptErrors {
         self.delay = (self.delay * 2).clamp(Duration::from_millis(100), Duration::from_secs(1));
         if self.last_log.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
             tracing::warn!(server, error = %e, suppressed = self.suppressed, retry_in_ms = self.delay.as_millis() as u64, "accept failed");
-            self.last_log = Some(Instant::now());
+            self.last_log = Some(Stopwatch::start());
             self.suppressed = 0;
         } else {
             self.suppressed += 1;

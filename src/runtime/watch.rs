@@ -23,7 +23,9 @@
 //!   on marked, so that the consumer skips it instead of the whole list failing.
 
 use std::fmt::Debug;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::Stopwatch;
 
 use futures::{Stream, StreamExt};
 use kube::Resource;
@@ -210,15 +212,15 @@ pub const QUIET_RESET: Duration = Duration::from_secs(120);
 pub struct Backoff {
     unreachable: u32,
     answered: u32,
-    last_failure: Option<Instant>,
+    last_failure: Option<Stopwatch>,
     /// A 410 was re-listed at once and no list has completed since.
     relisted: bool,
 }
 
 impl Backoff {
     /// The delay before retrying after `failure` at `now`; `jitter` in [0, 1).
-    pub fn next(&mut self, failure: Failure, now: Instant, jitter: f64) -> Duration {
-        if self.last_failure.is_some_and(|at| now.duration_since(at) >= QUIET_RESET) {
+    pub fn next(&mut self, failure: Failure, now: Stopwatch, jitter: f64) -> Duration {
+        if self.last_failure.is_some_and(|at| now.since(at) >= QUIET_RESET) {
             self.unreachable = 0;
             self.answered = 0;
         }
@@ -247,12 +249,6 @@ impl Backoff {
     pub fn listed(&mut self) {
         self.relisted = false;
     }
-}
-
-/// A jitter in [0, 1): the sub-second nanoseconds of the clock (no need for a random source).
-pub fn jitter() -> f64 {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    f64::from(nanos % 1000) / 1000.0
 }
 
 /// What a watch yields: an event, or a failure (already logged, counted and waited out).
@@ -335,7 +331,7 @@ where
                         .errors
                         .get_or_create(&FailureLabels { resource: s.resource, kind: failure.label() })
                         .inc();
-                    let delay = s.backoff.next(failure, Instant::now(), jitter());
+                    let delay = s.backoff.next(failure, Stopwatch::start(), crate::clock::jitter());
                     let retry_in_ms = delay.as_millis() as u64;
                     match failure {
                         Failure::Answered { code: 403 } => {
@@ -360,7 +356,7 @@ mod tests {
 
     #[test]
     fn unreachable_retries_fast_answered_backs_off_like_the_reflector() {
-        let t0 = Instant::now();
+        let t0 = Stopwatch::start();
         let mut b = Backoff::default();
         let ms = |d: Duration| d.as_millis() as u64;
         let fast: Vec<u64> = (0..6).map(|_| ms(b.next(Failure::Unreachable, t0, 0.0))).collect();
@@ -377,7 +373,7 @@ mod tests {
 
     #[test]
     fn the_first_410_relists_at_once_and_the_server_is_heard() {
-        let t0 = Instant::now();
+        let t0 = Stopwatch::start();
         let mut b = Backoff::default();
         assert_eq!(b.next(Failure::Gone, t0, 0.5), Duration::ZERO);
         assert_eq!(b.next(Failure::Gone, t0, 0.0), ANSWERED_FIRST, "a second 410 in a row backs off");

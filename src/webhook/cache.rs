@@ -12,7 +12,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::{Clock as _, Stopwatch};
 
 use futures::future::{BoxFuture, Shared};
 use futures::{FutureExt, StreamExt};
@@ -54,7 +56,7 @@ pub struct Knowledge {
     pub namespaces: RwLock<Namespaces>,
     pub rules: RwLock<Arc<RuleSet>>,
     synced: AtomicBool,
-    absent: Mutex<HashMap<String, Instant>>,
+    absent: Mutex<HashMap<String, Stopwatch>>,
     reads: Mutex<HashMap<String, Read>>,
 }
 
@@ -82,8 +84,8 @@ impl Knowledge {
             }
             None => {
                 let mut absent = lock(&self.absent);
-                let now = Instant::now();
-                absent.retain(|_, at| now.duration_since(*at) < ABSENT_TTL);
+                let now = Stopwatch::start();
+                absent.retain(|_, at| now.since(*at) < ABSENT_TTL);
                 absent.insert(name.to_owned(), now);
             }
         }
@@ -319,7 +321,7 @@ async fn publish(
     if let Ok(mut r) = knowledge.rules.write() {
         *r = set.clone();
     }
-    let now = jiff::Timestamp::now();
+    let now = crate::clock::SystemClock.now();
     for (name, rule) in all {
         let want = set.status(name, rule.metadata.generation, rule.status.as_ref(), now);
         if rule.status.as_ref() == Some(&want) {

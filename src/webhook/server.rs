@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -77,7 +77,7 @@ async fn decide_request(s: &AppState, endpoint: Endpoint, body: &[u8]) -> (u16, 
 }
 
 async fn handle(s: AppState, endpoint: Endpoint, body: Bytes) -> Response {
-    let start = Instant::now();
+    let start = crate::clock::Stopwatch::start();
     let (code, out) = decide_request(&s, endpoint, &body).await;
     s.metrics.observe(endpoint, code, start.elapsed());
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

@@ -1,6 +1,6 @@
 //! Every request the executor makes goes through [`Inner::read`] or [`Inner::write`]: the metric
 //! (`nlc_api_requests_total{verb,resource,code}`), one log line for the unexpected, the outcome
-//! classified ([`Outcome`]). Writes also pass the [`Fence`] right before they are sent, and are
+//! classified ([`CallOutcome`]). Writes also pass the [`Fence`] right before they are sent, and are
 //! bounded in time (`--api-write-timeout`): a slow API server or etcd must not hold an eviction
 //! permit for the client's 295 s read timeout.
 
@@ -13,7 +13,7 @@ use crate::metrics::RequestLabels;
 
 /// What an API call came to.
 #[derive(Debug)]
-pub enum Outcome<T> {
+pub enum CallOutcome<T> {
     Ok(T),
     /// 404: the object is gone.
     Gone,
@@ -37,7 +37,7 @@ impl Inner {
         resource: &'static str,
         name: &str,
         req: impl Future<Output = kube::Result<T>>,
-    ) -> Outcome<T> {
+    ) -> CallOutcome<T> {
         self.classify(verb, resource, name, req.await)
     }
 
@@ -48,16 +48,16 @@ impl Inner {
         resource: &'static str,
         name: &str,
         req: impl Future<Output = kube::Result<T>>,
-    ) -> Outcome<T> {
+    ) -> CallOutcome<T> {
         match tokio::time::timeout(self.cfg.write_timeout, self.fence.write(req)).await {
             Ok(Some(result)) => self.classify(verb, resource, name, result),
-            Ok(None) => Outcome::Fenced,
+            Ok(None) => CallOutcome::Fenced,
             Err(_) => {
                 self.exec_metrics.requests.get_or_create(&RequestLabels { verb, resource, code: 0 }).inc();
                 self.exec_metrics.timeouts.inc();
                 let after = self.cfg.write_timeout;
                 tracing::warn!(verb, resource, name, timeout_ms = after.as_millis() as u64, "request timed out");
-                Outcome::Failed(format!("no answer within --api-write-timeout {after:?}"))
+                CallOutcome::Failed(format!("no answer within --api-write-timeout {after:?}"))
             }
         }
     }
@@ -68,7 +68,7 @@ impl Inner {
         resource: &'static str,
         name: &str,
         result: kube::Result<T>,
-    ) -> Outcome<T> {
+    ) -> CallOutcome<T> {
         let code = match &result {
             Ok(_) => 200,
             Err(kube::Error::Api(s)) => s.code,
@@ -76,20 +76,20 @@ impl Inner {
         };
         self.exec_metrics.requests.get_or_create(&RequestLabels { verb, resource, code }).inc();
         let e = match result {
-            Ok(v) => return Outcome::Ok(v),
+            Ok(v) => return CallOutcome::Ok(v),
             Err(e) => e,
         };
         match code {
-            404 => Outcome::Gone,
-            409 => Outcome::Conflict,
-            429 => Outcome::Throttled(e.to_string()),
+            404 => CallOutcome::Gone,
+            409 => CallOutcome::Conflict,
+            429 => CallOutcome::Throttled(e.to_string()),
             400 | 422 => {
                 tracing::warn!(verb, resource, name, error = %e, "request refused as invalid");
-                Outcome::Invalid(e.to_string())
+                CallOutcome::Invalid(e.to_string())
             }
             _ => {
                 tracing::warn!(verb, resource, name, code, error = %e, "request failed");
-                Outcome::Failed(e.to_string())
+                CallOutcome::Failed(e.to_string())
             }
         }
     }

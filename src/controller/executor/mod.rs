@@ -20,15 +20,14 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use governor::{DefaultDirectRateLimiter, RateLimiter};
 use nlc_core::action::{Action, EvictPod, EvictionResult, MarkPodNotReady, MarkResult, Op, PodEventKind};
-use nlc_core::flags::MIN_RATE;
 use nlc_core::index::PodKey;
 use nlc_core::state::Input;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tracing::Instrument;
 
-pub use call::{Fence, Outcome};
+pub use call::{CallOutcome, Fence};
 
 use super::events::{EventQueue, QueuedEvent, Saturation};
 use crate::clock::Clock;
@@ -36,14 +35,9 @@ use crate::metrics::{EvictionMetrics, ExecutorMetrics, LifecycleMetrics};
 use pods::NodeRead;
 
 /// A token bucket for `qps` with `burst`; `None` when `qps` is 0 (unlimited). Never panics:
-/// rates the flags would reject (negative, NaN, below [`MIN_RATE`]) also give `None`.
+/// rates the flags would reject (negative, NaN, below [`nlc_core::flags::MIN_RATE`]) also give `None`.
 pub fn limiter(qps: f64, burst: u32) -> Option<Arc<DefaultDirectRateLimiter>> {
-    if !(qps >= MIN_RATE && qps.is_finite()) {
-        return None;
-    }
-    let period = Duration::try_from_secs_f64(1.0 / qps).ok()?.max(Duration::from_nanos(1));
-    let quota = Quota::with_period(period)?.allow_burst(NonZeroU32::new(burst.max(1))?);
-    Some(Arc::new(RateLimiter::direct(quota)))
+    Some(Arc::new(RateLimiter::direct(nlc_core::time::quota(qps, burst)?)))
 }
 
 pub struct ExecutorConfig {
@@ -104,7 +98,7 @@ impl ExecutorConfig {
 }
 
 /// The metrics the executor records into.
-pub struct Metrics {
+pub struct ExecutorMetricSet {
     pub eviction: EvictionMetrics,
     pub executor: ExecutorMetrics,
     pub lifecycle: LifecycleMetrics,
@@ -211,13 +205,20 @@ impl Executor {
         clock: Arc<dyn Clock>,
         cfg: ExecutorConfig,
         gate: watch::Receiver<bool>,
-        metrics: Metrics,
+        metrics: ExecutorMetricSet,
     ) -> Self {
-        let Metrics { eviction: metrics, executor: exec_metrics, lifecycle: lifecycle_metrics } = metrics;
+        let ExecutorMetricSet { eviction: metrics, executor: exec_metrics, lifecycle: lifecycle_metrics } = metrics;
         let fence = Arc::new(Fence::new(gate));
         let busy = Arc::new(AtomicUsize::new(0));
         let saturation = Saturation { busy: busy.clone(), workers: cfg.concurrency };
-        let events = EventQueue::start(client.clone(), &cfg.instance, fence.clone(), saturation, exec_metrics.clone());
+        let events = EventQueue::start(
+            client.clone(),
+            &cfg.instance,
+            fence.clone(),
+            saturation,
+            exec_metrics.clone(),
+            clock.clone(),
+        );
         let inner = Arc::new(Inner {
             client,
             results,
@@ -262,14 +263,14 @@ impl Executor {
                     inner.metrics.fire_lateness.observe(late);
                 }
                 inner.exec_metrics.added("evictions", ev.attempt > 0);
-                if let Some(EvictJob(old, ..)) = inner.evictions.push(EvictJob(ev, seq, tokio::time::Instant::now())) {
+                if let Some(EvictJob(old, ..)) = inner.evictions.push(EvictJob(ev, seq, inner.clock.instant())) {
                     inner.report_eviction(old, EvictionResult::Cancelled);
                 }
                 inner.exec_metrics.queued("evictions", inner.evictions.len());
             }
             Action::MarkPodNotReady(p) => {
                 inner.exec_metrics.added("marks", false);
-                if let Some(MarkJob(old, _)) = inner.marks.push(MarkJob(p, tokio::time::Instant::now())) {
+                if let Some(MarkJob(old, _)) = inner.marks.push(MarkJob(p, inner.clock.instant())) {
                     inner.report_mark(old, MarkResult::Cancelled);
                 }
                 inner.exec_metrics.queued("marks", inner.marks.len());
@@ -383,7 +384,7 @@ async fn evict_worker(inner: Arc<Inner>) {
         let cancel = inner.running(op);
         inner.metrics.in_flight.inc();
         let span = tracing::info_span!("evict", pod = %ev.key, op = ev.op);
-        let started = tokio::time::Instant::now();
+        let started = inner.clock.instant();
         let result = inner.evict(&ev, seq, queued, &cancel).instrument(span).await;
         inner.exec_metrics.worked("evictions", started.duration_since(queued), started.elapsed());
         inner.metrics.in_flight.dec();
@@ -403,7 +404,7 @@ async fn mark_worker(inner: Arc<Inner>) {
         let op = Op::MarkPodNotReady(p.op);
         let cancel = inner.running(op);
         let span = tracing::info_span!("mark-pod-not-ready", pod = %p.key);
-        let started = tokio::time::Instant::now();
+        let started = inner.clock.instant();
         let result = inner.mark_pod_not_ready(&p, &cancel).instrument(span).await;
         inner.exec_metrics.worked("marks", started.duration_since(queued), started.elapsed());
         lock(&inner.running).remove(&op);
@@ -422,7 +423,7 @@ mod tests {
         for qps in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-300, 1e-12, 1e-7] {
             assert!(limiter(qps, 1).is_none(), "{qps}");
         }
-        for (qps, burst) in [(MIN_RATE, 0), (1e-3, 1), (20.0, 30), (1e9, u32::MAX), (f64::MAX, 1)] {
+        for (qps, burst) in [(nlc_core::flags::MIN_RATE, 0), (1e-3, 1), (20.0, 30), (1e9, u32::MAX), (f64::MAX, 1)] {
             assert!(limiter(qps, burst).is_some(), "{qps} {burst}");
         }
     }

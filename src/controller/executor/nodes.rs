@@ -11,11 +11,11 @@ use nlc_core::taints;
 use serde_json::json;
 
 use super::Inner;
-use super::call::Outcome;
+use super::call::CallOutcome;
 use crate::metrics::ZoneLabels;
 
 /// Observes the time since its start when dropped (every way out of a status write).
-struct ObserveOnDrop<'a>(&'a prometheus_client::metrics::histogram::Histogram, std::time::Instant);
+struct ObserveOnDrop<'a>(&'a prometheus_client::metrics::histogram::Histogram, crate::clock::Stopwatch);
 
 impl Drop for ObserveOnDrop<'_> {
     fn drop(&mut self) {
@@ -54,7 +54,7 @@ impl Inner {
             "status": {"conditions": conditions},
         });
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let started = std::time::Instant::now();
+        let started = crate::clock::Stopwatch::start();
         let _observe = ObserveOnDrop(&self.lifecycle_metrics.update_node_health, started);
         match self
             .write(
@@ -65,16 +65,16 @@ impl Inner {
             )
             .await
         {
-            Outcome::Ok(node) => {
+            CallOutcome::Ok(node) => {
                 let delay = self.clock.now().duration_since(w.expired_at).as_secs_f64().max(0.0);
                 self.lifecycle_metrics.detection_delay.observe(delay);
                 tracing::info!(node = %w.node, detection_delay_ms = (delay * 1000.0) as u64, "node stopped posting status; conditions set to Unknown");
                 NodeWriteResult::Done(Some(Box::new(SlimNode::from(&node))))
             }
-            Outcome::Conflict => NodeWriteResult::Conflict(self.read_node(&nodes, &w.node).await.ok().flatten()),
-            Outcome::Gone => NodeWriteResult::NotFound,
-            Outcome::Fenced => NodeWriteResult::Failed("not the leader".into()),
-            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => NodeWriteResult::Failed(e),
+            CallOutcome::Conflict => NodeWriteResult::Conflict(self.read_node(&nodes, &w.node).await.ok().flatten()),
+            CallOutcome::Gone => NodeWriteResult::NotFound,
+            CallOutcome::Fenced => NodeWriteResult::Failed("not the leader".into()),
+            CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => NodeWriteResult::Failed(e),
         }
     }
 
@@ -94,10 +94,10 @@ impl Inner {
             .write("patch", "nodes", &w.node, nodes.patch(&w.node, &crate::patch_params(), &Patch::Merge(&patch)))
             .await
         {
-            Outcome::Ok(_) => tracing::info!(node = %w.node, labels = ?w.labels, "beta OS/arch labels reconciled"),
-            Outcome::Gone | Outcome::Fenced => {}
-            Outcome::Conflict => tracing::warn!(node = %w.node, "reconciling labels: conflict"),
-            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => {
+            CallOutcome::Ok(_) => tracing::info!(node = %w.node, labels = ?w.labels, "beta OS/arch labels reconciled"),
+            CallOutcome::Gone | CallOutcome::Fenced => {}
+            CallOutcome::Conflict => tracing::warn!(node = %w.node, "reconciling labels: conflict"),
+            CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => {
                 tracing::warn!(node = %w.node, error = %e, "reconciling labels failed")
             }
         }
@@ -105,11 +105,11 @@ impl Inner {
 
     async fn read_node(&self, nodes: &Api<Node>, name: &str) -> Result<Option<Box<SlimNode>>, String> {
         match self.read("get", "nodes", name, nodes.get(name)).await {
-            Outcome::Ok(node) => Ok(Some(Box::new(SlimNode::from(&node)))),
-            Outcome::Gone => Ok(None),
-            Outcome::Conflict => Err("conflict".into()),
-            Outcome::Fenced => Err("not the leader".into()),
-            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => Err(e),
+            CallOutcome::Ok(node) => Ok(Some(Box::new(SlimNode::from(&node)))),
+            CallOutcome::Gone => Ok(None),
+            CallOutcome::Conflict => Err("conflict".into()),
+            CallOutcome::Fenced => Err("not the leader".into()),
+            CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => Err(e),
         }
     }
 
@@ -141,7 +141,7 @@ impl Inner {
                 .write("patch", "nodes", &w.node, nodes.patch(&w.node, &crate::patch_params(), &Patch::Merge(&patch)))
                 .await
             {
-                Outcome::Ok(node) => {
+                CallOutcome::Ok(node) => {
                     if let Some(zone) = &w.counted_zone {
                         self.lifecycle_metrics.evictions.get_or_create(&ZoneLabels { zone: zone.clone() }).inc();
                     }
@@ -152,10 +152,12 @@ impl Inner {
                     tracing::info!(node = %w.node, ?add, ?remove, "taints updated");
                     return NodeWriteResult::Done(Some(Box::new(SlimNode::from(&node))));
                 }
-                Outcome::Conflict => {}
-                Outcome::Gone => return NodeWriteResult::NotFound,
-                Outcome::Fenced => return NodeWriteResult::Failed("not the leader".into()),
-                Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => return NodeWriteResult::Failed(e),
+                CallOutcome::Conflict => {}
+                CallOutcome::Gone => return NodeWriteResult::NotFound,
+                CallOutcome::Fenced => return NodeWriteResult::Failed("not the leader".into()),
+                CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => {
+                    return NodeWriteResult::Failed(e);
+                }
             }
             // Conflict: read the node as it is now and apply the change to that.
             tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;

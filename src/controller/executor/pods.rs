@@ -14,7 +14,7 @@ use nlc_core::taints::Taint;
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::call::Outcome;
+use super::call::CallOutcome;
 use super::{Cancel, Inner, lock};
 
 /// The most pods remembered as having their `DisruptionTarget` written while their delete
@@ -143,7 +143,7 @@ impl Inner {
             )
             .await
         {
-            Outcome::Ok(_) => {
+            CallOutcome::Ok(_) => {
                 let mut marked = self.marked_lock();
                 // Bounded: a pod's entry goes when its delete is done; a backlog of failing
                 // deletes beyond this only writes the condition again.
@@ -152,14 +152,16 @@ impl Inner {
                 }
                 None
             }
-            Outcome::Gone => Some(EvictionResult::Done { deleted: false }),
+            CallOutcome::Gone => Some(EvictionResult::Done { deleted: false }),
             // A different uid in the patch is refused as an invalid change of the immutable
             // metadata.uid (422, checked against kube-apiserver in tests/eviction.rs): the pod
             // was deleted and recreated under the same name, which is another pod.
-            Outcome::Invalid(e) if e.contains("metadata.uid") => Some(EvictionResult::Done { deleted: false }),
-            Outcome::Conflict => Some(self.fail("condition", "conflict writing the DisruptionTarget condition".into())),
-            Outcome::Fenced => Some(EvictionResult::Failed("not the leader".into())),
-            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => {
+            CallOutcome::Invalid(e) if e.contains("metadata.uid") => Some(EvictionResult::Done { deleted: false }),
+            CallOutcome::Conflict => {
+                Some(self.fail("condition", "conflict writing the DisruptionTarget condition".into()))
+            }
+            CallOutcome::Fenced => Some(EvictionResult::Failed("not the leader".into())),
+            CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => {
                 Some(self.fail("condition", format!("adding the DisruptionTarget condition: {e}")))
             }
         }
@@ -179,28 +181,28 @@ impl Inner {
     async fn delete(&self, pods: &Api<Pod>, ev: &EvictPod) -> EvictionResult {
         let dp = Self::delete_params(ev);
         match self.write("delete", "pods", &ev.name, pods.delete(&ev.name, &dp)).await {
-            Outcome::Ok(_) => EvictionResult::Done { deleted: true },
+            CallOutcome::Ok(_) => EvictionResult::Done { deleted: true },
             // Gone, or the UID precondition failed (409): another pod now has the name.
-            Outcome::Gone | Outcome::Conflict => EvictionResult::Done { deleted: false },
-            Outcome::Fenced => EvictionResult::Failed("not the leader".into()),
-            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => self.fail("delete", e),
+            CallOutcome::Gone | CallOutcome::Conflict => EvictionResult::Done { deleted: false },
+            CallOutcome::Fenced => EvictionResult::Failed("not the leader".into()),
+            CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => self.fail("delete", e),
         }
     }
 
     async fn evict_api(&self, pods: &Api<Pod>, ev: &EvictPod) -> EvictionResult {
         let params = EvictParams { delete_options: Some(Self::delete_params(ev)), post_options: crate::post_params() };
         match self.write("create", "pods/eviction", &ev.name, pods.evict(&ev.name, &params)).await {
-            Outcome::Ok(_) => EvictionResult::Done { deleted: true },
-            Outcome::Gone | Outcome::Conflict => EvictionResult::Done { deleted: false },
-            Outcome::Fenced => EvictionResult::Failed("not the leader".into()),
-            Outcome::Throttled(e) => {
+            CallOutcome::Ok(_) => EvictionResult::Done { deleted: true },
+            CallOutcome::Gone | CallOutcome::Conflict => EvictionResult::Done { deleted: false },
+            CallOutcome::Fenced => EvictionResult::Failed("not the leader".into()),
+            CallOutcome::Throttled(e) => {
                 self.metrics.failures.get_or_create(&ReasonLabels { reason: "disruption_budget" }).inc();
                 tracing::info!(pod = %ev.key, "eviction blocked by a PodDisruptionBudget; retrying");
                 EvictionResult::Blocked(e)
             }
             // E.g. 500 "more than one PodDisruptionBudget": retried, and after --pdb-max-wait
             // the pod is deleted instead.
-            Outcome::Invalid(e) | Outcome::Failed(e) => self.fail("eviction", e),
+            CallOutcome::Invalid(e) | CallOutcome::Failed(e) => self.fail("eviction", e),
         }
     }
 
@@ -210,7 +212,7 @@ impl Inner {
     async fn live_taints(&self, node: &str, seq: u64) -> Result<Option<Arc<Vec<Taint>>>, String> {
         let fut = {
             let mut recent = lock(&self.recent_nodes);
-            let now = Instant::now();
+            let now = self.clock.instant();
             recent.retain(|_, r| now.duration_since(r.at) < NODE_READ_KEEP);
             match recent.get(node) {
                 Some(r) if r.seq >= seq => r.taints.clone(),
@@ -277,15 +279,15 @@ impl Inner {
             )
             .await
         {
-            Outcome::Ok(_) => {
+            CallOutcome::Ok(_) => {
                 self.lifecycle_metrics.pods_marked_not_ready.inc();
                 MarkResult::Done
             }
-            Outcome::Gone => MarkResult::Gone,
-            Outcome::Invalid(e) if e.contains("metadata.uid") => MarkResult::Gone,
-            Outcome::Conflict => MarkResult::Failed("conflict".into()),
-            Outcome::Fenced => MarkResult::Failed("not the leader".into()),
-            Outcome::Throttled(e) | Outcome::Invalid(e) | Outcome::Failed(e) => MarkResult::Failed(e),
+            CallOutcome::Gone => MarkResult::Gone,
+            CallOutcome::Invalid(e) if e.contains("metadata.uid") => MarkResult::Gone,
+            CallOutcome::Conflict => MarkResult::Failed("conflict".into()),
+            CallOutcome::Fenced => MarkResult::Failed("not the leader".into()),
+            CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => MarkResult::Failed(e),
         }
     }
 }
