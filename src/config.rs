@@ -4,7 +4,7 @@
 //! all, so a flag that is never wired in does not compile. Every flag has an environment
 //! variable (`NLC_...`) and `--help` text.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::controller::RunArgs;
 use crate::explain::ExplainArgs;
@@ -26,6 +26,25 @@ pub struct Cli {
     pub log: LogArgs,
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// Parses the command line (exiting on an error or `--help`, as [`Parser::parse`]), and
+    /// records the chosen subcommand's flags as they take effect, for `/configz`.
+    pub fn parse_effective() -> (Self, crate::runtime::configz::Configz) {
+        let cmd = Self::command();
+        let matches = cmd.clone().get_matches();
+        let cli = Self::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut Self::command()).exit());
+        let configz = crate::runtime::configz::Configz::from_matches(&cmd, &matches);
+        (cli, configz)
+    }
+}
+
+/// `-o` of the commands that print a report (`explain`, `status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,11 +1,11 @@
+#![warn(clippy::disallowed_methods)]
 use std::process::ExitCode;
 
-use clap::Parser;
 use node_lifecycle_controller::config::{Cli, Command};
 use node_lifecycle_controller::{controller, explain, runtime, status, webhook};
 
 fn main() -> ExitCode {
-    let Cli { log, command } = Cli::parse();
+    let (Cli { log, command }, configz) = Cli::parse_effective();
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -20,8 +20,12 @@ fn main() -> ExitCode {
             .map(|y| print!("{y}"))
             .map_err(|problem| nlc_core::Error::Input { source_name: "TolerationRule CRD".into(), problem }.into()),
         Command::Uninstall(args) => rt.block_on(node_lifecycle_controller::uninstall::run(args)),
-        Command::Run(args) => runtime::telemetry::init(&log).and_then(|()| rt.block_on(controller::run(*args))),
-        Command::Webhook(args) => runtime::telemetry::init(&log).and_then(|()| rt.block_on(webhook::run(*args))),
+        Command::Run(args) => {
+            runtime::telemetry::init(&log).and_then(|()| rt.block_on(controller::run(*args, configz)))
+        }
+        Command::Webhook(args) => {
+            runtime::telemetry::init(&log).and_then(|()| rt.block_on(webhook::run(*args, configz)))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

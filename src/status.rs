@@ -5,7 +5,7 @@
 use std::io::Write as _;
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, ListParams};
@@ -20,16 +20,13 @@ use nlc_core::state::{Input, State};
 use nlc_core::status::{Report, evicted_rows, render_text, report};
 use nlc_core::taints::MatchOptions;
 
+use crate::clock::{Clock as _, SystemClock};
 use crate::error::Result;
 use crate::lifecycle::LifecycleArgs;
 use crate::runtime::args::ClientArgs;
 use nlc_core::action::NODE_LEASE_NAMESPACE;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
-    Text,
-    Json,
-}
+use crate::config::OutputFormat;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -63,10 +60,63 @@ pub struct StatusArgs {
     /// The controller's leader election Lease (its `--leader-elect-resource-name`).
     #[arg(long, default_value = "node-lifecycle-controller")]
     pub lease: String,
+    /// Decide with the configuration the leader runs with (its `/configz`, which it publishes on
+    /// its Lease), not with the lifecycle flags and `--enable-comparison-operators` given here.
+    /// When the Lease carries none (no leader, or leader election off), the flags given here
+    /// are used, and the report says so.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub controller_config: bool,
     /// The controller's node lifecycle flags (its taint rules, grace periods and rates shape
-    /// what it decides).
+    /// what it decides), used with `--controller-config=false` or when the leader publishes
+    /// no configuration.
     #[command(flatten)]
     pub lifecycle: LifecycleArgs,
+}
+
+/// The flags of a controller's `/configz` that shape what `status` decides, parsed with the
+/// controller's own flag definitions.
+#[derive(Debug, clap::Parser)]
+#[command(no_binary_name = true)]
+struct LeaderFlags {
+    #[command(flatten)]
+    lifecycle: LifecycleArgs,
+    #[arg(long, value_enum, default_value = "auto", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    enable_comparison_operators: nlc_core::taints::ComparisonOperators,
+}
+
+/// The configuration `status` decides with, and where it came from.
+struct Decisions {
+    lifecycle: Option<nlc_core::lifecycle::Config>,
+    opts: MatchOptions,
+    source: String,
+}
+
+/// The leader's configuration from its Lease's `/configz` document, `None` when it carries none.
+fn leader_decisions(lease: &Lease, namespace: &str, name: &str) -> Option<Result<Decisions>> {
+    use clap::{CommandFactory, Parser};
+    let doc = lease.metadata.annotations.as_ref()?.get(crate::runtime::configz::ANNOTATION)?;
+    let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
+    let what = format!("the configuration on Lease {namespace}/{name}");
+    let parsed = (|| {
+        let configz = crate::runtime::configz::Configz::from_document(doc)
+            .map_err(|e| nlc_core::Error::invalid(what.clone(), e))?;
+        let known: Vec<String> = LeaderFlags::command()
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_owned))
+            .filter(|l| l != "config")
+            .collect();
+        let args = configz.args(|f| known.iter().any(|k| k == f));
+        let flags = LeaderFlags::try_parse_from(&args)
+            .map_err(|e| nlc_core::Error::invalid(what.clone(), e.to_string().replace('\n', " ")))?;
+        let file = configz.config_file.map(|text| (format!("{what} (its --config)"), text));
+        let lifecycle = flags.lifecycle.with_config_text(file)?.decisions;
+        Ok(Decisions {
+            lifecycle,
+            opts: flags.enable_comparison_operators.options(),
+            source: format!("leader {holder}'s (/configz on Lease {namespace}/{name}, {})", configz.version),
+        })
+    })();
+    Some(parsed)
 }
 
 pub async fn run(args: StatusArgs) -> Result<()> {
@@ -81,18 +131,38 @@ pub async fn run(args: StatusArgs) -> Result<()> {
         lifecycle,
         check,
         lease,
+        controller_config,
     } = args;
-    let opts = enable_comparison_operators.options();
-    let lifecycle = lifecycle.into_config()?.decisions;
+    // The flags given here are checked first, whether used or not.
+    let here = lifecycle.into_config()?.decisions;
+    let given = |source: String| Decisions {
+        lifecycle: here.clone(),
+        opts: enable_comparison_operators.options(),
+        source: format!("the flags given here ({source})"),
+    };
     let client = crate::runtime::client::client(&client).await?;
     if check {
         let l = Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease).await?;
-        let line = leader_check(&namespace, &lease, l.as_ref(), jiff::Timestamp::now()).map_err(crate::Error::Check)?;
+        let line = leader_check(&namespace, &lease, l.as_ref(), SystemClock.now()).map_err(crate::Error::Check)?;
         println!("{line}");
         return Ok(());
     }
     loop {
-        let r = snapshot(&client, &namespace, lifecycle.clone(), opts, within).await?;
+        // The leader's configuration, read again each round: a new leader may run another.
+        let decisions = if controller_config {
+            match Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease).await {
+                Ok(Some(l)) => match leader_decisions(&l, &namespace, &lease) {
+                    Some(d) => d?,
+                    None => given(format!("Lease {namespace}/{lease} carries no configuration")),
+                },
+                Ok(None) => given(format!("no Lease {namespace}/{lease}: no leader")),
+                Err(e) => given(format!("cannot read Lease {namespace}/{lease}: {e}")),
+            }
+        } else {
+            given("--controller-config=false".to_owned())
+        };
+        let mut r = snapshot(&client, &namespace, decisions.lifecycle, decisions.opts, within).await?;
+        r.configuration = decisions.source;
         let mut out = std::io::stdout().lock();
         let written = match output {
             OutputFormat::Json if watch => writeln!(out, "{}", json(&r)),
@@ -178,7 +248,7 @@ async fn snapshot(
     inputs.extend([Input::Pod(WatchEvent::InitDone), Input::Lease(WatchEvent::Init)]);
     inputs.extend(leases.items.iter().map(|l| Input::Lease(WatchEvent::InitApply(SlimLease::from(l)))));
     inputs.extend([Input::Lease(WatchEvent::InitDone), Input::Pause(pause)]);
-    let now = jiff::Timestamp::now();
+    let now = SystemClock.now();
     let mut actions = Vec::new(); // what the controller would do now; nothing is carried out
     for input in inputs {
         state.handle(input, now, &mut actions);

@@ -509,6 +509,21 @@ async fn metrics_are_served_only_to_callers_the_api_server_authorizes() {
     }))
     .expect("binding");
     Api::<ClusterRoleBinding>::all(client.clone()).create(&PostParams::default(), &binding).await.expect("binding");
+    // `/configz` is another path: "nobody" may read it (and not /metrics), the scraper not.
+    let configz_reader = format!("{ns}-configz");
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": configz_reader},
+        "rules": [{"nonResourceURLs": ["/configz"], "verbs": ["get"]}],
+    }))
+    .expect("role");
+    Api::<ClusterRole>::all(client.clone()).create(&PostParams::default(), &role).await.expect("role");
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": configz_reader},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": configz_reader},
+        "subjects": [{"kind": "ServiceAccount", "name": "nobody", "namespace": ns}],
+    }))
+    .expect("binding");
+    Api::<ClusterRoleBinding>::all(client.clone()).create(&PostParams::default(), &binding).await.expect("binding");
 
     let [metrics, probes] = common::free_ports::<2>();
     let mut child = tokio::process::Command::new(BIN)
@@ -563,6 +578,19 @@ async fn metrics_are_served_only_to_callers_the_api_server_authorizes() {
     }
     // The probe paths need no token on the metrics port either.
     assert_eq!(https_get(metrics, "/readyz", None).await.map(|r| r.0), Some(200));
+    // Issue 25: `/configz`, reviewed for its own path: the scraper's answer for /metrics does
+    // not open it, and "nobody"'s refusal for /metrics does not close it.
+    assert_eq!(https_get(metrics, "/configz", None).await.map(|r| r.0), Some(401));
+    let scraper_configz = https_get(metrics, "/configz", Some(&scraper)).await.expect("https");
+    assert_eq!(scraper_configz.0, 403, "{scraper_configz:?}");
+    let configz = https_get(metrics, "/configz", Some(&nobody)).await.expect("https");
+    assert_eq!(configz.0, 200, "{configz:?}");
+    let doc: serde_json::Value = serde_json::from_str(&configz.1).expect("configz JSON");
+    let flags = &doc["componentconfig"]["flags"];
+    assert_eq!(doc["componentconfig"]["command"], "run", "{doc:#}");
+    assert_eq!(flags["node-selector"], json!(["nlc-test=cli-metrics-auth"]), "given: {doc:#}");
+    assert_eq!(flags["node-monitor-grace-period"], json!(["50s"]), "defaulted: {doc:#}");
+    assert_eq!(flags["leader-elect"], json!(["false"]), "{doc:#}");
     // Every answer counted; the second scrape came from the cache (no new review needed).
     let again = https_get(metrics, "/metrics", Some(&scraper)).await.expect("https");
     assert_eq!(again.0, 200);
@@ -572,8 +600,57 @@ async fn metrics_are_served_only_to_callers_the_api_server_authorizes() {
         assert!(n >= at_least, "{line} = {n}");
     }
     let _ = child.kill().await;
-    let _ = Api::<ClusterRoleBinding>::all(client.clone()).delete(&ns, &Default::default()).await;
-    let _ = Api::<ClusterRole>::all(client).delete(&ns, &Default::default()).await;
+    for name in [&ns, &configz_reader] {
+        let _ = Api::<ClusterRoleBinding>::all(client.clone()).delete(name, &Default::default()).await;
+        let _ = Api::<ClusterRole>::all(client.clone()).delete(name, &Default::default()).await;
+    }
+}
+
+/// `status` as `kubectl nlc status -o json`, with `extra` flags.
+fn status_json(extra: &[&str]) -> serde_json::Value {
+    let out = Command::new(BIN)
+        .args(["status", "--kubeconfig"])
+        .arg(&shared().kubeconfig)
+        .args(["-o", "json"])
+        .args(extra)
+        .output()
+        .expect("status runs");
+    assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("status JSON")
+}
+
+/// Issue 25: `status` decides with the leader's own configuration (its `/configz`, published on
+/// its Lease), not with flags repeated by hand; without a leader, or asked not to, it says it
+/// used its own flags.
+#[tokio::test]
+async fn status_reads_the_leaders_configuration() {
+    let env = shared();
+    let scope = unique("cli-configz");
+    let given = ["--leader-elect-resource-namespace", "default", "--node-monitor-grace-period=17s"];
+    let c = common::Controller::start(env, &scope, &given).await;
+    let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(env.client().await, "default");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let lease = loop {
+        let l = leases.get_opt(&scope).await.expect("read lease");
+        if let Some(l) = l.filter(|l| l.spec.as_ref().is_some_and(|s| s.holder_identity.is_some())) {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "never led:\n{}", c.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let holder = lease.spec.and_then(|s| s.holder_identity).expect("holder");
+    let published = lease.metadata.annotations.unwrap_or_default();
+    let doc: serde_json::Value =
+        serde_json::from_str(published.get("node-lifecycle-controller.io/configz").expect("published")).expect("JSON");
+    assert_eq!(doc["componentconfig"]["flags"]["node-monitor-grace-period"], json!(["17s"]), "{doc:#}");
+
+    let from_leader = status_json(&["-n", "default", "--lease", &scope]);
+    let source = from_leader["configuration"].as_str().unwrap_or_default();
+    assert!(source.starts_with(&format!("leader {holder}'s (/configz on Lease default/{scope}")), "{source}");
+    let own = status_json(&["-n", "default", "--lease", &scope, "--controller-config=false"]);
+    assert_eq!(own["configuration"], "the flags given here (--controller-config=false)");
+    let none = status_json(&["-n", "default", "--lease", "no-such-lease"]);
+    assert_eq!(none["configuration"], "the flags given here (no Lease default/no-such-lease: no leader)");
 }
 
 /// Issue 25: docs/lifecycle.svg draws the code's own states: every zone state and every pending

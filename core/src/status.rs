@@ -10,6 +10,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use crate::brakes::Pause;
+use crate::condition;
 use crate::eviction::{Ctx, PendingState};
 use crate::state::State;
 use crate::zone::{self, ZoneState};
@@ -19,6 +20,8 @@ use crate::zone::{self, ZoneState};
 pub struct Report {
     /// RFC 3339.
     pub generated_at: String,
+    /// Whose configuration the decisions were made with (set by the caller; empty: not said).
+    pub configuration: String,
     pub pause: Pause,
     pub all_zones_disrupted: bool,
     pub zones: Vec<ZoneRow>,
@@ -168,7 +171,7 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
         .values()
         .filter_map(|n| {
             let ready = n.condition("Ready");
-            if ready.is_some_and(|c| c.status == "True") {
+            if ready.is_some_and(|c| c.status == condition::TRUE) {
                 return None;
             }
             let taints = n
@@ -220,6 +223,7 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
     held_nodes.sort();
     Report {
         generated_at: rfc3339(now),
+        configuration: String::new(),
         pause: state.pause(),
         all_zones_disrupted: state.lifecycle.as_ref().is_some_and(|l| l.all_zones_disrupted()),
         zones: zones
@@ -254,6 +258,9 @@ fn countdown(secs: Option<i64>) -> String {
 pub fn render_text(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "node-lifecycle-controller status at {}   pause: {}", r.generated_at, r.pause);
+    if !r.configuration.is_empty() {
+        let _ = writeln!(out, "configuration: {}", r.configuration);
+    }
     if let Some(w) = r.second_writers.first() {
         let _ = writeln!(
             out,

@@ -45,8 +45,8 @@ pub use nlc_core::action::NODE_LEASE_NAMESPACE;
 /// second).
 const LOOP_STALL: Duration = Duration::from_secs(30);
 
-/// `node-lifecycle-controller run`.
-pub async fn run(args: RunArgs) -> Result<()> {
+/// `node-lifecycle-controller run`; `configz` is its command line as it takes effect.
+pub async fn run(args: RunArgs, mut configz: crate::runtime::configz::Configz) -> Result<()> {
     let RunArgs { client, admin, controller, leader, eviction, lifecycle, enable_webhook, webhook } = args;
     // Every flag is checked before anything reaches the cluster.
     let cfg = controller.into_config()?;
@@ -58,8 +58,14 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let eviction = eviction.into_config(cfg.match_options)?;
     let lifecycle = lifecycle.into_config()?;
     let webhook = enable_webhook.then(|| webhook.into_config()).transpose()?;
+    configz.config_file = lifecycle.config_file.clone();
+    // The leader publishes what it runs with on its Lease, where `status` reads it.
+    let leader = leader.map(|mut l| {
+        l.annotations.insert(crate::runtime::configz::ANNOTATION.to_owned(), configz.document());
+        l
+    });
 
-    let mut rt = Runtime::build(&client, &admin).await?;
+    let mut rt = Runtime::build(&client, &admin, &configz).await?;
     // Two processes with one identity would both think they lead: the second is refused
     // before it reaches the cluster.
     let leader = match leader {
@@ -77,8 +83,20 @@ pub async fn run(args: RunArgs) -> Result<()> {
         (true, m) if m >= 34 => "streams (WatchList), pages if refused",
         (true, _) => "pages (streams are refused before 1.34 unless the WatchList gate is on; tried first)",
     };
+    let protocol = rt.skew().http_version().map_or_else(|| "unknown".to_owned(), |v| format!("{v:?}"));
+    let protocols = prometheus_client::metrics::family::Family::<
+        ProtocolLabels,
+        prometheus_client::metrics::gauge::Gauge,
+    >::default();
+    protocols.get_or_create(&ProtocolLabels { protocol: protocol.clone() }).set(1);
+    rt.registry().register(
+        "nlc_api_http_protocol",
+        "The HTTP version the API server answers in (1, labelled HTTP/1.1 or HTTP/2.0: --api-http2)",
+        protocols,
+    );
     tracing::info!(
         server = %version.git_version,
+        protocol,
         initial_lists = lists,
         events = "core/v1 (deprecatedSource and reportingController)",
         "connected to the API server"
@@ -88,6 +106,11 @@ pub async fn run(args: RunArgs) -> Result<()> {
     }
     spawn(&mut rt, cfg, Placement { leader, namespace }, eviction, lifecycle);
     rt.run().await
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct ProtocolLabels {
+    protocol: String,
 }
 
 /// Where the controller's own objects live: its leader election Lease (`None`: no leader
@@ -117,7 +140,7 @@ fn spawn(
         streaming_lists,
     } = cfg;
     let Placement { leader, namespace } = placement;
-    let metrics = Metrics {
+    let metrics = ControllerMetrics {
         watch: rt.watch_metrics(),
         eviction: EvictionMetrics::register(rt.registry()),
         executor: ExecutorMetrics::register(rt.registry()),
@@ -125,7 +148,8 @@ fn spawn(
         brakes: BrakeMetrics::register(rt.registry()),
         clock: ClockMetrics::register(rt.registry()),
     };
-    let second_writers = writers::SecondWriters::new(jiff::Timestamp::now(), writers::Metrics::register(rt.registry()));
+    let second_writers =
+        writers::SecondWriters::new(SystemClock.now(), writers::WriterMetrics::register(rt.registry()));
     let (tx, rx) = mpsc::channel::<Input>(4096);
     // Only the leader decides and writes; without leader election this process does from the
     // start (one replica).
@@ -133,7 +157,7 @@ fn spawn(
     // The executor's gate: this process leads, is not paused altogether, and not in shadow mode.
     let (writes_tx, writes) = signal::channel(leader.is_none() && !dry_run);
     let standby = leader.is_some();
-    let leader_metrics = crate::runtime::leader::Metrics::register(rt.registry());
+    let leader_metrics = crate::runtime::leader::LeaderMetrics::register(rt.registry());
     let clock = SystemClock::shared();
     let budget = executor::Budget {
         pod_eviction_qps: eviction.pod_eviction_qps,
@@ -152,7 +176,7 @@ fn spawn(
         clock.clone(),
         ExecutorConfig::new(budget, instance),
         writes,
-        executor::Metrics {
+        executor::ExecutorMetricSet {
             eviction: metrics.eviction.clone(),
             executor: metrics.executor.clone(),
             lifecycle: metrics.lifecycle.clone(),
@@ -161,9 +185,10 @@ fn spawn(
     match leader {
         Some((cfg, identity)) => {
             let (client, stop, fence) = (rt.client(), rt.shutdown(), executor.fence());
+            let leader_clock = clock.clone();
             rt.spawn("leader-election", async move {
                 let _identity = identity;
-                crate::runtime::leader::run(client, cfg, leading_tx, leader_metrics, stop, fence).await
+                crate::runtime::leader::run(client, cfg, leading_tx, leader_metrics, stop, fence, leader_clock).await
             });
         }
         None => drop(leading_tx),
@@ -262,7 +287,7 @@ fn spawn_until_shutdown(rt: &mut Runtime, name: &'static str, task: impl Future<
 }
 
 #[derive(Clone)]
-struct Metrics {
+struct ControllerMetrics {
     clock: ClockMetrics,
     brakes: BrakeMetrics,
     watch: WatchMetrics,
@@ -286,7 +311,7 @@ struct Task {
     clock: Arc<dyn Clock>,
     ready: signal::Sender<bool>,
     heartbeat: Heartbeat,
-    metrics: Metrics,
+    metrics: ControllerMetrics,
     reported_zones: HashSet<String>,
     skew: crate::runtime::client::Skew,
     applied_skew: jiff::SignedDuration,
@@ -316,7 +341,7 @@ impl Task {
                     // A step of the wall clock while asleep is taken in before any deadline is
                     // judged against the stepped clock.
                     self.observe_clock(&mut actions);
-                    let started = std::time::Instant::now();
+                    let started = crate::clock::Stopwatch::start();
                     let before = actions.len();
                     self.state.tick(self.clock.now(), &mut actions);
                     // A wake-up that judged nodes (upstream's pass over all nodes).

@@ -11,7 +11,7 @@ use nlc_core::zone::Rates;
 
 use crate::error::Result;
 
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 pub struct LifecycleArgs {
     /// Run the node lifecycle controller (heartbeats, conditions, taints).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_NODE_LIFECYCLE")]
@@ -77,11 +77,27 @@ pub struct Config {
     pub mark_pods_not_ready_qps: f64,
     pub node_taint_qps: f64,
     pub node_taint_burst: u32,
+    /// The text of `--config`, when given (for `/configz`).
+    pub config_file: Option<String>,
 }
 
 impl LifecycleArgs {
     /// Checks the values and builds the configuration (reading `--config`).
     pub fn into_config(self) -> Result<Config> {
+        let file = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| nlc_core::Error::invalid(format!("--config {}", path.display()), e.to_string()))?;
+                Some((format!("--config {}", path.display()), text))
+            }
+            None => None,
+        };
+        self.with_config_text(file)
+    }
+
+    /// The same, with `file` (its name for errors, and its text) for `--config`'s file: how
+    /// `status` builds the leader's configuration from its `/configz`.
+    pub fn with_config_text(self, file: Option<(String, String)>) -> Result<Config> {
         let Self {
             enable_node_lifecycle,
             node_monitor_period,
@@ -95,7 +111,7 @@ impl LifecycleArgs {
             mark_pods_not_ready_qps,
             node_taint_qps,
             node_taint_burst,
-            config,
+            config: _,
             taint_rules,
             allow_no_execute_on_healthy_nodes,
         } = self;
@@ -110,10 +126,11 @@ impl LifecycleArgs {
             let problem = format!("must be in (0, 1], got {unhealthy_zone_threshold}");
             return Err(nlc_core::Error::invalid("--unhealthy-zone-threshold", problem).into());
         }
-        let file = match &config {
-            Some(path) => read_config_file(path)?,
-            None => ConfigFile::default(),
+        let (parsed, config_file) = match file {
+            Some((what, text)) => (parse_config_file(&what, &text)?, Some(text)),
+            None => (ConfigFile::default(), None),
         };
+        let file = parsed;
         let mut extra = file.taint_rules;
         extra.extend(taint_rules);
         let rules = rules::build(file.default_taint_rules.unwrap_or(true), &extra)?;
@@ -140,14 +157,12 @@ impl LifecycleArgs {
             rules,
             mark_pods_not_ready,
         });
-        Ok(Config { decisions, mark_pods_not_ready_qps, node_taint_qps, node_taint_burst })
+        Ok(Config { decisions, mark_pods_not_ready_qps, node_taint_qps, node_taint_burst, config_file })
     }
 }
 
-fn read_config_file(path: &std::path::Path) -> Result<ConfigFile> {
-    let what = || format!("--config {}", path.display());
-    let text = std::fs::read_to_string(path).map_err(|e| nlc_core::Error::invalid(what(), e.to_string()))?;
-    let file = serde_saphyr::from_str::<ConfigFile>(&text)
-        .map_err(|e| nlc_core::Error::invalid(what(), e.to_string().replace('\n', " ")))?;
+fn parse_config_file(what: &str, text: &str) -> Result<ConfigFile> {
+    let file = serde_saphyr::from_str::<ConfigFile>(text)
+        .map_err(|e| nlc_core::Error::invalid(what, e.to_string().replace('\n', " ")))?;
     Ok(file)
 }

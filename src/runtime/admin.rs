@@ -6,10 +6,13 @@
 //! metrics endpoint (`--metrics-bind-address`), HTTPS with `/metrics` behind delegated
 //! authentication and authorization ([`super::auth`]) unless `--metrics-secure=false`; the probe
 //! paths are allowed there too without a token, as kube-controller-manager's
-//! `--authorization-always-allow-paths` defaults allow them.
+//! `--authorization-always-allow-paths` defaults allow them. The metrics listener also serves
+//! `/configz` ([`super::configz`]), guarded as `/metrics` is.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::Stopwatch;
 
 use axum::Router;
 use axum::extract::State;
@@ -46,13 +49,13 @@ impl Readiness {
 #[derive(Clone)]
 pub struct Heartbeat {
     name: &'static str,
-    last: Arc<Mutex<Instant>>,
+    last: Arc<Mutex<Stopwatch>>,
     timeout: Duration,
 }
 
 impl Heartbeat {
     pub fn beat(&self) {
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Stopwatch::start();
     }
 
     fn stalled(&self) -> Option<Duration> {
@@ -67,7 +70,7 @@ pub struct Liveness(Arc<Mutex<Vec<Heartbeat>>>);
 
 impl Liveness {
     pub fn heartbeat(&self, name: &'static str, timeout: Duration) -> Heartbeat {
-        let hb = Heartbeat { name, last: Arc::new(Mutex::new(Instant::now())), timeout };
+        let hb = Heartbeat { name, last: Arc::new(Mutex::new(Stopwatch::start())), timeout };
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push(hb.clone());
         hb
     }
@@ -119,8 +122,10 @@ struct AdminState {
     readiness: Readiness,
     liveness: Liveness,
     stop: super::shutdown::Signal,
-    /// Who may read `/metrics` (`None`: anyone, `--metrics-secure=false`).
+    /// Who may read `/metrics` and `/configz` (`None`: anyone, `--metrics-secure=false`).
     guard: Option<super::auth::Delegated>,
+    /// `/configz`'s document.
+    configz: Arc<str>,
 }
 
 /// What the admin listeners serve from.
@@ -130,6 +135,8 @@ pub struct Admin {
     pub readiness: Readiness,
     pub liveness: Liveness,
     pub stop: super::shutdown::Signal,
+    /// `/configz`'s document ([`super::configz::Configz::document`]).
+    pub configz: Arc<str>,
 }
 
 impl Admin {
@@ -138,9 +145,9 @@ impl Admin {
         probe_routes().with_state(self.state(None))
     }
 
-    /// The probes and `/metrics`, guarded by `guard` when there is one.
+    /// The probes, `/metrics` and `/configz`, the last two guarded by `guard` when there is one.
     pub fn metrics(&self, guard: Option<super::auth::Delegated>) -> Router {
-        probe_routes().route("/metrics", get(metrics)).with_state(self.state(guard))
+        probe_routes().route("/metrics", get(metrics)).route("/configz", get(configz)).with_state(self.state(guard))
     }
 
     fn state(&self, guard: Option<super::auth::Delegated>) -> AdminState {
@@ -150,6 +157,7 @@ impl Admin {
             liveness: self.liveness.clone(),
             stop: self.stop.clone(),
             guard,
+            configz: self.configz.clone(),
         }
     }
 }
@@ -181,45 +189,54 @@ async fn livez(State(s): State<AdminState>, uri: Uri) -> impl IntoResponse {
 }
 
 async fn metrics(State(s): State<AdminState>, headers: HeaderMap) -> axum::response::Response {
-    if let Some(guard) = &s.guard {
-        let authorization = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
-        let refused = match guard.review(authorization).await {
-            Ok(super::auth::Verdict::Allowed) => None,
-            Ok(super::auth::Verdict::Unauthenticated) => {
-                Some(("unauthenticated", StatusCode::UNAUTHORIZED, "Unauthorized\n".to_owned()))
-            }
-            Ok(super::auth::Verdict::Forbidden(user)) => Some((
-                "forbidden",
-                StatusCode::FORBIDDEN,
-                format!("Forbidden: user {user:?} may not get the non-resource URL \"/metrics\"\n"),
-            )),
-            Err(super::auth::ReviewError::Busy) => {
-                Some(("busy", StatusCode::SERVICE_UNAVAILABLE, "too many reviews in flight; retry\n".to_owned()))
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot review a metrics request with the API server");
-                Some((
-                    "error",
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "cannot review the request with the API server\n".to_owned(),
-                ))
-            }
-        };
-        if let Some((result, status, body)) = refused {
-            guard.count(result);
-            let mut response = (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response();
-            if status == StatusCode::UNAUTHORIZED {
-                response.headers_mut().insert(header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
-            }
-            return response;
-        }
-        guard.count("allowed");
+    if let Some(refused) = refused(&s, &headers, "/metrics").await {
+        return refused;
     }
     (
         [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
         crate::metrics::render(&s.registry),
     )
         .into_response()
+}
+
+async fn configz(State(s): State<AdminState>, headers: HeaderMap) -> axum::response::Response {
+    if let Some(refused) = refused(&s, &headers, "/configz").await {
+        return refused;
+    }
+    ([(header::CONTENT_TYPE, "application/json")], s.configz.to_string()).into_response()
+}
+
+/// The answer to a request for `path` the guard refuses (`None`: allowed, or no guard), counted.
+async fn refused(s: &AdminState, headers: &HeaderMap, path: &'static str) -> Option<axum::response::Response> {
+    let guard = s.guard.as_ref()?;
+    let authorization = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+    let (result, status, body) = match guard.review(authorization, path).await {
+        Ok(super::auth::Verdict::Allowed) => {
+            guard.count("allowed");
+            return None;
+        }
+        Ok(super::auth::Verdict::Unauthenticated) => {
+            ("unauthenticated", StatusCode::UNAUTHORIZED, "Unauthorized\n".to_owned())
+        }
+        Ok(super::auth::Verdict::Forbidden(user)) => (
+            "forbidden",
+            StatusCode::FORBIDDEN,
+            format!("Forbidden: user {user:?} may not get the non-resource URL \"{path}\"\n"),
+        ),
+        Err(super::auth::ReviewError::Busy) => {
+            ("busy", StatusCode::SERVICE_UNAVAILABLE, "too many reviews in flight; retry\n".to_owned())
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, path, "cannot review a request with the API server");
+            ("error", StatusCode::SERVICE_UNAVAILABLE, "cannot review the request with the API server\n".to_owned())
+        }
+    };
+    guard.count(result);
+    let mut response = (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
+    }
+    Some(response)
 }
 
 #[cfg(test)]

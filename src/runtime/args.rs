@@ -16,6 +16,12 @@ pub struct ClientArgs {
     /// Kubeconfig context to use (default: the current context).
     #[arg(long, env = "NLC_CONTEXT")]
     pub context: Option<String>,
+    /// Speak HTTP/2 to the API server when it agrees (TLS ALPN `h2`, else HTTP/1.1): one
+    /// multiplexed connection with keepalive pings (30 s, 15 s timeout) and client-go's flow
+    /// control windows (4 MiB per stream, 1 GiB per connection), as client-go does by default.
+    /// `false`: HTTP/1.1 with a pool of connections (kube-rs's client).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_API_HTTP2")]
+    pub api_http2: bool,
 }
 
 /// The admin endpoints: the metrics listener and the probe listener.

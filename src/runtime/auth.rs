@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::clock::Stopwatch;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
 use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::{Api, PostParams};
@@ -24,7 +25,6 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
-use tokio::time::Instant;
 
 /// How long an answer is reused.
 const TTL: Duration = Duration::from_secs(10);
@@ -54,13 +54,12 @@ struct ResultLabels {
 }
 
 /// The cached answers, by the token's SHA-256, with when they were given.
-type Answers = HashMap<[u8; 32], (Instant, Verdict)>;
+type Answers = HashMap<[u8; 32], (Stopwatch, Verdict)>;
 
-/// The reviewer of one protected path.
+/// The reviewer of the protected paths (`/metrics`, `/configz`).
 #[derive(Clone)]
 pub struct Delegated {
     client: kube::Client,
-    path: &'static str,
     cache: Arc<Mutex<Answers>>,
     reviews: Arc<tokio::sync::Semaphore>,
     results: Family<ResultLabels, Counter>,
@@ -78,20 +77,14 @@ pub enum ReviewError {
 }
 
 impl Delegated {
-    pub fn new(client: kube::Client, path: &'static str, registry: &mut Registry) -> Self {
+    pub fn new(client: kube::Client, registry: &mut Registry) -> Self {
         let results = Family::<ResultLabels, Counter>::default();
         registry.register(
             "nlc_metrics_requests",
             "Requests to the secure metrics endpoint, by result (allowed, unauthenticated, forbidden, busy, error)",
             results.clone(),
         );
-        Self {
-            client,
-            path,
-            cache: Arc::default(),
-            reviews: Arc::new(tokio::sync::Semaphore::new(MAX_REVIEWS)),
-            results,
-        }
+        Self { client, cache: Arc::default(), reviews: Arc::new(tokio::sync::Semaphore::new(MAX_REVIEWS)), results }
     }
 
     /// Counts a request's result.
@@ -99,30 +92,35 @@ impl Delegated {
         self.results.get_or_create(&ResultLabels { result }).inc();
     }
 
-    /// The verdict on a request carrying this `Authorization` header value (if any); `Err` when
-    /// the API server could not answer.
-    pub async fn review(&self, authorization: Option<&[u8]>) -> Result<Verdict, ReviewError> {
+    /// The verdict on a request for `path` carrying this `Authorization` header value (if
+    /// any); `Err` when the API server could not answer.
+    pub async fn review(&self, authorization: Option<&[u8]>, path: &'static str) -> Result<Verdict, ReviewError> {
         let Some(token) = authorization.and_then(bearer) else {
             return Ok(Verdict::Unauthenticated);
         };
-        let key = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+        // Cached by path and token: one token may read one path and not the other.
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        ctx.update(path.as_bytes());
+        ctx.update(&[0]);
+        ctx.update(token.as_bytes());
+        let key = ctx.finish();
         let mut hash = [0u8; 32];
         hash.copy_from_slice(key.as_ref());
-        let now = Instant::now();
+        let now = Stopwatch::start();
         if let Some((at, v)) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(&hash)
-            && now.duration_since(*at) < TTL
+            && now.since(*at) < TTL
         {
             return Ok(v.clone());
         }
         let Ok(_permit) = self.reviews.try_acquire() else {
             return Err(ReviewError::Busy);
         };
-        let (verdict, cacheable) = tokio::time::timeout(REVIEW_TIMEOUT, self.ask(token))
+        let (verdict, cacheable) = tokio::time::timeout(REVIEW_TIMEOUT, self.ask(token, path))
             .await
             .map_err(|_| ReviewError::Timeout(REVIEW_TIMEOUT))??;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= MAX_CACHED {
-            cache.retain(|_, (at, _)| now.duration_since(*at) < TTL);
+            cache.retain(|_, (at, _)| now.since(*at) < TTL);
         }
         if cacheable && cache.len() < MAX_CACHED {
             cache.insert(hash, (now, verdict.clone()));
@@ -132,7 +130,7 @@ impl Delegated {
 
     /// The verdict, and whether it may be cached (not when the API server reported an error
     /// with it, as upstream's token cache does not cache errors).
-    async fn ask(&self, token: &str) -> Result<(Verdict, bool), ReviewError> {
+    async fn ask(&self, token: &str, path: &str) -> Result<(Verdict, bool), ReviewError> {
         let review = TokenReview {
             spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: None },
             ..Default::default()
@@ -154,7 +152,7 @@ impl Delegated {
                 groups,
                 extra,
                 non_resource_attributes: Some(NonResourceAttributes {
-                    path: Some(self.path.to_owned()),
+                    path: Some(path.to_owned()),
                     verb: Some("get".to_owned()),
                 }),
                 ..Default::default()

@@ -1,10 +1,13 @@
 //! Connecting to the API server by the usual kube-rs rules.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::SignedDuration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use nlc_core::skew::SkewEstimator;
+
+use crate::clock::{Clock as _, SystemClock};
 
 use super::args::ClientArgs;
 use crate::error::{Error, Result};
@@ -27,15 +30,24 @@ pub async fn config(args: &ClientArgs) -> Result<kube::Config> {
     Ok(config)
 }
 
-/// The clock skew to the API server, estimated from the `Date` of every answer (shared by
-/// every clone of the client).
+/// The clock skew to the API server, estimated from the `Date` of every answer, and the HTTP
+/// version of the last answer (shared by every clone of the client).
 #[derive(Clone, Default)]
-pub struct Skew(Arc<Mutex<SkewEstimator>>);
+pub struct Skew {
+    estimator: Arc<Mutex<SkewEstimator>>,
+    version: Arc<Mutex<Option<axum::http::Version>>>,
+}
 
 impl Skew {
     /// How far our clock is ahead of the API server's, and how precisely.
     pub fn get(&self) -> Option<(SignedDuration, SignedDuration)> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).skew()
+        self.estimator.lock().unwrap_or_else(|p| p.into_inner()).skew()
+    }
+
+    /// The HTTP version the API server last answered in (`HTTP/2.0` with `--api-http2` when it
+    /// agreed), `None` before the first answer.
+    pub fn http_version(&self) -> Option<axum::http::Version> {
+        *self.version.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -70,12 +82,14 @@ where
     }
 
     fn call(&mut self, req: axum::http::Request<ReqBody>) -> Self::Future {
-        let sent = Timestamp::now();
+        // The skew is the system wall clock's against the API server's: it reads that clock.
+        let sent = SystemClock.now();
         let fut = self.inner.call(req);
         let skew = self.skew.clone();
         Box::pin(async move {
             let resp = fut.await?;
-            let received = Timestamp::now();
+            let received = SystemClock.now();
+            *skew.version.lock().unwrap_or_else(|p| p.into_inner()) = Some(resp.version());
             let date = resp
                 .headers()
                 .get(axum::http::header::DATE)
@@ -83,7 +97,7 @@ where
                 .and_then(|v| jiff::fmt::rfc2822::parse(v).ok())
                 .map(|z| z.timestamp());
             if let Some(date) = date {
-                skew.0.lock().unwrap_or_else(|p| p.into_inner()).observe(sent, received, date);
+                skew.estimator.lock().unwrap_or_else(|p| p.into_inner()).observe(sent, received, date);
             }
             Ok(resp)
         })
@@ -99,8 +113,51 @@ pub async fn client_with_skew(args: &ClientArgs) -> Result<(kube::Client, Skew)>
     config.default_retry = false;
     config.headers.push((axum::http::header::USER_AGENT, axum::http::HeaderValue::from_static(crate::FIELD_MANAGER)));
     let skew = Skew::default();
+    if args.api_http2 {
+        return Ok((http2_client(config, &skew)?, skew));
+    }
     let builder = kube::client::ClientBuilder::try_from(config)?;
     Ok((builder.with_layer(&SkewLayer(skew.clone())).build(), skew))
+}
+
+/// kube-rs's client stack (base URI, authentication, extra headers; timeouts on the connector)
+/// over a connector that offers `h2` and `http/1.1` by ALPN, with client-go's HTTP/2 settings.
+/// Not `http2_only`: a server (or proxy) that speaks only HTTP/1.1 still works.
+fn http2_client(config: kube::Config, skew: &Skew) -> Result<kube::Client> {
+    use kube::client::ConfigExt as _;
+    use tower::ServiceBuilder;
+
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    let tls = config.rustls_client_config()?;
+    let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http();
+    let builder = match config.tls_server_name.clone() {
+        Some(name) => {
+            let name = name.try_into().map_err(|e| Error::Kubeconfig(format!("tls-server-name: {e}")))?;
+            builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name))
+        }
+        None => builder,
+    };
+    let mut connector = hyper_timeout::TimeoutConnector::new(builder.enable_all_versions().wrap_connector(http));
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    let client = hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .timer(hyper_util::rt::TokioTimer::new())
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .http2_keep_alive_timeout(Duration::from_secs(15))
+        .http2_keep_alive_while_idle(true)
+        .http2_initial_stream_window_size(4 << 20)
+        .http2_initial_connection_window_size(1 << 30)
+        .build::<_, kube::client::Body>(connector);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .layer(SkewLayer(skew.clone()))
+        .map_err(tower::BoxError::from)
+        .service(client);
+    Ok(kube::Client::new(service, config.default_namespace))
 }
 
 pub async fn client(args: &ClientArgs) -> Result<kube::Client> {

@@ -6,11 +6,11 @@
 //! at once. A standby watches the Lease, so a release is seen within milliseconds rather than at
 //! the next poll.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use futures::StreamExt;
-use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::Api;
@@ -25,6 +25,7 @@ use tokio::sync::watch;
 
 use super::fence::Fence;
 use super::shutdown;
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 
 /// Leader election, with kube-controller-manager's flag names and defaults.
@@ -57,6 +58,8 @@ pub struct Config {
     pub elector: leader::Config,
     pub name: String,
     pub namespace: String,
+    /// Written on the Lease with every write of this process ([`super::configz::ANNOTATION`]).
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -104,7 +107,7 @@ impl LeaderArgs {
             return Ok(None);
         }
         let namespace = own_namespace(leader_elect_resource_namespace);
-        Ok(Some(Config { elector, name: leader_elect_resource_name, namespace }))
+        Ok(Some(Config { elector, name: leader_elect_resource_name, namespace, annotations: Default::default() }))
     }
 }
 
@@ -133,7 +136,7 @@ pub fn claim_identity(cfg: &Config) -> Result<std::os::unix::net::UnixListener> 
         .map_err(|source| Error::Io { what: "naming the leader election identity lock".into(), source })?;
     std::os::unix::net::UnixListener::bind_addr(&addr).map_err(|e| {
         if e.kind() == std::io::ErrorKind::AddrInUse {
-            Error::Config(nlc_core::Error::invalid(
+            Error::Invalid(nlc_core::Error::invalid(
                 "--instance",
                 format!(
                     "another process on this host already runs with the leader election identity {:?} for Lease {}/{}; give each replica its own --instance",
@@ -164,11 +167,6 @@ fn identity_lock_name(cfg: &Config) -> String {
     format!("node-lifecycle-controller/{:016x}{:016x}", digest(0), digest(1))
 }
 
-/// A jitter in [0, 1), from the clock's sub-second nanoseconds.
-fn jitter() -> f64 {
-    f64::from(Timestamp::now().subsec_nanosecond().unsigned_abs() % 1_000_000) / 1_000_000.0
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NameLabels {
     name: String,
@@ -182,12 +180,12 @@ struct OpLabels {
 /// upstream's `leader_election_master_status{name}` (1 while this process leads), and failed
 /// requests on the Lease.
 #[derive(Clone)]
-pub struct Metrics {
+pub struct LeaderMetrics {
     status: Family<NameLabels, Gauge>,
     errors: Family<OpLabels, prometheus_client::metrics::counter::Counter>,
 }
 
-impl Metrics {
+impl LeaderMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self { status: Family::default(), errors: Family::default() };
         registry.register(
@@ -233,6 +231,7 @@ fn lease_of(cfg: &Config, record: &Record, resource_version: Option<String>) -> 
             name: Some(cfg.name.clone()),
             namespace: Some(cfg.namespace.clone()),
             resource_version,
+            annotations: (!cfg.annotations.is_empty()).then(|| cfg.annotations.clone()),
             ..ObjectMeta::default()
         },
         spec: Some(LeaseSpec {
@@ -254,15 +253,21 @@ struct Candidate {
     /// The resourceVersion of the lease as last read or written (`None`: it does not exist).
     version: Option<String>,
     leading: watch::Sender<bool>,
-    metrics: Metrics,
+    metrics: LeaderMetrics,
+    clock: Arc<dyn Clock>,
 }
 
 impl Candidate {
+    /// Monotonic now, as the elector counts.
+    fn instant(&self) -> Instant {
+        self.clock.instant().into_std()
+    }
+
     /// Reads the lease and lets the elector observe it.
     async fn read(&mut self) -> Result<()> {
         let lease = self.api.get_opt(&self.cfg.name).await?;
         self.version = lease.as_ref().and_then(|l| l.metadata.resource_version.clone());
-        self.elector.observe(lease.as_ref().map(record_of).as_ref(), Instant::now());
+        self.elector.observe(lease.as_ref().map(record_of).as_ref(), self.instant());
         Ok(())
     }
 
@@ -277,7 +282,8 @@ impl Candidate {
         match written {
             Ok(l) => {
                 self.version = l.metadata.resource_version.clone();
-                self.elector.written(record, Instant::now());
+                let now = self.instant();
+                self.elector.written(record, now);
                 Ok(true)
             }
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
@@ -293,20 +299,20 @@ impl Candidate {
     /// One standby round: read, and take the lease if it is free or expired. Returns when to
     /// look again at the latest.
     async fn try_acquire(&mut self) -> Instant {
-        let retry = self.cfg.elector.retry_period.mul_f64(1.0 + JITTER_FACTOR * jitter());
-        let again = Instant::now() + retry;
+        let retry = self.cfg.elector.retry_period.mul_f64(1.0 + JITTER_FACTOR * crate::clock::jitter());
+        let again = self.instant() + retry;
         if let Err(e) = self.read().await {
             self.metrics.error("read");
             tracing::warn!(error = %e, "reading the leader election lease failed");
             return again;
         }
-        match self.elector.next(Timestamp::now(), Instant::now()) {
+        match self.elector.next(self.clock.now(), self.instant()) {
             Next::Standby { until } => until.min(again),
             Next::Write(record) => match self.write(record).await {
                 Ok(true) => {
                     tracing::info!(identity = %self.cfg.elector.identity, lease = %self.cfg.name, "became the leader");
                     self.set_leading(true);
-                    Instant::now()
+                    self.instant()
                 }
                 Ok(false) => again,
                 Err(e) => {
@@ -321,7 +327,7 @@ impl Candidate {
     /// One renew: the last record renewed; on a conflict, read again (another holder means the
     /// lease is lost).
     async fn renew(&mut self) -> Result<bool> {
-        let Next::Write(record) = self.elector.next(Timestamp::now(), Instant::now()) else { return Ok(false) };
+        let Next::Write(record) = self.elector.next(self.clock.now(), self.instant()) else { return Ok(false) };
         if self.write(record).await? {
             return Ok(true);
         }
@@ -341,7 +347,7 @@ impl Candidate {
         let retry = self.cfg.elector.retry_period;
         loop {
             let Some(stop_at) = self.elector.stop_at() else {
-                fence.seal(tokio::time::Instant::now()).await;
+                fence.seal(self.clock.instant()).await;
                 return Err(Error::LostLease);
             };
             let stop_at = tokio::time::Instant::from_std(stop_at);
@@ -370,14 +376,14 @@ impl Candidate {
                 }
             };
             if lost {
-                fence.seal(tokio::time::Instant::now()).await;
+                fence.seal(self.clock.instant()).await;
                 return Err(Error::LostLease);
             }
         }
     }
 
     async fn release(&mut self) {
-        let Some(record) = self.elector.release(Timestamp::now()) else { return };
+        let Some(record) = self.elector.release(self.clock.now()) else { return };
         self.set_leading(false);
         match self.write(record).await {
             Ok(_) => tracing::info!(lease = %self.cfg.name, "released the leader election lease"),
@@ -395,9 +401,10 @@ pub async fn run(
     client: kube::Client,
     cfg: Config,
     leading: watch::Sender<bool>,
-    metrics: Metrics,
+    metrics: LeaderMetrics,
     stop: shutdown::Signal,
-    fence: std::sync::Arc<Fence>,
+    fence: Arc<Fence>,
+    clock: Arc<dyn Clock>,
 ) -> Result<()> {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     metrics.set(&cfg.name, false);
@@ -405,7 +412,8 @@ pub async fn run(
     let mut changes = changes.boxed();
     let stopping = stop.signaled();
     tokio::pin!(stopping);
-    let mut c = Candidate { api, elector: Elector::new(cfg.elector.clone()), cfg, version: None, leading, metrics };
+    let mut c =
+        Candidate { api, elector: Elector::new(cfg.elector.clone()), cfg, version: None, leading, metrics, clock };
     loop {
         let again = tokio::time::Instant::from_std(c.try_acquire().await);
         if c.elector.is_leader() {

@@ -8,6 +8,7 @@ pub mod admin;
 pub mod args;
 pub mod auth;
 pub mod client;
+pub mod configz;
 pub mod fence;
 pub mod http;
 pub mod leader;
@@ -67,11 +68,14 @@ pub struct Runtime {
     watch_metrics: watch::WatchMetrics,
     http_metrics: http::HttpMetrics,
     skew: client::Skew,
+    /// `/configz`'s document.
+    configz: Arc<str>,
 }
 
 impl Runtime {
-    /// Builds the client (no request is made yet) and binds the admin addresses.
-    pub async fn build(client: &ClientArgs, admin: &AdminArgs) -> Result<Self> {
+    /// Builds the client (no request is made yet) and binds the admin addresses; `/configz`
+    /// answers `configz`.
+    pub async fn build(client: &ClientArgs, admin: &AdminArgs, configz: &configz::Configz) -> Result<Self> {
         let (client, skew) = client::client_with_skew(client).await?;
         let mut registry = Registry::default();
         let tls = metrics_tls(admin, &client, &mut registry)?;
@@ -114,6 +118,7 @@ impl Runtime {
             watch_metrics,
             http_metrics,
             skew,
+            configz: configz.document().into(),
         })
     }
 
@@ -206,9 +211,10 @@ impl Runtime {
             mut tasks,
             mut failed_rx,
             http_metrics,
+            configz,
             ..
         } = self;
-        let admin = admin::Admin { registry: Arc::new(registry), readiness, liveness, stop: signal.clone() };
+        let admin = admin::Admin { registry: Arc::new(registry), readiness, liveness, stop: signal.clone(), configz };
         let mut servers = Vec::new();
         if let Some(listener) = probe_listener {
             if let Ok(addr) = listener.local_addr() {
@@ -228,7 +234,7 @@ impl Runtime {
         if let Some(listener) = metrics_listener {
             let secure = tls.is_some();
             if let Ok(addr) = listener.local_addr() {
-                tracing::info!(address = %addr, secure, "serving /metrics (and the probes)");
+                tracing::info!(address = %addr, secure, "serving /metrics and /configz (and the probes)");
             }
             let (acceptor, guard) = match tls {
                 Some(t) => {
@@ -320,7 +326,7 @@ fn metrics_tls(admin: &AdminArgs, client: &kube::Client, registry: &mut Registry
         use futures::FutureExt;
         tls::reload(cert, key, METRICS_TLS_FLAGS, Duration::from_secs(5), resolver, None).boxed()
     });
-    let guard = auth::Delegated::new(client.clone(), "/metrics", registry);
+    let guard = auth::Delegated::new(client.clone(), registry);
     Ok(Some(MetricsTls { acceptor, reload, guard }))
 }
 

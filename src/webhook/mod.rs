@@ -40,10 +40,10 @@ pub async fn spawn(rt: &mut Runtime, cfg: server::Config) -> Result<()> {
 }
 
 /// `node-lifecycle-controller webhook`: the webhook alone, with its admin endpoint.
-pub async fn run(cmd: WebhookCommand) -> Result<()> {
+pub async fn run(cmd: WebhookCommand, configz: crate::runtime::configz::Configz) -> Result<()> {
     let WebhookCommand { client, admin, webhook } = cmd;
     let cfg = webhook.into_config()?;
-    let mut rt = Runtime::build(&client, &admin).await?;
+    let mut rt = Runtime::build(&client, &admin, &configz).await?;
     spawn(&mut rt, cfg).await?;
     rt.run().await
 }
