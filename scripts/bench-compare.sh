@@ -7,6 +7,7 @@
 # Configurations, interleaved within each round so that drift of the machine hits all alike:
 #   floor        the API floor: a raw client making the controller's two writes per pod
 #   ours         node-lifecycle-controller at its defaults (no client rate limit)
+#   ours-h2      the same with --api-http2 (one multiplexed HTTP/2 connection)
 #   kcm-budget   kube-controller-manager v1.37.2 with --kube-api-qps=2000 --kube-api-burst=2000
 #   kcm-default  kube-controller-manager at its defaults (20 qps, burst 30)
 #
@@ -16,7 +17,7 @@
 # 10% of them silent: detection delay after the grace period, and the unreachable taints' rate
 # through the zone limiter (the nodes are spread over three zones).
 #
-# Environment: SIZES (nodes, default "1000"; "" for none), RUNS (3), TARGET (100), CONFIGS (all four),
+# Environment: SIZES (nodes, default "1000"; "" for none), RUNS (3), TARGET (100), CONFIGS (all five),
 # LC_SIZES ("1000"; "" for none), LC_RUNS (3), LC_CONFIGS (ours kcm-budget kcm-default),
 # OUT (docs/bench), RAW (where the JSON reports go; default under the cache directory).
 set -euo pipefail
@@ -24,7 +25,7 @@ cd "$(dirname "$0")/.."
 SIZES=${SIZES-1000}
 RUNS=${RUNS:-3}
 TARGET=${TARGET:-100}
-CONFIGS=${CONFIGS:-floor ours kcm-budget kcm-default}
+CONFIGS=${CONFIGS:-floor ours ours-h2 kcm-budget kcm-default}
 LC_SIZES=${LC_SIZES-1000}
 LC_RUNS=${LC_RUNS:-3}
 LC_CONFIGS=${LC_CONFIGS:-ours kcm-budget kcm-default}
@@ -40,6 +41,7 @@ for size in $SIZES; do
       case $config in
         floor) args=(--floor) ;;
         ours) args=(--controller "$T/node-lifecycle-controller") ;;
+        ours-h2) args=(--controller "$T/node-lifecycle-controller" -- --api-http2) ;;
         kcm-budget) args=(--upstream -- --kube-api-qps=2000 --kube-api-burst=2000) ;;
         kcm-default) args=(--upstream) ;;
         *) log "unknown configuration $config"; exit 1 ;;

@@ -11,7 +11,6 @@ use common::*;
 use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use nlc_testenv::shared;
 use serde_json::json;
@@ -79,6 +78,31 @@ async fn untolerated_pod_is_evicted_right_after_the_taint_appears() {
     assert_eq!(grace, Some(30), "the pod's own grace period is used");
     let note = format!("Marking for deletion Pod {}/p", s.ns);
     assert!(wait_for_event(&s, "p", "TaintManagerEviction", &note).await, "no event {note:?}");
+}
+
+/// Issue 27: with `--api-http2` the controller speaks HTTP/2 to the API server (one
+/// multiplexed connection) and evicts, writes the condition and the event all the same; without
+/// it, HTTP/1.1.
+#[tokio::test]
+async fn over_http2_the_same_eviction_condition_and_event() {
+    let env = shared();
+    let s = Scope::new(env, "evict-h2").await;
+    let node = s.node("n", json!([])).await;
+    s.pod("p", &node, json!([]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let c = Controller::start(env, &s.scope, &["--api-http2"]).await;
+    let m = c.metrics().await;
+    assert_eq!(metric(&m, "nlc_api_http_protocol{protocol=\"HTTP/2.0\"}"), Some(1.0), "{m}");
+    s.set_taints(&node, json!([no_execute(KEY, now_s())])).await;
+    evictions.wait("p", Duration::from_secs(5)).await.expect("evicted over HTTP/2");
+    let pod = s.pods().get("p").await.expect("pod still terminating");
+    assert!(has_disruption_condition(&pod), "{:?}", pod.status);
+    let note = format!("Marking for deletion Pod {}/p", s.ns);
+    assert!(wait_for_event(&s, "p", "TaintManagerEviction", &note).await, "no event {note:?}");
+    drop(c);
+    let plain = Controller::start(env, &s.scope, &["--api-http2=false"]).await;
+    let m = plain.metrics().await;
+    assert_eq!(metric(&m, "nlc_api_http_protocol{protocol=\"HTTP/1.1\"}"), Some(1.0), "{m}");
 }
 
 /// Upstream: "doesn't evict pod with tolerations from tainted nodes" and "only evicts pods
@@ -227,22 +251,9 @@ async fn evict_mode_is_blocked_by_a_pdb_then_falls_back_to_delete() {
     s.pod("free", &node, json!([]), json!({"app": "free"})).await;
     s.mark_running("guarded").await;
     s.mark_running("free").await;
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "guard"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}
-    }))
-    .expect("pdb");
-    Api::<PodDisruptionBudget>::namespaced(s.client.clone(), &s.ns)
-        .create(&PostParams::default(), &pdb)
-        .await
-        .expect("create pdb");
+    s.pdb("guard", 1, "guarded").await;
     let evictions = Evictions::watch(s.pods()).await;
-    let c = Controller::start(
-        env,
-        &s.scope,
-        &["--eviction-mode", "evict", "--pdb-max-wait", "3s", "--eviction-retry-max-delay", "500ms"],
-    )
-    .await;
+    let c = Controller::start(env, &s.scope, EVICT_MODE).await;
 
     let added = Timestamp::now();
     s.set_taints(&node, json!([no_execute(KEY, now_s())])).await;

@@ -22,21 +22,24 @@ pub struct CompareArgs {
     pub command: String,
 }
 
-/// The four configurations, in column order.
+/// The configurations, in column order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Config {
     Ours,
+    /// Ours with `--api-http2`.
+    OursHttp2,
     KcmBudget,
     KcmDefault,
     Floor,
 }
 
 impl Config {
-    const ALL: [Self; 4] = [Self::Ours, Self::KcmBudget, Self::KcmDefault, Self::Floor];
+    const ALL: [Self; 5] = [Self::Ours, Self::OursHttp2, Self::KcmBudget, Self::KcmDefault, Self::Floor];
 
     fn label(self) -> &'static str {
         match self {
             Self::Ours => "ours",
+            Self::OursHttp2 => "ours, HTTP/2",
             Self::KcmBudget => "kcm, our budget",
             Self::KcmDefault => "kcm, defaults",
             Self::Floor => "API floor",
@@ -46,6 +49,7 @@ impl Config {
     fn color(self) -> &'static str {
         match self {
             Self::Ours => "#1f77b4",
+            Self::OursHttp2 => "#6baed6",
             Self::KcmBudget => "#ff7f0e",
             Self::KcmDefault => "#f5c08a",
             Self::Floor => "#7f7f7f",
@@ -60,12 +64,15 @@ impl Config {
         let upstream = report["upstream"]
             .as_bool()
             .unwrap_or_else(|| report["controller"].as_str().is_some_and(|c| c.starts_with("kube-controller-manager")));
-        let budget = report["controller_flags"]
-            .as_array()
-            .is_some_and(|f| f.iter().any(|a| a.as_str().is_some_and(|a| a.starts_with("--kube-api-qps"))));
+        let flag = |pred: fn(&str) -> bool| {
+            report["controller_flags"].as_array().is_some_and(|f| f.iter().any(|a| a.as_str().is_some_and(pred)))
+        };
+        let budget = flag(|a| a.starts_with("--kube-api-qps"));
+        let http2 = flag(|a| a == "--api-http2" || a == "--api-http2=true");
         match (upstream, budget) {
             (true, true) => Self::KcmBudget,
             (true, false) => Self::KcmDefault,
+            (false, _) if http2 => Self::OursHttp2,
             (false, _) => Self::Ours,
         }
     }
@@ -301,6 +308,43 @@ pub fn markdown(reports: &Reports, command: &str) -> String {
     md
 }
 
+/// The chart's layout: a panel's width and height, the space above the panels and left of them.
+const PANEL_W: f64 = 300.0;
+const PANEL_H: f64 = 220.0;
+const TOP: f64 = 75.0;
+const LEFT: f64 = 50.0;
+
+/// A panel's vertical scale: linear from 0, or logarithmic from 0.1.
+struct Scale {
+    log: bool,
+    max: f64,
+}
+
+impl Scale {
+    /// For the largest value a panel shows (0 when it shows none).
+    fn new(log: bool, largest: f64) -> Self {
+        Self { log, max: if largest <= 0.0 { 1.0 } else { largest * 1.1 } }
+    }
+
+    /// Height of a value, 0..=PANEL_H.
+    fn height(&self, v: f64) -> f64 {
+        let (lo, hi) = (0.1_f64.log10(), (self.max * 3.0).max(1.0).log10());
+        if self.log {
+            PANEL_H * ((v.max(0.1).log10() - lo) / (hi - lo)).clamp(0.0, 1.0)
+        } else {
+            PANEL_H * v / self.max
+        }
+    }
+
+    fn ticks(&self) -> Vec<f64> {
+        if self.log {
+            [0.1, 1.0, 10.0, 100.0, 1000.0].into_iter().filter(|t| *t <= self.max.max(1.0)).collect()
+        } else {
+            (0..=4).map(|k| self.max * f64::from(k) / 4.0).collect()
+        }
+    }
+}
+
 /// A grouped bar chart: per size, the p99 of untolerated deletions and of timed lateness, and
 /// peak RSS, one bar per configuration (median, with a min-max whisker).
 pub fn svg(groups: &Groups) -> String {
@@ -311,10 +355,9 @@ pub fn svg(groups: &Groups) -> String {
         ("timed lateness p99 (s, log)", &["timed_lateness_s", "p99"], true),
         ("peak RSS (MB)", &["controller_peak_rss_mb"], false),
     ];
-    let sizes: Vec<&(u64, u64)> = groups.keys().collect();
-    let (pw, ph, top, left) = (300.0_f64, 220.0_f64, 75.0_f64, 50.0_f64);
-    let width = left + pw * panels.len() as f64 + 20.0;
-    let height = top + ph + 70.0;
+    let (top, left) = (TOP, LEFT);
+    let width = left + PANEL_W * panels.len() as f64 + 20.0;
+    let height = top + PANEL_H + 70.0;
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -332,81 +375,80 @@ pub fn svg(groups: &Groups) -> String {
         let _ = writeln!(s, r#"<text x="{}" y="42">{}</text>"#, x + 16.0, c.label());
     }
     for (pi, (title, path, log)) in panels.iter().enumerate() {
-        let x0 = left + pi as f64 * pw;
-        let (cw, base) = (pw - 40.0, top + ph);
-        let mut max = 0.0_f64;
-        for size in &sizes {
-            for runs in groups[*size].values() {
-                for v in runs.iter().filter_map(|r| get(r, path)) {
-                    max = max.max(v);
-                }
-            }
-        }
-        let max = if max <= 0.0 { 1.0 } else { max * 1.1 };
-        // Height of a value, 0..=ph: linear from 0, or logarithmic from 0.1.
-        let (lo, hi) = (0.1_f64.log10(), (max * 3.0).max(1.0).log10());
-        let height = |v: f64| {
-            if *log { ph * ((v.max(0.1).log10() - lo) / (hi - lo)).clamp(0.0, 1.0) } else { ph * v / max }
-        };
-        let _ = writeln!(s, r#"<text x="{}" y="{}" font-weight="bold">{title}</text>"#, x0, top - 4.0);
-        let _ = writeln!(s, r#"<line x1="{x0}" y1="{base}" x2="{}" y2="{base}" stroke="black"/>"#, x0 + cw);
-        let _ = writeln!(s, r#"<line x1="{x0}" y1="{top}" x2="{x0}" y2="{base}" stroke="black"/>"#);
-        let ticks: Vec<f64> = if *log {
-            [0.1, 1.0, 10.0, 100.0, 1000.0].into_iter().filter(|t| *t <= max.max(1.0)).collect()
-        } else {
-            (0..=4).map(|k| max * f64::from(k) / 4.0).collect()
-        };
-        for v in ticks {
-            let y = base - height(v);
-            let _ = writeln!(
-                s,
-                r#"<text x="{}" y="{}" text-anchor="end" font-size="9">{}</text>"#,
-                x0 - 3.0,
-                y + 3.0,
-                fmt_num(v)
-            );
-            let _ = writeln!(s, r##"<line x1="{x0}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/>"##, x0 + cw);
-        }
-        let group_w = cw / sizes.len().max(1) as f64;
-        for (si, size) in sizes.iter().enumerate() {
-            let gx = x0 + si as f64 * group_w;
-            let bar_w = (group_w - 20.0) / Config::ALL.len() as f64;
-            for (ci, c) in Config::ALL.iter().enumerate() {
-                let Some(runs) = groups[*size].get(c) else { continue };
-                let Some(st) = stat(&runs.iter().filter_map(|r| get(r, path)).collect::<Vec<_>>()) else { continue };
-                let bx = gx + 10.0 + ci as f64 * bar_w;
-                let h = height(st.median);
-                let _ = writeln!(
-                    s,
-                    r#"<rect x="{bx:.1}" y="{:.1}" width="{:.1}" height="{h:.1}" fill="{}"><title>{}: {}</title></rect>"#,
-                    base - h,
-                    bar_w - 2.0,
-                    c.color(),
-                    c.label(),
-                    fmt_num(st.median)
-                );
-                let (ylo, yhi) = (base - height(st.min), base - height(st.max));
-                let cx = bx + (bar_w - 2.0) / 2.0;
-                let _ = writeln!(s, r#"<line x1="{cx:.1}" y1="{ylo:.1}" x2="{cx:.1}" y2="{yhi:.1}" stroke="black"/>"#);
-                let _ = writeln!(
-                    s,
-                    r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle" font-size="8">{}</text>"#,
-                    yhi - 3.0,
-                    fmt_num(st.median)
-                );
-            }
-            let _ = writeln!(
-                s,
-                r#"<text x="{:.1}" y="{}" text-anchor="middle">{} × {}</text>"#,
-                gx + group_w / 2.0,
-                base + 16.0,
-                size.0,
-                size.1
-            );
-        }
+        panel(&mut s, groups, left + pi as f64 * PANEL_W, title, path, *log);
     }
     s.push_str("</svg>\n");
     s
+}
+
+/// One panel of the chart, at `x0`: its title, axes and ticks, then a group of bars per size.
+fn panel(s: &mut String, groups: &Groups, x0: f64, title: &str, path: &[&str], log: bool) {
+    let top = TOP;
+    let (cw, base) = (PANEL_W - 40.0, TOP + PANEL_H);
+    let mut max = 0.0_f64;
+    for runs in groups.values().flat_map(BTreeMap::values) {
+        for v in runs.iter().filter_map(|r| get(r, path)) {
+            max = max.max(v);
+        }
+    }
+    let scale = Scale::new(log, max);
+    let _ = writeln!(s, r#"<text x="{}" y="{}" font-weight="bold">{title}</text>"#, x0, top - 4.0);
+    let _ = writeln!(s, r#"<line x1="{x0}" y1="{base}" x2="{}" y2="{base}" stroke="black"/>"#, x0 + cw);
+    let _ = writeln!(s, r#"<line x1="{x0}" y1="{top}" x2="{x0}" y2="{base}" stroke="black"/>"#);
+    for v in scale.ticks() {
+        let y = base - scale.height(v);
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="end" font-size="9">{}</text>"#,
+            x0 - 3.0,
+            y + 3.0,
+            fmt_num(v)
+        );
+        let _ = writeln!(s, r##"<line x1="{x0}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/>"##, x0 + cw);
+    }
+    let group_w = cw / groups.len().max(1) as f64;
+    for (si, (size, runs)) in groups.iter().enumerate() {
+        let gx = x0 + si as f64 * group_w;
+        bars(s, runs, gx, group_w, path, &scale);
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{} × {}</text>"#,
+            gx + group_w / 2.0,
+            base + 16.0,
+            size.0,
+            size.1
+        );
+    }
+}
+
+/// The bars of one size in a panel, one per configuration present, starting at `gx`.
+fn bars(s: &mut String, runs: &BTreeMap<Config, Vec<Value>>, gx: f64, group_w: f64, path: &[&str], scale: &Scale) {
+    let base = TOP + PANEL_H;
+    let bar_w = (group_w - 20.0) / Config::ALL.len() as f64;
+    for (ci, c) in Config::ALL.iter().enumerate() {
+        let Some(runs) = runs.get(c) else { continue };
+        let Some(st) = stat(&runs.iter().filter_map(|r| get(r, path)).collect::<Vec<_>>()) else { continue };
+        let bx = gx + 10.0 + ci as f64 * bar_w;
+        let h = scale.height(st.median);
+        let _ = writeln!(
+            s,
+            r#"<rect x="{bx:.1}" y="{:.1}" width="{:.1}" height="{h:.1}" fill="{}"><title>{}: {}</title></rect>"#,
+            base - h,
+            bar_w - 2.0,
+            c.color(),
+            c.label(),
+            fmt_num(st.median)
+        );
+        let (ylo, yhi) = (base - scale.height(st.min), base - scale.height(st.max));
+        let cx = bx + (bar_w - 2.0) / 2.0;
+        let _ = writeln!(s, r#"<line x1="{cx:.1}" y1="{ylo:.1}" x2="{cx:.1}" y2="{yhi:.1}" stroke="black"/>"#);
+        let _ = writeln!(
+            s,
+            r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle" font-size="8">{}</text>"#,
+            yhi - 3.0,
+            fmt_num(st.median)
+        );
+    }
 }
 
 pub fn run(args: &CompareArgs) -> Result<Value> {
@@ -443,6 +485,7 @@ mod tests {
             Config::KcmBudget
         );
         assert_eq!(Config::of(&json!({"upstream": false, "controller_flags": []})), Config::Ours);
+        assert_eq!(Config::of(&json!({"upstream": false, "controller_flags": ["--api-http2"]})), Config::OursHttp2);
     }
 
     #[test]
