@@ -176,16 +176,38 @@ impl<'de> Visitor<'de> for Entry {
                 }
             }
         }
-        Ok((upstream && touches.any()).then(|| ManagedFieldsEntry {
-            manager: Some(UPSTREAM_MANAGER.to_owned()),
-            time: time.map(Time),
-            fields_type: Some("FieldsV1".to_owned()),
-            fields_v1: Some(FieldsV1(touches.tree())),
-            ..ManagedFieldsEntry::default()
-        }))
+        Ok(kept(upstream, time, touches))
     }
     otherwise_absent!(None);
     no_str!(None);
+}
+
+/// The entry kept, if kube-controller-manager's and touching one of the paths.
+fn kept(upstream: bool, time: Option<jiff::Timestamp>, touches: Touches) -> Option<ManagedFieldsEntry> {
+    (upstream && touches.any()).then(|| ManagedFieldsEntry {
+        manager: Some(UPSTREAM_MANAGER.to_owned()),
+        time: time.map(Time),
+        fields_type: Some("FieldsV1".to_owned()),
+        fields_v1: Some(FieldsV1(touches.tree())),
+        ..ManagedFieldsEntry::default()
+    })
+}
+
+/// The same entry from protobuf ([`super::proto_kinds`]): whether its `manager` is
+/// kube-controller-manager, its time, and its `FieldsV1.Raw`, which is the FieldsV1 JSON itself
+/// (apimachinery `pkg/apis/meta/v1/types.go`, `FieldsV1`), walked only for that manager. JSON
+/// that does not parse touches nothing.
+pub(crate) fn upstream_entry(
+    upstream: bool,
+    time: Option<jiff::Timestamp>,
+    fields_v1: &[u8],
+) -> Option<ManagedFieldsEntry> {
+    if !upstream {
+        return None;
+    }
+    let touches =
+        Walk(Level::Top).deserialize(&mut serde_json::Deserializer::from_slice(fields_v1)).unwrap_or_default();
+    kept(upstream, time, touches)
 }
 
 /// A map key: its index in the list, or `None`.

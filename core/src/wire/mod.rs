@@ -27,6 +27,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub mod lenient;
 mod managed;
+pub mod proto;
+mod proto_kinds;
 mod tolerant;
 
 pub use managed::upstream_fields;
@@ -248,15 +250,10 @@ fn eviction_tolerations<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Wi
             f.write_str("a list of tolerations")
         }
         fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            let keep = crate::index::MAX_KEPT_TOLERATIONS + 1;
             let mut out = Vec::new();
             while let Some(t) = seq.next_element_seed(Element)? {
                 match t {
-                    Some(t)
-                        if out.len() < keep && matches!(t.effect.as_deref(), None | Some("") | Some("NoExecute")) =>
-                    {
-                        out.push(t)
-                    }
+                    Some(t) if keeps(out.len(), &t) => out.push(t),
                     Some(_) => {}
                     None => lenient::note(|| "a null or odd toleration".to_owned()),
                 }
@@ -308,6 +305,12 @@ fn eviction_tolerations<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Wi
     d.deserialize_any(Visitor)
 }
 
+/// Whether a toleration is kept after `kept` others were ([`eviction_tolerations`]; the
+/// protobuf decoder applies the same rule).
+fn keeps(kept: usize, t: &WireToleration) -> bool {
+    kept < crate::index::MAX_KEPT_TOLERATIONS + 1 && matches!(t.effect.as_deref(), None | Some("") | Some("NoExecute"))
+}
+
 impl Lenient for PodSpecIn {
     const WHAT: &'static str = "a pod spec";
 }
@@ -327,7 +330,15 @@ impl Lenient for PodStatusIn {
 
 impl<'de> Deserialize<'de> for WirePod {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (Object::<PodSpecIn, PodStatusIn> { metadata, spec, status }, problem) = decode_object(d)?;
+        let (object, problem) = decode_object(d)?;
+        Ok(Self::assemble(object, problem))
+    }
+}
+
+impl WirePod {
+    /// The pod from its decoded parts, JSON or protobuf ([`proto_kinds`]): one conversion.
+    fn assemble(object: Object<PodSpecIn, PodStatusIn>, problem: Option<String>) -> Self {
+        let Object { metadata, spec, status } = object;
         let (pod, more) = lenient::scope(|| Pod {
             metadata: metadata.into(),
             spec: spec.map(|PodSpecIn { node_name, tolerations }| PodSpec {
@@ -352,7 +363,7 @@ impl<'de> Deserialize<'de> for WirePod {
                 ..PodStatus::default()
             }),
         });
-        Ok(Self(pod, problem.or(more)))
+        Self(pod, problem.or(more))
     }
 }
 
@@ -387,7 +398,15 @@ impl Lenient for NodeStatusIn {
 
 impl<'de> Deserialize<'de> for WireNode {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (Object::<NodeSpecIn, NodeStatusIn> { metadata, spec, status }, problem) = decode_object(d)?;
+        let (object, problem) = decode_object(d)?;
+        Ok(Self::assemble(object, problem))
+    }
+}
+
+impl WireNode {
+    /// The node from its decoded parts, JSON or protobuf ([`proto_kinds`]): one conversion.
+    fn assemble(object: Object<NodeSpecIn, NodeStatusIn>, problem: Option<String>) -> Self {
+        let Object { metadata, spec, status } = object;
         let (node, more) = lenient::scope(|| Node {
             metadata: metadata.into(),
             spec: spec.map(|NodeSpecIn { unschedulable, taints }| NodeSpec {
@@ -412,7 +431,7 @@ impl<'de> Deserialize<'de> for WireNode {
                 ..NodeStatus::default()
             }),
         });
-        Ok(Self(node, problem.or(more)))
+        Self(node, problem.or(more))
     }
 }
 
@@ -455,7 +474,15 @@ impl Lenient for NoStatus {
 
 impl<'de> Deserialize<'de> for WireLease {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (Object::<LeaseSpecIn, NoStatus> { metadata, spec, .. }, problem) = decode_object(d)?;
+        let (object, problem) = decode_object(d)?;
+        Ok(Self::assemble(object, problem))
+    }
+}
+
+impl WireLease {
+    /// The lease from its decoded parts, JSON or protobuf ([`proto_kinds`]): one conversion.
+    fn assemble(object: Object<LeaseSpecIn, NoStatus>, problem: Option<String>) -> Self {
+        let Object { metadata, spec, .. } = object;
         let spec = spec.map(
             |LeaseSpecIn {
                  holder_identity,
@@ -477,7 +504,7 @@ impl<'de> Deserialize<'de> for WireLease {
         );
         // A Lease is written back (leader election): never with managedFields of its own.
         let metadata = ObjectMeta { managed_fields: None, ..metadata.into() };
-        Ok(Self(Lease { metadata, spec }, problem))
+        Self(Lease { metadata, spec }, problem)
     }
 }
 
@@ -539,7 +566,7 @@ mod tests {
     use super::*;
 
     /// A pod as the API server sends it, with the fields the cache skips.
-    fn full_pod() -> serde_json::Value {
+    pub(super) fn full_pod() -> serde_json::Value {
         json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {
