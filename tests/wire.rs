@@ -496,3 +496,208 @@ async fn protobuf_lists_and_watches_decode_as_their_json() {
         nlc_testenv::note(&format!("wire: streaming lists refused ({}); not checked", r.status));
     }
 }
+
+/// The controller with `extra` flags: an untolerated pod on a node tainted NoExecute is evicted,
+/// a node whose kubelet stops renewing its Lease is marked Unknown and tainted unreachable while
+/// its neighbours (Leases renewed) stay Ready: the pod, node and Lease watches all work. Returns
+/// its metrics and logs.
+async fn controller_behaves(prefix: &str, extra: &[&'static str]) -> (String, String) {
+    let env = shared();
+    let s = Scope::new(env, prefix).await;
+    let mut nodes = vec![];
+    for _ in 0..3 {
+        nodes.push(make_node(&s, "z1", json!([])).await);
+    }
+    let kubelets = Kubelets::start(&s.client, &nodes).await;
+    s.pod("victim", &nodes[1], json!([]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let c = Controller::start(env, &s.scope, &flags(extra)).await;
+
+    s.set_taints(&nodes[1], json!([no_execute("example.com/wire", now_s())])).await;
+    let evicted = evictions.wait("victim", Duration::from_secs(10)).await;
+    assert!(evicted.is_some(), "{extra:?}: never evicted:\n{}", c.logs());
+
+    kubelets.stop(&nodes[0]);
+    let unknown = |n: &k8s_openapi::api::core::v1::Node| ready_of(n).is_some_and(|r| r.status == "Unknown");
+    let marked = wait_node(&s, &nodes[0], Duration::from_secs(8), unknown).await;
+    assert!(marked.is_some(), "{extra:?}: never marked Unknown:\n{}", c.logs());
+    let tainted =
+        wait_node(&s, &nodes[0], Duration::from_secs(3), |n| taint_of(n, UNREACHABLE, "NoExecute").is_some()).await;
+    assert!(tainted.is_some(), "{extra:?}: no unreachable taint:\n{}", c.logs());
+    let neighbour = ready_of(&node_now(&s, &nodes[2]).await).map(|r| r.status);
+    assert_eq!(neighbour.as_deref(), Some("True"), "{extra:?}: a renewed Lease went unseen:\n{}", c.logs());
+    (c.metrics().await, c.logs())
+}
+
+/// What `nlc_watch_format` says for `resource` in `format`.
+fn format_of(metrics: &str, resource: &str, format: &str) -> Option<f64> {
+    metric(metrics, &format!("nlc_watch_format{{resource=\"{resource}\",format=\"{format}\"}}"))
+}
+
+/// The same controller behaviour with the default (protobuf) and with
+/// `--kube-api-content-type=application/json`; the metrics say which format each watch read.
+#[tokio::test]
+async fn the_controller_behaves_alike_in_protobuf_and_in_json() {
+    let started = std::time::Instant::now();
+    let ((pm, pl), (jm, jl)) = tokio::join!(
+        controller_behaves("wire-pb", &["--leader-elect=false"]),
+        controller_behaves("wire-json", &["--leader-elect=false", "--kube-api-content-type=application/json"]),
+    );
+    eprintln!("both formats: {:.1}s", started.elapsed().as_secs_f64());
+    for resource in ["pods", "nodes", "leases"] {
+        assert_eq!(format_of(&pm, resource, "protobuf"), Some(1.0), "{resource}:\n{pm}");
+        assert_eq!(format_of(&pm, resource, "json"), Some(0.0), "{resource}:\n{pm}");
+        assert_eq!(format_of(&jm, resource, "json"), Some(1.0), "{resource}:\n{jm}");
+        assert_eq!(format_of(&jm, resource, "protobuf"), Some(0.0), "{resource}:\n{jm}");
+    }
+    // The pause ConfigMap stays JSON either way.
+    assert_eq!(format_of(&pm, "pause", "json"), Some(1.0), "{pm}");
+    for m in [&pm, &jm] {
+        assert_eq!(metric_sum(m, "nlc_watch_protobuf_refused_total", &[]), 0.0, "{m}");
+        assert_eq!(metric_sum(m, "nlc_decode_errors_total", &[]), 0.0, "{m}");
+        assert!(metric_sum(m, "nlc_watch_events_total", &["resource=\"leases\""]) >= 3.0, "{m}");
+    }
+    let connected = |logs: &str| logs.lines().find(|l| l.contains("connected to the API server")).map(str::to_owned);
+    assert!(connected(&pl).is_some_and(|l| l.contains("application/vnd.kubernetes.protobuf")), "{pl}");
+    assert!(connected(&jl).is_some_and(|l| l.contains("application/json")), "{jl}");
+}
+
+/// An API server (here a proxy in front of it) that refuses protobuf for one resource: that
+/// watch falls back to JSON, once, logged and counted; the others stay protobuf, and the
+/// controller syncs and acts.
+#[tokio::test]
+async fn a_resource_refused_in_protobuf_falls_back_to_json() {
+    use nlc_testenv::fault::{Fault, FaultProxy, Rule};
+    let env = shared();
+    let s = Scope::new(env, "wire-refused").await;
+    let node = make_node(&s, "z1", json!([])).await;
+    let _kubelets = Kubelets::start(&s.client, std::slice::from_ref(&node)).await;
+    s.pod("victim", &node, json!([]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let proxy = FaultProxy::start(env).await.expect("proxy");
+    // Every Lease list and watch is refused with 406 until the controller asked once.
+    let refused = proxy.add(Rule::new("GET", &["/kube-node-lease/leases"], Fault::Status(406)));
+    let kubeconfig = proxy.kubeconfig(env).expect("kubeconfig");
+    let scope = s.scope.clone();
+    let start = tokio::spawn(async move {
+        Controller::start_with_kubeconfig(&kubeconfig, env, &scope, &flags(&["--leader-elect=false"])).await
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while refused.hits() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the Lease watch never asked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.remove(&refused);
+    let c = start.await.expect("started");
+    s.set_taints(&node, json!([no_execute("example.com/wire", now_s())])).await;
+    assert!(evictions.wait("victim", Duration::from_secs(10)).await.is_some(), "{}", c.logs());
+    let m = c.metrics().await;
+    assert_eq!(format_of(&m, "leases", "json"), Some(1.0), "{m}");
+    assert_eq!(format_of(&m, "leases", "protobuf"), Some(0.0), "{m}");
+    assert_eq!(format_of(&m, "pods", "protobuf"), Some(1.0), "{m}");
+    assert_eq!(format_of(&m, "nodes", "protobuf"), Some(1.0), "{m}");
+    assert_eq!(metric(&m, "nlc_watch_protobuf_refused_total{resource=\"leases\"}"), Some(1.0), "{m}");
+    assert_eq!(metric_sum(&m, "nlc_watch_protobuf_refused_total", &[]), 1.0, "{m}");
+    let logs = c.logs();
+    assert_eq!(logs.matches("does not serve this resource in protobuf; using JSON").count(), 1, "{logs}");
+    assert!(metric_sum(&m, "nlc_watch_events_total", &["resource=\"leases\""]) >= 1.0, "{m}");
+}
+
+/// One format's view of a watch: every event as `(type, name, resourceVersion)`, and how many
+/// lists and failures it took.
+#[derive(Default)]
+struct Seen {
+    events: Vec<(&'static str, String, String)>,
+    lists: usize,
+    failures: usize,
+}
+
+/// Follows the runtime's watch loop on `ns`'s pods in `format` with a 1 s `timeoutSeconds`, until
+/// the pod `last` is deleted.
+async fn follow(
+    client: kube::Client,
+    ns: String,
+    format: node_lifecycle_controller::runtime::watch::Format,
+    streaming: bool,
+    last: &'static str,
+    synced: tokio::sync::mpsc::Sender<()>,
+) -> Seen {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{Config, Event};
+    use node_lifecycle_controller::runtime::watch::{Item, WatchMetrics, stream_as};
+    let config = Config { timeout: Some(1), ..Config::default() };
+    let config = if streaming { config.streaming_lists() } else { config };
+    let api = kube::Api::<WirePod>::namespaced(client, &ns);
+    let mut events = std::pin::pin!(stream_as(api, config, format, "pods", WatchMetrics::default()));
+    let mut seen = Seen::default();
+    while let Some(item) = tokio::time::timeout(Duration::from_secs(30), events.next()).await.expect("an event") {
+        let (type_, pod) = match item {
+            Item::Failed(_) => {
+                seen.failures += 1;
+                continue;
+            }
+            Item::Event(Event::Init) => {
+                seen.lists += 1;
+                continue;
+            }
+            Item::Event(Event::InitDone) => {
+                let _ = synced.send(()).await;
+                continue;
+            }
+            Item::Event(Event::InitApply(p)) => ("InitApply", p),
+            Item::Event(Event::Apply(p)) => ("Apply", p),
+            Item::Event(Event::Delete(p)) => ("Delete", p),
+        };
+        assert_eq!(pod.1, None, "decoded cleanly");
+        let name = pod.0.metadata.name.clone().unwrap_or_default();
+        seen.events.push((type_, name.clone(), pod.0.metadata.resource_version.clone().unwrap_or_default()));
+        if type_ == "Delete" && name == last {
+            return seen;
+        }
+    }
+    seen
+}
+
+/// The runtime's watch loop in protobuf and in JSON, side by side on one namespace, streaming
+/// and paged: the same events in the same order with the same resourceVersions, across several
+/// server-side watch timeouts (`timeoutSeconds=1`): each watch resumes from the last
+/// resourceVersion, without a new list and without a failure.
+#[tokio::test]
+async fn the_watch_loop_yields_the_same_events_in_protobuf_and_in_json() {
+    use node_lifecycle_controller::runtime::watch::Format;
+    let env = shared();
+    let s = Scope::new(env, "wire-loop").await;
+    let node = s.node("n", json!([])).await;
+    s.pod("a", &node, json!([]), json!({})).await;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+    let mut followers = Vec::new();
+    for (format, streaming) in
+        [(Format::Protobuf, true), (Format::Json, true), (Format::Protobuf, false), (Format::Json, false)]
+    {
+        followers.push(tokio::spawn(follow(s.client.clone(), s.ns.clone(), format, streaming, "a", tx.clone())));
+    }
+    for _ in 0..followers.len() {
+        rx.recv().await.expect("synced");
+    }
+    // Past two server-side timeouts, then changes.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    s.set_taints(&node, json!([])).await;
+    s.pod("b", &node, json!([{"operator": "Exists"}]), json!({"x": "y"})).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let patch = json!({"metadata": {"labels": {"changed": "yes"}}});
+    s.pods().patch("a", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.expect("patch");
+    s.pods()
+        .delete("a", &kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
+        .await
+        .expect("delete");
+    let mut all = Vec::new();
+    for f in followers {
+        all.push(f.await.expect("joined"));
+    }
+    for (i, seen) in all.iter().enumerate() {
+        assert_eq!((seen.lists, seen.failures), (1, 0), "follower {i}: {:?}", seen.events);
+        assert!(seen.events.iter().any(|(t, n, _)| *t == "Apply" && n == "b"), "follower {i}: {:?}", seen.events);
+    }
+    assert_eq!(all[0].events, all[1].events, "streaming: protobuf and JSON differ");
+    assert_eq!(all[2].events, all[3].events, "paged: protobuf and JSON differ");
+}

@@ -74,6 +74,12 @@ pub struct ControllerArgs {
     /// Where the API server refuses streams (Kubernetes 1.33 by default) pages are used anyway.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_STREAMING_LISTS")]
     pub streaming_lists: bool,
+    /// The wire format of the pod, node and node Lease lists and watches
+    /// (kube-controller-manager's flag): protobuf, read without building the full objects and
+    /// smaller on the wire, falling back to JSON per resource where the API server refuses it;
+    /// or JSON. Writes, and every other watch, are JSON.
+    #[arg(long, value_enum, default_value = "application/vnd.kubernetes.protobuf", env = "NLC_KUBE_API_CONTENT_TYPE")]
+    pub kube_api_content_type: crate::runtime::watch::Format,
 }
 
 /// What [`ControllerArgs`] turn into.
@@ -87,6 +93,7 @@ pub struct Config {
     pub dry_run: bool,
     pub api_write_timeout: Duration,
     pub streaming_lists: bool,
+    pub kube_api_content_type: crate::runtime::watch::Format,
 }
 
 impl ControllerArgs {
@@ -100,6 +107,7 @@ impl ControllerArgs {
             dry_run,
             api_write_timeout,
             streaming_lists,
+            kube_api_content_type,
         } = self;
         Ok(Config {
             selector: node_selector.parse()?,
@@ -115,6 +123,7 @@ impl ControllerArgs {
                 Duration::from_secs(600),
             )?,
             streaming_lists,
+            kube_api_content_type,
         })
     }
 }

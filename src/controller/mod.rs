@@ -83,6 +83,7 @@ pub async fn run(args: RunArgs, mut configz: crate::runtime::configz::Configz) -
         (true, m) if m >= 34 => "streams (WatchList), pages if refused",
         (true, _) => "pages (streams are refused before 1.34 unless the WatchList gate is on; tried first)",
     };
+    let wire = cfg.kube_api_content_type;
     let protocol = rt.skew().http_version().map_or_else(|| "unknown".to_owned(), |v| format!("{v:?}"));
     let protocols = prometheus_client::metrics::family::Family::<
         ProtocolLabels,
@@ -97,6 +98,7 @@ pub async fn run(args: RunArgs, mut configz: crate::runtime::configz::Configz) -
     tracing::info!(
         server = %version.git_version,
         protocol,
+        content_type = %wire,
         initial_lists = lists,
         events = "core/v1 (deprecatedSource and reportingController)",
         "connected to the API server"
@@ -138,6 +140,7 @@ fn spawn(
         dry_run,
         api_write_timeout,
         streaming_lists,
+        kube_api_content_type,
     } = cfg;
     let Placement { leader, namespace } = placement;
     let metrics = ControllerMetrics {
@@ -193,7 +196,8 @@ fn spawn(
         }
         None => drop(leading_tx),
     }
-    spawn_watches(rt, selector, streaming_lists, &tx, &metrics.watch, &second_writers);
+    let lists = Lists { streaming: streaming_lists, format: kube_api_content_type };
+    spawn_watches(rt, selector, lists, &tx, &metrics.watch, &second_writers);
     let pause =
         watch::pause(rt.client(), namespace, tx.clone(), metrics.watch.clone(), metrics.brakes.available.clone());
     spawn_until_shutdown(rt, "watch-pause", pause);
@@ -227,12 +231,20 @@ fn spawn(
     rt.spawn("controller", task.run(stop));
 }
 
+/// How the watches of pods, nodes and node Leases read: streaming initial lists or pages, and the
+/// wire format (`--streaming-lists`, `--kube-api-content-type`).
+#[derive(Clone, Copy)]
+struct Lists {
+    streaming: bool,
+    format: crate::runtime::watch::Format,
+}
+
 /// Starts the watches feeding `tx`. Every node is watched, so that zone states are judged over
 /// the whole cluster; `selector` marks the nodes that are ours to act on.
 fn spawn_watches(
     rt: &mut Runtime,
     selector: Selector,
-    streaming: bool,
+    lists: Lists,
     tx: &mpsc::Sender<Input>,
     metrics: &WatchMetrics,
     writers: &writers::SecondWriters,
@@ -242,14 +254,13 @@ fn spawn_watches(
     // Streaming initial lists: 16 MB less RSS at 30,000 pods, ready time unchanged within the
     // runs' spread (bench eviction, 3 runs); watch::run falls back to pages where the API server
     // refuses them (1.33).
+    let Lists { streaming, format } = lists;
     let strategy = |c: watcher::Config| if streaming { c.streaming_lists() } else { c };
     let pods = strategy(watcher::Config::default().fields("spec.nodeName!="));
     let all = || strategy(watcher::Config::default());
     let (t, m, w) = (tx.clone(), metrics.clone(), writers.clone());
     let nodes = watch::run(
-        Api::<WireNode>::all(client.clone()),
-        all(),
-        "nodes",
+        watch::Watched { api: Api::<WireNode>::all(client.clone()), config: all(), format, resource: "nodes" },
         move |n: &WireNode| {
             w.node(&n.0);
             SlimNode::new(&n.0, &selector)
@@ -261,9 +272,7 @@ fn spawn_watches(
     spawn_until_shutdown(rt, "watch-nodes", nodes);
     let (t, m, w) = (tx.clone(), metrics.clone(), writers.clone());
     let pods = watch::run(
-        Api::<WirePod>::all(client.clone()),
-        pods,
-        "pods",
+        watch::Watched { api: Api::<WirePod>::all(client.clone()), config: pods, format, resource: "pods" },
         move |p: &WirePod| {
             w.pod(&p.0);
             SlimPod::from(&p.0)
@@ -275,7 +284,9 @@ fn spawn_watches(
     spawn_until_shutdown(rt, "watch-pods", pods);
     let (t, m) = (tx.clone(), metrics.clone());
     let api = Api::<WireLease>::namespaced(client, NODE_LEASE_NAMESPACE);
-    let leases = watch::run(api, all(), "leases", |l: &WireLease| SlimLease::from(&l.0), Input::Lease, t, m);
+    let lease = |l: &WireLease| SlimLease::from(&l.0);
+    let leases = watch::Watched { api, config: all(), format, resource: "leases" };
+    let leases = watch::run(leases, lease, Input::Lease, t, m);
     spawn_until_shutdown(rt, "watch-leases", leases);
 }
 

@@ -1,8 +1,9 @@
 //! What the controller's watches feed it. Each watch is the runtime's one watch loop
-//! ([`crate::runtime::watch::stream`]); here every object is converted to its slim form at once
-//! (the decoded object is dropped here) and forwarded to the controller task. An object that
-//! could not be decoded becomes [`WatchEvent::Keep`]: the cache keeps what it had, so that a
-//! misread never removes a node or a pod's toleration.
+//! ([`crate::runtime::watch::stream_as`]: pods, nodes and node Leases in the
+//! `--kube-api-content-type` format, the pause ConfigMap in JSON); here every object is
+//! converted to its slim form at once (the decoded object is dropped here) and forwarded to the
+//! controller task. An object that could not be decoded becomes [`WatchEvent::Keep`]: the cache
+//! keeps what it had, so that a misread never removes a node or a pod's toleration.
 
 use std::fmt::Debug;
 
@@ -14,7 +15,7 @@ use nlc_core::cache::WatchEvent;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
-use crate::runtime::watch::{Decoded, Item, WatchMetrics, stream};
+use crate::runtime::watch::{Decoded, Format, Item, WatchMetrics, stream, stream_as};
 
 /// A decoded object's event as the cache takes it; `key` names an object that could not be
 /// decoded.
@@ -45,11 +46,20 @@ pub fn key_of<K: Resource>(k: &K) -> String {
     }
 }
 
+/// What one watch of the controller reads.
+pub struct Watched<K: Resource> {
+    pub api: Api<K>,
+    pub config: watcher::Config,
+    /// The wire format asked for (JSON where `K` has no protobuf decoder or the API server
+    /// refuses it).
+    pub format: Format,
+    /// The metrics' and logs' label.
+    pub resource: &'static str,
+}
+
 /// Runs until the receiver is dropped.
 pub async fn run<K, S, I>(
-    api: Api<K>,
-    config: watcher::Config,
-    resource: &'static str,
+    watched: Watched<K>,
     slim: impl Fn(&K) -> S + Send + 'static,
     wrap: fn(WatchEvent<S>) -> I,
     tx: mpsc::Sender<I>,
@@ -58,7 +68,8 @@ pub async fn run<K, S, I>(
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + Decoded + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let mut events = std::pin::pin!(stream(api, config, resource, metrics));
+    let Watched { api, config, format, resource } = watched;
+    let mut events = std::pin::pin!(stream_as(api, config, format, resource, metrics));
     while let Some(item) = events.next().await {
         let Item::Event(ev) = item else { continue };
         let Some(ev) = map_event(ev, &key_of::<K>, &slim) else { continue };

@@ -13,6 +13,7 @@ pub mod fence;
 pub mod http;
 pub mod leader;
 pub mod process;
+pub mod proto_watch;
 pub mod shutdown;
 pub mod telemetry;
 pub mod tls;

@@ -21,6 +21,15 @@
 //! - Objects come decoded leniently ([`Decoded`]): one that could not be read is counted
 //!   (`nlc_decode_errors_total{resource}`), logged with its name and what was wrong, and handed
 //!   on marked, so that the consumer skips it instead of the whole list failing.
+//! - Two wire formats ([`Format`], `run --kube-api-content-type`): JSON through kube-runtime's
+//!   watcher, or protobuf through [`super::proto_watch`] (kube-controller-manager's default) for
+//!   the types that have a protobuf decoder ([`Decoded::protobuf`]: the controller's pods, nodes
+//!   and node Leases; everything else is JSON). Both yield the same events and errors into this
+//!   loop, so metrics, classification, backoff and the paged fallback are the same. Where the
+//!   API server refuses protobuf for a resource (`406`/`415`, or an answer in JSON), that
+//!   resource falls back to JSON for the life of the process: logged once, counted in
+//!   `nlc_watch_protobuf_refused_total{resource}`; `nlc_watch_format{resource,format}` says
+//!   which format each watch reads.
 
 use std::fmt::Debug;
 use std::time::Duration;
@@ -40,9 +49,54 @@ use serde::de::DeserializeOwned;
 
 use nlc_core::wire::{Tolerant, WireLease, WireNode, WirePod};
 
+use super::proto_watch;
+
+/// The format the watches of pods, nodes and node Leases read their lists and events in
+/// (kube-controller-manager's `--kube-api-content-type`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Format {
+    /// `application/vnd.kubernetes.protobuf`, falling back to JSON per resource where refused.
+    #[default]
+    #[value(name = "application/vnd.kubernetes.protobuf")]
+    Protobuf,
+    /// `application/json`.
+    #[value(name = "application/json")]
+    Json,
+}
+
+impl Format {
+    /// Its media type.
+    pub fn media_type(self) -> &'static str {
+        match self {
+            Self::Protobuf => proto_watch::PROTOBUF,
+            Self::Json => "application/json",
+        }
+    }
+
+    /// Its metric label.
+    fn label(self) -> &'static str {
+        match self {
+            Self::Protobuf => "protobuf",
+            Self::Json => "json",
+        }
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.media_type())
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabels {
     pub resource: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FormatLabels {
+    pub resource: &'static str,
+    pub format: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -64,6 +118,10 @@ pub struct WatchMetrics {
     pub decode_errors: Family<ResourceLabels, Counter>,
     /// Objects in the cache, by resource.
     pub objects: Family<ResourceLabels, Gauge>,
+    /// 1 for the format each watch reads in, 0 for the one it left, by resource and format.
+    pub formats: Family<FormatLabels, Gauge>,
+    /// Refusals of protobuf that made a watch fall back to JSON, by resource.
+    pub protobuf_refused: Family<ResourceLabels, Counter>,
 }
 
 impl WatchMetrics {
@@ -86,6 +144,16 @@ impl WatchMetrics {
             m.decode_errors.clone(),
         );
         registry.register("nlc_cache_objects", "Objects in the caches, by resource", m.objects.clone());
+        registry.register(
+            "nlc_watch_format",
+            "1 for the wire format each watch reads its lists and events in (protobuf or json), by resource: --kube-api-content-type, json where the API server refused protobuf",
+            m.formats.clone(),
+        );
+        registry.register(
+            "nlc_watch_protobuf_refused",
+            "Watches the API server refused protobuf to (406, 415 or a JSON answer) and that read JSON since, by resource",
+            m.protobuf_refused.clone(),
+        );
         m
     }
 }
@@ -94,11 +162,24 @@ impl WatchMetrics {
 pub trait Decoded {
     /// The first problem met while decoding it; `None` when it decoded cleanly.
     fn problem(&self) -> Option<&str>;
+
+    /// Its decoder from protobuf (lenient, as its JSON one), for the types watched in protobuf
+    /// under [`Format::Protobuf`]; `None` (the default): JSON only.
+    fn protobuf() -> Option<proto_watch::Decode<Self>>
+    where
+        Self: Sized,
+    {
+        None
+    }
 }
 
 impl Decoded for WirePod {
     fn problem(&self) -> Option<&str> {
         self.1.as_deref()
+    }
+
+    fn protobuf() -> Option<proto_watch::Decode<Self>> {
+        Some(WirePod::from_protobuf)
     }
 }
 
@@ -106,11 +187,19 @@ impl Decoded for WireNode {
     fn problem(&self) -> Option<&str> {
         self.1.as_deref()
     }
+
+    fn protobuf() -> Option<proto_watch::Decode<Self>> {
+        Some(WireNode::from_protobuf)
+    }
 }
 
 impl Decoded for WireLease {
     fn problem(&self) -> Option<&str> {
         self.1.as_deref()
+    }
+
+    fn protobuf() -> Option<proto_watch::Decode<Self>> {
+        Some(WireLease::from_protobuf)
     }
 }
 
@@ -194,6 +283,12 @@ pub fn classify(e: &watcher::Error) -> Failure {
     }
 }
 
+/// Whether the API server refused protobuf: `406 Not Acceptable`, `415 Unsupported Media Type`,
+/// or an answer in JSON ([`proto_watch`] reports it as a 406).
+fn refuses_protobuf(e: &watcher::Error) -> bool {
+    matches!(api_status(e).map(|s| s.code), Some(406 | 415))
+}
+
 /// Whether the API server refused a streaming list (`sendInitialEvents`) as such: 422 Invalid or
 /// 400 Bad Request when the WatchList feature is off (a watch's answer, not a list's).
 fn refuses_streaming(e: &watcher::Error) -> bool {
@@ -263,12 +358,39 @@ struct State<K: Resource + Clone + DeserializeOwned + Debug + Send + 'static> {
     config: watcher::Config,
     inner: futures::stream::BoxStream<'static, watcher::Result<watcher::Event<K>>>,
     streaming: bool,
+    /// The protobuf decoder while this watch reads protobuf; `None`: JSON.
+    protobuf: Option<proto_watch::Decode<K>>,
     backoff: Backoff,
     resource: &'static str,
     metrics: WatchMetrics,
 }
 
-/// Watches `api` for ever (the stream never ends). `resource` labels the metrics and logs.
+impl<K> State<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + Decoded + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    /// Starts the watch again from nothing (a new list), in its current format and strategy.
+    fn reopen(&mut self) {
+        self.inner = match self.protobuf {
+            Some(decode) => proto_watch::protobuf_watcher(self.api.clone(), self.config.clone(), decode),
+            None => watcher(self.api.clone(), self.config.clone()).boxed(),
+        };
+    }
+
+    fn format(&self) -> Format {
+        if self.protobuf.is_some() { Format::Protobuf } else { Format::Json }
+    }
+
+    fn set_format(&self, format: Format) {
+        for f in [Format::Protobuf, Format::Json] {
+            let labels = FormatLabels { resource: self.resource, format: f.label() };
+            self.metrics.formats.get_or_create(&labels).set(i64::from(f == format));
+        }
+    }
+}
+
+/// Watches `api` in JSON for ever (the stream never ends): [`stream_as`] with [`Format::Json`].
 pub fn stream<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -279,15 +401,34 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + Decoded + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
+    stream_as(api, config, Format::Json, resource, metrics)
+}
+
+/// Watches `api` for ever (the stream never ends), in `format` where `K` has a protobuf decoder
+/// (else JSON). `resource` labels the metrics and logs.
+pub fn stream_as<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    format: Format,
+    resource: &'static str,
+    metrics: WatchMetrics,
+) -> impl Stream<Item = Item<K>> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + Decoded + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
     let streaming = config.initial_list_strategy == watcher::InitialListStrategy::StreamingList;
-    let inner = watcher(api.clone(), config.clone()).boxed();
-    let state = State { api, config, inner, streaming, backoff: Backoff::default(), resource, metrics };
+    let protobuf = K::protobuf().filter(|_| format == Format::Protobuf);
+    let inner = futures::stream::empty().boxed();
+    let mut state = State { api, config, inner, streaming, protobuf, backoff: Backoff::default(), resource, metrics };
+    state.reopen();
+    state.set_format(state.format());
     futures::stream::unfold(state, |mut s| async move {
         let labels = ResourceLabels { resource: s.resource };
         loop {
             let Some(item) = s.inner.next().await else {
-                // kube's watcher never ends; if it did, start it again.
-                s.inner = watcher(s.api.clone(), s.config.clone()).boxed();
+                // The watchers never end; if one did, start it again.
+                s.reopen();
                 continue;
             };
             match item {
@@ -315,15 +456,18 @@ where
                     }
                     return Some((Item::Event(ev), s));
                 }
+                Err(e) if s.protobuf.is_some() && refuses_protobuf(&e) => {
+                    tracing::warn!(resource = s.resource, error = %e, "the API server does not serve this resource in protobuf; using JSON");
+                    s.metrics.protobuf_refused.get_or_create(&labels).inc();
+                    s.protobuf = None;
+                    s.set_format(Format::Json);
+                    s.reopen();
+                }
                 Err(e) if s.streaming && refuses_streaming(&e) => {
                     tracing::info!(resource = s.resource, error = %e, "the API server does not stream initial lists; listing in pages");
                     s.streaming = false;
-                    let paged = watcher::Config {
-                        initial_list_strategy: watcher::InitialListStrategy::ListWatch,
-                        ..s.config.clone()
-                    };
-                    s.inner = watcher(s.api.clone(), paged.clone()).boxed();
-                    s.config = paged;
+                    s.config.initial_list_strategy = watcher::InitialListStrategy::ListWatch;
+                    s.reopen();
                 }
                 Err(e) => {
                     let failure = classify(&e);
@@ -333,14 +477,17 @@ where
                         .inc();
                     let delay = s.backoff.next(failure, Stopwatch::start(), crate::clock::jitter());
                     let retry_in_ms = delay.as_millis() as u64;
+                    let format = s.format().label();
                     match failure {
                         Failure::Answered { code: 403 } => {
-                            tracing::error!(resource = s.resource, error = %e, retry_in_ms, "watch forbidden; retrying")
+                            tracing::error!(resource = s.resource, format, error = %e, retry_in_ms, "watch forbidden; retrying")
                         }
                         Failure::Unreachable | Failure::Gone => {
-                            tracing::info!(resource = s.resource, error = %e, retry_in_ms, "watch interrupted; retrying")
+                            tracing::info!(resource = s.resource, format, error = %e, retry_in_ms, "watch interrupted; retrying")
                         }
-                        _ => tracing::warn!(resource = s.resource, error = %e, retry_in_ms, "watch failed; retrying"),
+                        _ => {
+                            tracing::warn!(resource = s.resource, format, error = %e, retry_in_ms, "watch failed; retrying")
+                        }
                     }
                     tokio::time::sleep(delay).await;
                     return Some((Item::Failed(failure), s));

@@ -1,6 +1,7 @@
 //! The Kubernetes protobuf wire format, read by hand: what a list or watch of Pods, Nodes or
 //! Leases answers with `Accept: application/vnd.kubernetes.protobuf`. Only the reading side,
-//! and only the envelopes; the kinds themselves are in [`super::proto_kinds`].
+//! and only the envelopes; the kinds themselves are decoded in `proto_kinds`
+//! ([`super::WirePod::from_protobuf`], ...).
 //!
 //! Hand-written rather than generated (no protoc, no prost): the reader hands out sub-slices of
 //! the body, so a field the cache does not read costs a varint and a pointer bump, and a kind's
