@@ -5,11 +5,17 @@
 # (docs/bench/compare.md) and the chart (docs/bench/compare.svg and .png).
 #
 # Configurations, interleaved within each round so that drift of the machine hits all alike:
-#   floor        the API floor: a raw client making the controller's two writes per pod
-#   ours         node-lifecycle-controller at its defaults (no client rate limit)
+#   floor        the API floor, the fastest any client could go: a raw client making the
+#                controller's two writes per pod, its streaming list in protobuf, over HTTP/2
+#                (--floor-wire protobuf --floor-http2)
+#   floor-json   the floor as it was: JSON over HTTP/1.1 (--floor-wire json)
+#   ours         node-lifecycle-controller at its defaults (no client rate limit; protobuf lists
+#                and watches of pods, nodes and Leases; HTTP/1.1)
 #   ours-h2      the same with --api-http2 (one multiplexed HTTP/2 connection)
+#   ours-json    the same with --kube-api-content-type=application/json (JSON lists and watches)
 #   kcm-budget   kube-controller-manager v1.37.2 with --kube-api-qps=2000 --kube-api-burst=2000
 #   kcm-default  kube-controller-manager at its defaults (20 qps, burst 30)
+# (kube-controller-manager at its defaults lists and watches in protobuf over HTTP/2.)
 #
 # Then the node lifecycle workload (`bench lifecycle`), for ours and kube-controller-manager at
 # both budgets: LC_SIZES nodes heartbeating through their Leases for 10 minutes (every 10 s up to
@@ -17,7 +23,7 @@
 # 10% of them silent: detection delay after the grace period, and the unreachable taints' rate
 # through the zone limiter (the nodes are spread over three zones).
 #
-# Environment: SIZES (nodes, default "1000"; "" for none), RUNS (3), TARGET (100), CONFIGS (all five),
+# Environment: SIZES (nodes, default "1000"; "" for none), RUNS (3), TARGET (100), CONFIGS (all seven),
 # LC_SIZES ("1000"; "" for none), LC_RUNS (3), LC_CONFIGS (ours kcm-budget kcm-default),
 # OUT (docs/bench), RAW (where the JSON reports go; default under the cache directory).
 set -euo pipefail
@@ -25,7 +31,7 @@ cd "$(dirname "$0")/.."
 SIZES=${SIZES-1000}
 RUNS=${RUNS:-3}
 TARGET=${TARGET:-100}
-CONFIGS=${CONFIGS:-floor ours ours-h2 kcm-budget kcm-default}
+CONFIGS=${CONFIGS:-floor floor-json ours ours-h2 ours-json kcm-budget kcm-default}
 LC_SIZES=${LC_SIZES-1000}
 LC_RUNS=${LC_RUNS:-3}
 LC_CONFIGS=${LC_CONFIGS:-ours kcm-budget kcm-default}
@@ -39,9 +45,11 @@ for size in $SIZES; do
   for run in $(seq 1 "$RUNS"); do
     for config in $CONFIGS; do
       case $config in
-        floor) args=(--floor) ;;
+        floor) args=(--floor --floor-wire protobuf --floor-http2) ;;
+        floor-json) args=(--floor --floor-wire json) ;;
         ours) args=(--controller "$T/node-lifecycle-controller") ;;
         ours-h2) args=(--controller "$T/node-lifecycle-controller" -- --api-http2) ;;
+        ours-json) args=(--controller "$T/node-lifecycle-controller" -- --kube-api-content-type=application/json) ;;
         kcm-budget) args=(--upstream -- --kube-api-qps=2000 --kube-api-burst=2000) ;;
         kcm-default) args=(--upstream) ;;
         *) log "unknown configuration $config"; exit 1 ;;

@@ -1,6 +1,7 @@
 //! `bench compare`: turns the eviction reports of `make bench-compare` (one JSON per run) into a
-//! markdown table and an SVG chart: ours, kube-controller-manager at its defaults and at our
-//! budget, and the API floor, per size; medians with their spread (min-max) over the runs.
+//! markdown table and an SVG chart: ours (and its HTTP/2 and JSON variants),
+//! kube-controller-manager at its defaults and at our budget, and the API floor(s), per size;
+//! medians with their spread (min-max) over the runs.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -22,58 +23,91 @@ pub struct CompareArgs {
     pub command: String,
 }
 
-/// The configurations, in column order.
+/// The configurations. `http2`: ours with `--api-http2`, the floor with `--floor-http2`; `json`:
+/// ours with `--kube-api-content-type=application/json`, the floor with `--floor-wire json`
+/// (both default to protobuf; a floor report from before those options is JSON over HTTP/1.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Config {
-    Ours,
-    /// Ours with `--api-http2`.
-    OursHttp2,
+    Ours { http2: bool, json: bool },
     KcmBudget,
     KcmDefault,
-    Floor,
+    Floor { http2: bool, json: bool },
 }
 
 impl Config {
-    const ALL: [Self; 5] = [Self::Ours, Self::OursHttp2, Self::KcmBudget, Self::KcmDefault, Self::Floor];
+    /// Column order; the first floor present is the one figures are reported against ("floor
+    /// +x"): the fastest.
+    const ALL: [Self; 10] = [
+        Self::Ours { http2: false, json: false },
+        Self::Ours { http2: true, json: false },
+        Self::Ours { http2: false, json: true },
+        Self::Ours { http2: true, json: true },
+        Self::KcmBudget,
+        Self::KcmDefault,
+        Self::Floor { http2: true, json: false },
+        Self::Floor { http2: false, json: false },
+        Self::Floor { http2: true, json: true },
+        Self::Floor { http2: false, json: true },
+    ];
 
     fn label(self) -> &'static str {
         match self {
-            Self::Ours => "ours",
-            Self::OursHttp2 => "ours, HTTP/2",
+            Self::Ours { http2: false, json: false } => "ours",
+            Self::Ours { http2: true, json: false } => "ours, HTTP/2",
+            Self::Ours { http2: false, json: true } => "ours, JSON",
+            Self::Ours { http2: true, json: true } => "ours, JSON, HTTP/2",
             Self::KcmBudget => "kcm, our budget",
             Self::KcmDefault => "kcm, defaults",
-            Self::Floor => "API floor",
+            Self::Floor { http2: true, json: false } => "API floor (protobuf, HTTP/2)",
+            Self::Floor { http2: false, json: false } => "API floor (protobuf, HTTP/1.1)",
+            Self::Floor { http2: true, json: true } => "API floor (JSON, HTTP/2)",
+            Self::Floor { http2: false, json: true } => "API floor (JSON, HTTP/1.1)",
         }
     }
 
     fn color(self) -> &'static str {
         match self {
-            Self::Ours => "#1f77b4",
-            Self::OursHttp2 => "#6baed6",
+            Self::Ours { http2: false, json: false } => "#1f77b4",
+            Self::Ours { http2: true, json: false } => "#6baed6",
+            Self::Ours { http2: false, json: true } => "#9467bd",
+            Self::Ours { http2: true, json: true } => "#c5b0d5",
             Self::KcmBudget => "#ff7f0e",
             Self::KcmDefault => "#f5c08a",
-            Self::Floor => "#7f7f7f",
+            Self::Floor { http2: true, json: false } => "#4d4d4d",
+            Self::Floor { http2: false, json: false } => "#7f7f7f",
+            Self::Floor { http2: true, json: true } => "#a6a6a6",
+            Self::Floor { http2: false, json: true } => "#c7c7c7",
         }
+    }
+
+    fn is_floor(self) -> bool {
+        matches!(self, Self::Floor { .. })
     }
 
     /// Which configuration a report is, from what it says about itself.
     fn of(report: &Value) -> Self {
         if report["floor"].as_bool() == Some(true) {
-            return Self::Floor;
+            return Self::Floor {
+                http2: report["floor_http2"].as_bool() == Some(true),
+                json: report["floor_wire"].as_str().is_none_or(|w| w == "json"),
+            };
         }
         let upstream = report["upstream"]
             .as_bool()
             .unwrap_or_else(|| report["controller"].as_str().is_some_and(|c| c.starts_with("kube-controller-manager")));
-        let flag = |pred: fn(&str) -> bool| {
-            report["controller_flags"].as_array().is_some_and(|f| f.iter().any(|a| a.as_str().is_some_and(pred)))
-        };
-        let budget = flag(|a| a.starts_with("--kube-api-qps"));
-        let http2 = flag(|a| a == "--api-http2" || a == "--api-http2=true");
+        let flags: Vec<&str> = report["controller_flags"]
+            .as_array()
+            .map(|f| f.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let budget = flags.iter().any(|a| a.starts_with("--kube-api-qps"));
+        let http2 = flags.iter().any(|a| *a == "--api-http2" || *a == "--api-http2=true");
+        // `--kube-api-content-type=application/json` or `--kube-api-content-type application/json`.
+        let json = flags.contains(&"--kube-api-content-type=application/json")
+            || flags.windows(2).any(|w| w == ["--kube-api-content-type", "application/json"]);
         match (upstream, budget) {
             (true, true) => Self::KcmBudget,
             (true, false) => Self::KcmDefault,
-            (false, _) if http2 => Self::OursHttp2,
-            (false, _) => Self::Ours,
+            (false, _) => Self::Ours { http2, json },
         }
     }
 }
@@ -248,9 +282,11 @@ fn table(md: &mut String, runs: &BTreeMap<Config, Vec<Value>>, figures: &[Figure
         let _ = write!(md, "---|");
     }
     md.push('\n');
+    let reference = configs.iter().copied().find(|c| c.is_floor());
     for f in figures {
-        let floor =
-            runs.get(&Config::Floor).and_then(|r| stat(&r.iter().filter_map(|v| get(v, f.path)).collect::<Vec<_>>()));
+        let floor = reference
+            .and_then(|c| runs.get(&c))
+            .and_then(|r| stat(&r.iter().filter_map(|v| get(v, f.path)).collect::<Vec<_>>()));
         let mut cells = Vec::new();
         let mut any = false;
         for c in &configs {
@@ -267,7 +303,7 @@ fn table(md: &mut String, runs: &BTreeMap<Config, Vec<Value>>, figures: &[Figure
                     if s.n > 1 {
                         let _ = write!(cell, " ({}–{})", fmt_num(s.min), fmt_num(s.max));
                     }
-                    if let (true, Some(fl), false) = (f.vs_floor, floor, *c == Config::Floor) {
+                    if let (true, Some(fl), false) = (f.vs_floor, floor, Some(*c) == reference) {
                         let d = s.median - fl.median;
                         let _ = if d.abs() < 10.0 {
                             write!(cell, "<br>floor {:+.0} ms", d * 1000.0)
@@ -302,8 +338,8 @@ pub fn markdown(reports: &Reports, command: &str) -> String {
     }
     let _ = writeln!(
         md,
-        "Medians over the runs, (min–max) their spread; \"floor +x ms\" is the median minus the API floor's; \
-         counts are sums over the runs. Produced by `{command}`."
+        "Medians over the runs, (min–max) their spread; \"floor +x ms\" is the median minus the first API \
+         floor column's (the fastest floor measured); counts are sums over the runs. Produced by `{command}`."
     );
     md
 }
@@ -311,7 +347,10 @@ pub fn markdown(reports: &Reports, command: &str) -> String {
 /// The chart's layout: a panel's width and height, the space above the panels and left of them.
 const PANEL_W: f64 = 300.0;
 const PANEL_H: f64 = 220.0;
-const TOP: f64 = 75.0;
+const TOP: f64 = 91.0;
+/// The legend's entries per row, and their spacing.
+const LEGEND_PER_ROW: usize = 4;
+const LEGEND_W: f64 = 230.0;
 const LEFT: f64 = 50.0;
 
 /// A panel's vertical scale: linear from 0, or logarithmic from 0.1.
@@ -368,21 +407,25 @@ pub fn svg(groups: &Groups) -> String {
         s,
         r#"<text x="{left}" y="20" font-size="14" font-weight="bold">Taint eviction storm: ours vs kube-controller-manager vs the API floor (median, min–max)</text>"#
     );
-    // Legend.
-    for (i, c) in Config::ALL.iter().enumerate() {
-        let x = left + i as f64 * 150.0;
-        let _ = writeln!(s, r#"<rect x="{x}" y="32" width="12" height="12" fill="{}"/>"#, c.color());
-        let _ = writeln!(s, r#"<text x="{}" y="42">{}</text>"#, x + 16.0, c.label());
+    // The configurations of any size, in column order; each has its place in every group.
+    let present: Vec<Config> =
+        Config::ALL.into_iter().filter(|c| groups.values().any(|runs| runs.contains_key(c))).collect();
+    // Legend: rows of LEGEND_PER_ROW (three rows fit above the panels).
+    for (i, c) in present.iter().enumerate() {
+        let x = left + (i % LEGEND_PER_ROW) as f64 * LEGEND_W;
+        let y = 32.0 + (i / LEGEND_PER_ROW) as f64 * 16.0;
+        let _ = writeln!(s, r#"<rect x="{x}" y="{y}" width="12" height="12" fill="{}"/>"#, c.color());
+        let _ = writeln!(s, r#"<text x="{}" y="{}">{}</text>"#, x + 16.0, y + 10.0, c.label());
     }
     for (pi, (title, path, log)) in panels.iter().enumerate() {
-        panel(&mut s, groups, left + pi as f64 * PANEL_W, title, path, *log);
+        panel(&mut s, groups, &present, left + pi as f64 * PANEL_W, title, path, *log);
     }
     s.push_str("</svg>\n");
     s
 }
 
 /// One panel of the chart, at `x0`: its title, axes and ticks, then a group of bars per size.
-fn panel(s: &mut String, groups: &Groups, x0: f64, title: &str, path: &[&str], log: bool) {
+fn panel(s: &mut String, groups: &Groups, present: &[Config], x0: f64, title: &str, path: &[&str], log: bool) {
     let top = TOP;
     let (cw, base) = (PANEL_W - 40.0, TOP + PANEL_H);
     let mut max = 0.0_f64;
@@ -409,7 +452,7 @@ fn panel(s: &mut String, groups: &Groups, x0: f64, title: &str, path: &[&str], l
     let group_w = cw / groups.len().max(1) as f64;
     for (si, (size, runs)) in groups.iter().enumerate() {
         let gx = x0 + si as f64 * group_w;
-        bars(s, runs, gx, group_w, path, &scale);
+        bars(s, runs, present, gx, group_w, path, &scale);
         let _ = writeln!(
             s,
             r#"<text x="{:.1}" y="{}" text-anchor="middle">{} × {}</text>"#,
@@ -421,11 +464,20 @@ fn panel(s: &mut String, groups: &Groups, x0: f64, title: &str, path: &[&str], l
     }
 }
 
-/// The bars of one size in a panel, one per configuration present, starting at `gx`.
-fn bars(s: &mut String, runs: &BTreeMap<Config, Vec<Value>>, gx: f64, group_w: f64, path: &[&str], scale: &Scale) {
+/// The bars of one size in a panel, starting at `gx`: a place per configuration of `present`
+/// (those of any size), a bar where this size has it.
+fn bars(
+    s: &mut String,
+    runs: &BTreeMap<Config, Vec<Value>>,
+    present: &[Config],
+    gx: f64,
+    group_w: f64,
+    path: &[&str],
+    scale: &Scale,
+) {
     let base = TOP + PANEL_H;
-    let bar_w = (group_w - 20.0) / Config::ALL.len() as f64;
-    for (ci, c) in Config::ALL.iter().enumerate() {
+    let bar_w = (group_w - 20.0) / present.len().max(1) as f64;
+    for (ci, c) in present.iter().enumerate() {
         let Some(runs) = runs.get(c) else { continue };
         let Some(st) = stat(&runs.iter().filter_map(|r| get(r, path)).collect::<Vec<_>>()) else { continue };
         let bx = gx + 10.0 + ci as f64 * bar_w;
@@ -476,16 +528,93 @@ mod tests {
         assert!(stat(&[f64::NAN]).is_none());
     }
 
+    const OURS: Config = Config::Ours { http2: false, json: false };
+    const FLOOR: Config = Config::Floor { http2: true, json: false };
+    const FLOOR_JSON: Config = Config::Floor { http2: false, json: true };
+
     #[test]
     fn configurations_from_reports() {
-        assert_eq!(Config::of(&json!({"floor": true})), Config::Floor);
+        // A floor report from before --floor-wire / --floor-http2: JSON over HTTP/1.1.
+        assert_eq!(Config::of(&json!({"floor": true})), FLOOR_JSON);
+        assert_eq!(Config::of(&json!({"floor": true, "floor_wire": "json", "floor_http2": false})), FLOOR_JSON);
+        assert_eq!(Config::of(&json!({"floor": true, "floor_wire": "protobuf", "floor_http2": true})), FLOOR);
+        assert_eq!(
+            Config::of(&json!({"floor": true, "floor_wire": "protobuf", "floor_http2": false})),
+            Config::Floor { http2: false, json: false }
+        );
         assert_eq!(Config::of(&json!({"upstream": true, "controller_flags": []})), Config::KcmDefault);
         assert_eq!(
             Config::of(&json!({"upstream": true, "controller_flags": ["--kube-api-qps=2000"]})),
             Config::KcmBudget
         );
-        assert_eq!(Config::of(&json!({"upstream": false, "controller_flags": []})), Config::Ours);
-        assert_eq!(Config::of(&json!({"upstream": false, "controller_flags": ["--api-http2"]})), Config::OursHttp2);
+        assert_eq!(Config::of(&json!({"upstream": false, "controller_flags": []})), OURS);
+        assert_eq!(
+            Config::of(&json!({"upstream": false, "controller_flags": ["--api-http2"]})),
+            Config::Ours { http2: true, json: false }
+        );
+        let json_ours = Config::Ours { http2: false, json: true };
+        assert_eq!(
+            Config::of(&json!({"upstream": false, "controller_flags": ["--kube-api-content-type=application/json"]})),
+            json_ours
+        );
+        assert_eq!(
+            Config::of(
+                &json!({"upstream": false, "controller_flags": ["--kube-api-content-type", "application/json"]})
+            ),
+            json_ours
+        );
+        assert_eq!(
+            Config::of(&json!({"upstream": false,
+                               "controller_flags": ["--kube-api-content-type=application/vnd.kubernetes.protobuf"]})),
+            OURS
+        );
+        assert_eq!(
+            Config::of(&json!({"upstream": false,
+                               "controller_flags": ["--api-http2", "--kube-api-content-type=application/json"]})),
+            Config::Ours { http2: true, json: true }
+        );
+        // Every configuration has its own label and place.
+        let labels: std::collections::BTreeSet<&str> = Config::ALL.iter().map(|c| c.label()).collect();
+        assert_eq!(labels.len(), Config::ALL.len());
+    }
+
+    #[test]
+    fn columns_in_order_and_figures_against_the_fastest_floor() {
+        let run = |floor: Value, p99: f64| {
+            let mut r = json!({"benchmark": "eviction", "nodes": 10, "pods": 300, "upstream": false,
+                               "controller_flags": [], "immediate_after_taint_s": {"p50": p99, "p99": p99}});
+            if let (Some(r), Some(f)) = (r.as_object_mut(), floor.as_object()) {
+                r.extend(f.clone());
+            }
+            r
+        };
+        let mut reports = Reports::default();
+        let g = reports.eviction.entry((10, 30)).or_default();
+        g.insert(FLOOR_JSON, vec![run(json!({"floor": true}), 0.8)]);
+        g.insert(FLOOR, vec![run(json!({"floor": true, "floor_wire": "protobuf", "floor_http2": true}), 0.5)]);
+        g.insert(Config::KcmDefault, vec![run(json!({"upstream": true}), 30.0)]);
+        g.insert(Config::Ours { http2: false, json: true }, vec![run(json!({}), 1.5)]);
+        g.insert(Config::Ours { http2: true, json: false }, vec![run(json!({}), 0.9)]);
+        g.insert(OURS, vec![run(json!({}), 1.0)]);
+        let md = markdown(&reports, "make bench-compare");
+        assert!(
+            md.contains(
+                "| figure | ours (1 run) | ours, HTTP/2 (1 run) | ours, JSON (1 run) | kcm, defaults (1 run) \
+                 | API floor (protobuf, HTTP/2) (1 run) | API floor (JSON, HTTP/1.1) (1 run) |"
+            ),
+            "{md}"
+        );
+        // Against the protobuf HTTP/2 floor, the JSON floor included; not the floor itself.
+        assert!(
+            md.contains(
+                "| untolerated: taint → deletion p99 | 1.00 s<br>floor +500 ms | 0.90 s<br>floor +400 ms \
+                 | 1.50 s<br>floor +1000 ms | 30.0 s<br>floor +30 s | 0.50 s | 0.80 s<br>floor +300 ms |"
+            ),
+            "{md}"
+        );
+        let svg = svg(&reports.eviction);
+        assert!(svg.contains(">API floor (protobuf, HTTP/2)</text>") && svg.contains(">ours, JSON</text>"), "{svg}");
+        assert!(!svg.contains("kcm, our budget"), "absent configurations have no legend: {svg}");
     }
 
     #[test]
@@ -496,14 +625,14 @@ mod tests {
         };
         let mut reports = Reports::default();
         let g = reports.eviction.entry((10, 30)).or_default();
-        g.insert(Config::Ours, vec![run(false, 1.0), run(false, 1.2), run(false, 3.0)]);
-        g.insert(Config::Floor, vec![run(true, 0.9)]);
+        g.insert(OURS, vec![run(false, 1.0), run(false, 1.2), run(false, 3.0)]);
+        g.insert(FLOOR_JSON, vec![run(true, 0.9)]);
         let lc = |upstream: bool, p99: f64| {
             json!({"benchmark": "lifecycle", "nodes": 10, "lease_period_s": 10, "upstream": upstream, "controller_flags": [],
                    "stopped": 1, "detected": 1, "detection_delay_after_grace_s": {"p50": p99, "p99": p99}})
         };
         let l = reports.lifecycle.entry((10, 10)).or_default();
-        l.insert(Config::Ours, vec![lc(false, 0.5)]);
+        l.insert(OURS, vec![lc(false, 0.5)]);
         l.insert(Config::KcmDefault, vec![lc(true, 4.0)]);
         let md = markdown(&reports, "make bench-compare");
         assert!(md.contains("### Taint eviction storm: 10 nodes × 30 pods"), "{md}");

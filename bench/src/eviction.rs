@@ -18,7 +18,7 @@ use crate::common::{
     KEY, Measured, PlannedPod, PodPlan, Seen, UnderTest, create_nodes, create_pods, ensure_namespace,
     histogram_quantiles, percentile, set_taints, start_controller, watch_deletions,
 };
-use crate::floor::{self, FloorCounts};
+use crate::floor::{self, FloorCounts, Wire};
 
 /// The tolerationSeconds of the pods that must not be evicted during the benchmark.
 const HOUR: i64 = 3600;
@@ -39,6 +39,14 @@ pub struct EvictionArgs {
     /// writes per pod at its concurrency, straight from the plan (see floor.rs).
     #[arg(long, conflicts_with = "upstream")]
     pub floor: bool,
+    /// The floor's streaming list of the pods and nodes (its ready figure) in protobuf (as
+    /// kube-controller-manager's and the controller's) or JSON.
+    #[arg(long, value_enum, value_name = "WIRE", default_value_t = Wire::Protobuf, requires = "floor")]
+    pub floor_wire: Wire,
+    /// The floor's client speaks HTTP/2 when the API server agrees, built as the controller's
+    /// `--api-http2` builds it; without it, HTTP/1.1 (a pool of connections).
+    #[arg(long, requires = "floor")]
+    pub floor_http2: bool,
     #[command(flatten)]
     pub under_test: UnderTest,
 }
@@ -51,7 +59,8 @@ impl EvictionArgs {
 
     fn describe(&self) -> String {
         if self.floor {
-            format!("api floor (raw client, concurrency {})", floor::CONCURRENCY)
+            let http = if self.floor_http2 { "HTTP/2" } else { "HTTP/1.1" };
+            format!("api floor (raw client, concurrency {}, {}, {http})", floor::CONCURRENCY, self.floor_wire.name())
         } else {
             self.under_test.describe("kube-controller-manager taint-eviction-controller")
         }
@@ -77,6 +86,9 @@ struct Usage {
     ready_s: Option<f64>,
     metrics: String,
     floor: Option<FloorCounts>,
+    /// The HTTP version the API server answered the floor's client in (`HTTP/2.0` when
+    /// `--floor-http2` got it).
+    floor_http_version: Option<String>,
 }
 
 pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::Value> {
@@ -86,10 +98,16 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
     let (seen, watch_task) = watch_deletions(&client);
     let targets: Vec<&PlannedPod> = plan.iter().filter(|(_, _, s)| *s != Some(HOUR)).collect();
     if args.floor {
-        let (list_s, listed) = floor::initial_list(&client).await?;
-        eprintln!("bench: a raw streaming list of {listed} pods and nodes took {list_s:.2}s");
+        let (floor_client, skew) = floor::client(&cp.kubeconfig, args.floor_http2).await?;
+        let (list_s, listed) = floor::initial_list(&floor_client, args.floor_wire).await?;
+        let http_version = skew.http_version().map(|v| format!("{v:?}"));
+        eprintln!(
+            "bench: a raw streaming list of {listed} pods and nodes ({}, {}) took {list_s:.2}s",
+            args.floor_wire.name(),
+            http_version.as_deref().unwrap_or("HTTP version unknown")
+        );
         let counts = Arc::new(Mutex::new(FloorCounts::default()));
-        let task = tokio::spawn(floor::run(client.clone(), plan.clone(), HOUR, counts.clone()));
+        let task = tokio::spawn(floor::run(floor_client, plan.clone(), HOUR, counts.clone()));
         // The same pause as a controller gets to list everything.
         tokio::time::sleep(Duration::from_secs(15)).await;
         let taint = taint_all(&client, &nodes, args.target).await?;
@@ -97,7 +115,12 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
         task.abort();
         let seen = seen.lock().map(|m| m.clone()).unwrap_or_default();
         watch_task.abort();
-        let usage = Usage { floor: counts.lock().ok().map(|c| *c), ready_s: Some(list_s), ..Usage::default() };
+        let usage = Usage {
+            floor: counts.lock().ok().map(|c| *c),
+            ready_s: Some(list_s),
+            floor_http_version: skew.http_version().map(|v| format!("{v:?}")),
+            ..Usage::default()
+        };
         return Ok(report(args, &plan, &targets, &seen, &taint, &usage));
     }
     let (mut ctl, ready_s) = start_listed(cp, &args.under_test).await?;
@@ -121,6 +144,7 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
         ready_s,
         metrics,
         floor: None,
+        floor_http_version: None,
     };
     Ok(report(args, &plan, &targets, &seen, &taint, &usage))
 }
@@ -249,6 +273,8 @@ fn report(
         "benchmark": "eviction",
         "controller": args.describe(),
         "floor": args.floor, "upstream": args.under_test.upstream && !args.floor,
+        "floor_wire": args.floor.then(|| args.floor_wire.name()), "floor_http2": args.floor.then_some(args.floor_http2),
+        "floor_http_version": usage.floor_http_version,
         "controller_flags": args.under_test.extra,
         "nodes": args.nodes, "pods": plan.len(), "evicted_expected": targets.len(), "missing": missing,
         "evicted_wrongly": early,

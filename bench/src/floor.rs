@@ -6,17 +6,26 @@
 //! watches the nodes for the benchmark's taint (the same signal a controller gets) and, per
 //! evicted pod, sleeps until its deadline. No matching, no timer queue, no events, no node
 //! re-read. Every controller figure is reported as "floor + x".
+//!
+//! Its options make it the fastest any client could go: `--floor-wire protobuf` (the default, as
+//! kube-controller-manager's and the controller's lists) for the streaming list behind the ready
+//! figure, and `--floor-http2` for its client (the controller's, built as `--api-http2` builds it).
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use futures::{AsyncBufReadExt, StreamExt};
+use http_body_util::BodyExt as _;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::runtime::watcher;
+use nlc_core::wire::proto;
+use node_lifecycle_controller::runtime::args::ClientArgs;
+use node_lifecycle_controller::runtime::client::{Skew, client_with_skew};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -25,6 +34,29 @@ use crate::common::{KEY, NS, PodPlan};
 /// The controller's default `--eviction-concurrency`.
 pub const CONCURRENCY: usize = 32;
 
+/// What the floor's streaming list asks for (`--floor-wire`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Wire {
+    /// JSON, one event per line (kube-rs's default; the floor before issue 27).
+    Json,
+    /// Kubernetes protobuf, length-framed (kube-controller-manager's and the controller's
+    /// default).
+    Protobuf,
+}
+
+impl Wire {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Json => "json",
+            Self::Protobuf => "protobuf",
+        }
+    }
+}
+
+/// What a protobuf list or watch asks for: client-go's `UseProtobufAsDefault` header, so that a
+/// server without protobuf for the resource would answer JSON (which the floor then refuses).
+const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/json";
+
 /// What the floor did.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct FloorCounts {
@@ -32,24 +64,43 @@ pub struct FloorCounts {
     pub failed: usize,
 }
 
+/// The floor's client, for its list and its writes alike: the controller's own
+/// (`runtime::client::client_with_skew`, the admin kubeconfig), so that `http2` speaks HTTP/2 as
+/// `--api-http2` does, with the same settings. Like the controller's, it retries nothing by
+/// itself. The [`Skew`] tells which HTTP version the API server answered in.
+pub async fn client(kubeconfig: &Path, http2: bool) -> Result<(kube::Client, Skew)> {
+    let args = ClientArgs { kubeconfig: Some(kubeconfig.to_owned()), api_http2: http2, ..ClientArgs::default() };
+    Ok(client_with_skew(&args).await?)
+}
+
 /// The floor under a controller's ready time: how long a raw client takes to receive what the
 /// controller's caches start from (the pods bound to a node, and the nodes) through the same
 /// streaming lists (watches with `sendInitialEvents`, concurrently), up to each one's
-/// initial-events-end bookmark. Nothing is decoded. Returns the seconds and the objects received.
-pub async fn initial_list(client: &kube::Client) -> Result<(f64, usize)> {
+/// initial-events-end bookmark, in `wire`'s encoding. Nothing is decoded but each protobuf
+/// event's type (and the bookmarks' annotations). Returns the seconds and the objects received.
+pub async fn initial_list(client: &kube::Client, wire: Wire) -> Result<(f64, usize)> {
     let start = Instant::now();
     let (pods, nodes) = tokio::try_join!(
-        stream_initial(client, "/api/v1/pods", "spec.nodeName%21%3D"),
-        stream_initial(client, "/api/v1/nodes", "")
+        stream_initial(client, wire, "/api/v1/pods", "spec.nodeName%21%3D"),
+        stream_initial(client, wire, "/api/v1/nodes", "")
     )?;
     Ok((start.elapsed().as_secs_f64(), pods + nodes))
 }
 
-async fn stream_initial(client: &kube::Client, path: &str, field_selector: &str) -> Result<usize> {
+async fn stream_initial(client: &kube::Client, wire: Wire, path: &str, field_selector: &str) -> Result<usize> {
     let uri = format!(
         "{path}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true\
          &timeoutSeconds=290&fieldSelector={field_selector}"
     );
+    match wire {
+        Wire::Json => stream_initial_json(client, uri, path).await,
+        Wire::Protobuf => stream_initial_protobuf(client, uri, path).await,
+    }
+}
+
+/// JSON: one event per line; the bookmark that ends the initial events is the line with the
+/// annotation.
+async fn stream_initial_json(client: &kube::Client, uri: String, path: &str) -> Result<usize> {
     let mut lines = client.request_stream(http::Request::get(uri).body(Vec::new())?).await?.lines();
     let mut objects = 0;
     while let Some(line) = lines.next().await {
@@ -57,6 +108,47 @@ async fn stream_initial(client: &kube::Client, path: &str, field_selector: &str)
             return Ok(objects);
         }
         objects += 1;
+    }
+    bail!("the watch of {path} ended before its initial-events-end bookmark")
+}
+
+/// Protobuf: frames of a 4-byte big-endian length and a `WatchEvent`, counted as they are cut;
+/// only a `BOOKMARK`'s object is read, for the initial-events-end annotation.
+async fn stream_initial_protobuf(client: &kube::Client, uri: String, path: &str) -> Result<usize> {
+    let req = http::Request::get(uri).header(http::header::ACCEPT, ACCEPT_PROTOBUF).body(kube::client::Body::empty())?;
+    let res = client.send(req).await?;
+    let status = res.status();
+    let content_type = res.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let protobuf = content_type.starts_with("application/vnd.kubernetes.protobuf");
+    if !status.is_success() {
+        let body = res.into_body().collect_bytes().await?;
+        let message = proto::unknown(&body)
+            .and_then(|u| proto::status(u.raw))
+            .map_or_else(|_| String::from_utf8_lossy(&body).into_owned(), |s| s.message);
+        bail!("the watch of {path} answered {status}: {message}");
+    }
+    if !protobuf {
+        bail!("the watch of {path} answered {content_type:?}, not protobuf");
+    }
+    let mut body = res.into_body();
+    let mut framer = proto::Framer::new();
+    let mut objects = 0;
+    while let Some(frame) = body.frame().await {
+        let Ok(chunk) = frame?.into_data() else { continue };
+        framer.push(&chunk);
+        while let Some(payload) = framer.next_frame()? {
+            let event = proto::watch_event(payload)?;
+            match event.type_ {
+                "BOOKMARK" if proto::bookmark(proto::unknown(event.object)?.raw)?.initial_events_end => {
+                    return Ok(objects);
+                }
+                "ERROR" => {
+                    let status = proto::status(proto::unknown(event.object)?.raw)?;
+                    bail!("the watch of {path} failed: {} ({})", status.message, status.code);
+                }
+                _ => objects += 1,
+            }
+        }
     }
     bail!("the watch of {path} ended before its initial-events-end bookmark")
 }

@@ -7,7 +7,9 @@
 //!            nodes at once, whose pods are evicted (a third at once, two thirds with
 //!            tolerationSeconds spread over 10-30 s). Reports taint -> deletion of the untolerated
 //!            pods, the lateness (deletion seen minus deadline) of the timed evictions, and the
-//!            controller's ready time, RSS and CPU. `--floor`: a raw client instead (floor.rs).
+//!            controller's ready time, RSS and CPU. `--floor`: a raw client instead (floor.rs),
+//!            its streaming list in protobuf or JSON (`--floor-wire`), over HTTP/2 with
+//!            `--floor-http2`.
 //! compare:   the table and chart of `make bench-compare` from its reports.
 //! lifecycle: NODES nodes whose Leases this tool renews every LEASE_PERIOD; after a warm-up it
 //!            measures the controller's CPU and RSS over STEADY seconds, then stops STOP nodes'
@@ -31,7 +33,7 @@
 //! bench lifecycle [--nodes N] [--stop N] [--steady SECS] [--lease-period SECS] [--grace DUR]
 //!                 [--controller BIN | --upstream] [-- CONTROLLER FLAGS]
 //! bench webhook [--connections N] [--steady SECS] [--all-plugins | --rules N] [--controller BIN]
-//! bench eviction --floor [--nodes N] [--pods N] [--target N]
+//! bench eviction --floor [--floor-wire protobuf|json] [--floor-http2] [--nodes N] [--pods N] [--target N]
 //! bench compare --runs DIR --out DIR
 //! bench chaos [--nodes N] [--pods N] [--duration DUR] [--no-faults] [--controller BIN]
 //! bench chaos-report --with FILE --without FILE
@@ -165,6 +167,8 @@ mod tests {
         assert_eq!((e.nodes, e.pods, e.target), (1000, 30, 100));
         assert_eq!(e.under_test.controller, Path::new("target/release/node-lifecycle-controller"));
         assert!(!e.under_test.upstream && e.under_test.extra.is_empty());
+        assert!(!e.floor && !e.floor_http2);
+        assert_eq!(e.floor_wire, crate::floor::Wire::Protobuf);
 
         let Scenario::Lifecycle(l) = parse(&["lifecycle"]).expect("parses") else { panic!("not lifecycle") };
         assert_eq!((l.nodes, l.stop, l.steady, l.lease_period), (1000, 100, 600, 10));
@@ -191,6 +195,14 @@ mod tests {
             panic!("not lifecycle")
         };
         assert_eq!((l.lease_period, l.grace.value), (40, Duration::from_secs(90)));
+
+        let Scenario::Eviction(e) =
+            parse(&["eviction", "--floor", "--floor-wire", "json", "--floor-http2"]).expect("parses")
+        else {
+            panic!("not eviction")
+        };
+        assert!(e.floor && e.floor_http2);
+        assert_eq!(e.floor_wire, crate::floor::Wire::Json);
     }
 
     #[test]
@@ -198,6 +210,10 @@ mod tests {
         assert!(parse(&["lifecycle", "--grace", "50"]).is_err());
         assert!(parse(&["eviction", "--stop", "5"]).is_err());
         assert!(parse(&["webhook", "--upstream"]).is_err());
+        // The floor's options only with --floor.
+        assert!(parse(&["eviction", "--floor-http2"]).is_err());
+        assert!(parse(&["eviction", "--floor-wire", "json"]).is_err());
+        assert!(parse(&["eviction", "--floor", "--floor-wire", "yaml"]).is_err());
         assert!(parse(&[]).is_err());
     }
 }
