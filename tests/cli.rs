@@ -479,6 +479,55 @@ async fn service_account_token(client: &kube::Client, ns: &str, name: &str) -> S
     tr.status.expect("token").token
 }
 
+/// The probes are plain HTTP on their own port (with `?verbose`), and the metrics port speaks
+/// no plain HTTP.
+async fn assert_plain_probes(probes: u16, metrics: u16) {
+    assert_eq!(http_get(probes, "/healthz").await.map(|r| r.0), Some(200));
+    assert_eq!(http_get(probes, "/livez").await.map(|r| r.0), Some(200));
+    // Issue 25: `?verbose` lists the checks, as kube components do.
+    let verbose = http_get(probes, "/readyz?verbose").await.expect("readyz?verbose");
+    assert_eq!(verbose.0, 200);
+    assert!(verbose.1.contains("[+]ping ok") && verbose.1.ends_with("readyz check passed\n"), "{}", verbose.1);
+    assert!(verbose.1.lines().count() >= 4, "every component is listed: {}", verbose.1);
+    let live = http_get(probes, "/livez?verbose").await.expect("livez?verbose").1;
+    assert!(live.contains("[+]ping ok") && live.ends_with("livez check passed\n"), "{live}");
+    assert_eq!(http_get(probes, "/metrics").await.map(|r| r.0), Some(404), "the probe port serves no metrics");
+    // Plain HTTP is not spoken on the metrics port.
+    assert_ne!(http_get(metrics, "/metrics").await.map(|r| r.0), Some(200));
+}
+
+/// Issue 25: `/configz` is reviewed for its own path (the scraper may read /metrics, not it;
+/// "nobody" the reverse) and lists the flags in effect.
+async fn assert_configz(metrics: u16, scraper: &str, nobody: &str) {
+    // Issue 25: `/configz`, reviewed for its own path: the scraper's answer for /metrics does
+    // not open it, and "nobody"'s refusal for /metrics does not close it.
+    assert_eq!(https_get(metrics, "/configz", None).await.map(|r| r.0), Some(401));
+    let scraper_configz = https_get(metrics, "/configz", Some(scraper)).await.expect("https");
+    assert_eq!(scraper_configz.0, 403, "{scraper_configz:?}");
+    let configz = https_get(metrics, "/configz", Some(nobody)).await.expect("https");
+    assert_eq!(configz.0, 200, "{configz:?}");
+    let doc: serde_json::Value = serde_json::from_str(&configz.1).expect("configz JSON");
+    let flags = &doc["componentconfig"]["flags"];
+    assert_eq!(doc["componentconfig"]["command"], "run", "{doc:#}");
+    assert_eq!(flags["node-selector"], json!(["nlc-test=cli-metrics-auth"]), "given: {doc:#}");
+    assert_eq!(flags["node-monitor-grace-period"], json!(["50s"]), "defaulted: {doc:#}");
+    assert_eq!(flags["leader-elect"], json!(["false"]), "{doc:#}");
+}
+
+/// A ClusterRole `name` with `rules`, bound to the service account `ns/account`.
+async fn bind_cluster_role(client: &kube::Client, name: &str, rules: serde_json::Value, ns: &str, account: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let role: ClusterRole = serde_json::from_value(json!({"metadata": {"name": name}, "rules": rules})).expect("role");
+    Api::<ClusterRole>::all(client.clone()).create(&PostParams::default(), &role).await.expect("role");
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
+    }))
+    .expect("binding");
+    Api::<ClusterRoleBinding>::all(client.clone()).create(&PostParams::default(), &binding).await.expect("binding");
+}
+
 /// Issue 24: `/metrics` is HTTPS and answers only a caller the API server authenticates
 /// (TokenReview) and authorizes for `get /metrics` (SubjectAccessReview), with the ClusterRole
 /// the manifests ship; the probes are plain HTTP on their own port, and allowed without a token
@@ -495,35 +544,13 @@ async fn metrics_are_served_only_to_callers_the_api_server_authorizes() {
     let nobody = service_account_token(&client, &ns, "nobody").await;
     // The manifests' metrics-reader role, under this test's own name, bound to the scraper.
     let docs = common::yaml::file("manifests/base/metrics-auth.yaml");
-    let mut role: ClusterRole = docs
-        .iter()
-        .find(|d| d["kind"] == "ClusterRole")
-        .map(|d| serde_json::from_value(d.clone()).expect("role"))
-        .expect("the manifests ship a metrics-reader ClusterRole");
-    role.metadata.name = Some(ns.clone());
-    Api::<ClusterRole>::all(client.clone()).create(&PostParams::default(), &role).await.expect("role");
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": ns},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ns},
-        "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": ns}],
-    }))
-    .expect("binding");
-    Api::<ClusterRoleBinding>::all(client.clone()).create(&PostParams::default(), &binding).await.expect("binding");
+    let role =
+        docs.iter().find(|d| d["kind"] == "ClusterRole").expect("the manifests ship a metrics-reader ClusterRole");
+    bind_cluster_role(&client, &ns, role["rules"].clone(), &ns, "scraper").await;
     // `/configz` is another path: "nobody" may read it (and not /metrics), the scraper not.
     let configz_reader = format!("{ns}-configz");
-    let role: ClusterRole = serde_json::from_value(json!({
-        "metadata": {"name": configz_reader},
-        "rules": [{"nonResourceURLs": ["/configz"], "verbs": ["get"]}],
-    }))
-    .expect("role");
-    Api::<ClusterRole>::all(client.clone()).create(&PostParams::default(), &role).await.expect("role");
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": configz_reader},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": configz_reader},
-        "subjects": [{"kind": "ServiceAccount", "name": "nobody", "namespace": ns}],
-    }))
-    .expect("binding");
-    Api::<ClusterRoleBinding>::all(client.clone()).create(&PostParams::default(), &binding).await.expect("binding");
+    let rules = json!([{"nonResourceURLs": ["/configz"], "verbs": ["get"]}]);
+    bind_cluster_role(&client, &configz_reader, rules, &ns, "nobody").await;
 
     let [metrics, probes] = common::free_ports::<2>();
     let mut child = tokio::process::Command::new(BIN)
@@ -547,18 +574,7 @@ async fn metrics_are_served_only_to_callers_the_api_server_authorizes() {
         assert!(Instant::now() < deadline, "never ready on the probe port");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(http_get(probes, "/healthz").await.map(|r| r.0), Some(200));
-    assert_eq!(http_get(probes, "/livez").await.map(|r| r.0), Some(200));
-    // Issue 25: `?verbose` lists the checks, as kube components do.
-    let verbose = http_get(probes, "/readyz?verbose").await.expect("readyz?verbose");
-    assert_eq!(verbose.0, 200);
-    assert!(verbose.1.contains("[+]ping ok") && verbose.1.ends_with("readyz check passed\n"), "{}", verbose.1);
-    assert!(verbose.1.lines().count() >= 4, "every component is listed: {}", verbose.1);
-    let live = http_get(probes, "/livez?verbose").await.expect("livez?verbose").1;
-    assert!(live.contains("[+]ping ok") && live.ends_with("livez check passed\n"), "{live}");
-    assert_eq!(http_get(probes, "/metrics").await.map(|r| r.0), Some(404), "the probe port serves no metrics");
-    // Plain HTTP is not spoken on the metrics port.
-    assert_ne!(http_get(metrics, "/metrics").await.map(|r| r.0), Some(200));
+    assert_plain_probes(probes, metrics).await;
 
     let anonymous = https_get(metrics, "/metrics", None).await.expect("https");
     assert_eq!(anonymous.0, 401, "anonymous: {anonymous:?}");
@@ -578,19 +594,7 @@ async fn metrics_are_served_only_to_callers_the_api_server_authorizes() {
     }
     // The probe paths need no token on the metrics port either.
     assert_eq!(https_get(metrics, "/readyz", None).await.map(|r| r.0), Some(200));
-    // Issue 25: `/configz`, reviewed for its own path: the scraper's answer for /metrics does
-    // not open it, and "nobody"'s refusal for /metrics does not close it.
-    assert_eq!(https_get(metrics, "/configz", None).await.map(|r| r.0), Some(401));
-    let scraper_configz = https_get(metrics, "/configz", Some(&scraper)).await.expect("https");
-    assert_eq!(scraper_configz.0, 403, "{scraper_configz:?}");
-    let configz = https_get(metrics, "/configz", Some(&nobody)).await.expect("https");
-    assert_eq!(configz.0, 200, "{configz:?}");
-    let doc: serde_json::Value = serde_json::from_str(&configz.1).expect("configz JSON");
-    let flags = &doc["componentconfig"]["flags"];
-    assert_eq!(doc["componentconfig"]["command"], "run", "{doc:#}");
-    assert_eq!(flags["node-selector"], json!(["nlc-test=cli-metrics-auth"]), "given: {doc:#}");
-    assert_eq!(flags["node-monitor-grace-period"], json!(["50s"]), "defaulted: {doc:#}");
-    assert_eq!(flags["leader-elect"], json!(["false"]), "{doc:#}");
+    assert_configz(metrics, &scraper, &nobody).await;
     // Every answer counted; the second scrape came from the cache (no new review needed).
     let again = https_get(metrics, "/metrics", Some(&scraper)).await.expect("https");
     assert_eq!(again.0, 200);
