@@ -143,14 +143,7 @@ fn spawn(
         kube_api_content_type,
     } = cfg;
     let Placement { leader, namespace } = placement;
-    let metrics = ControllerMetrics {
-        watch: rt.watch_metrics(),
-        eviction: EvictionMetrics::register(rt.registry()),
-        executor: ExecutorMetrics::register(rt.registry()),
-        lifecycle: LifecycleMetrics::register(rt.registry()),
-        brakes: BrakeMetrics::register(rt.registry()),
-        clock: ClockMetrics::register(rt.registry()),
-    };
+    let metrics = ControllerMetrics::register(rt);
     let second_writers =
         writers::SecondWriters::new(SystemClock.now(), writers::WriterMetrics::register(rt.registry()));
     let (tx, rx) = mpsc::channel::<Input>(4096);
@@ -160,7 +153,6 @@ fn spawn(
     // The executor's gate: this process leads, is not paused altogether, and not in shadow mode.
     let (writes_tx, writes) = signal::channel(leader.is_none() && !dry_run);
     let standby = leader.is_some();
-    let leader_metrics = crate::runtime::leader::LeaderMetrics::register(rt.registry());
     let clock = SystemClock::shared();
     let budget = executor::Budget {
         pod_eviction_qps: eviction.pod_eviction_qps,
@@ -186,14 +178,7 @@ fn spawn(
         },
     );
     match leader {
-        Some((cfg, identity)) => {
-            let (client, stop, fence) = (rt.client(), rt.shutdown(), executor.fence());
-            let leader_clock = clock.clone();
-            rt.spawn("leader-election", async move {
-                let _identity = identity;
-                crate::runtime::leader::run(client, cfg, leading_tx, leader_metrics, stop, fence, leader_clock).await
-            });
-        }
+        Some(leader) => spawn_leader_election(rt, leader, leading_tx, executor.fence(), clock.clone()),
         None => drop(leading_tx),
     }
     let lists = Lists { streaming: streaming_lists, format: kube_api_content_type };
@@ -241,6 +226,23 @@ struct Lists {
 
 /// Starts the watches feeding `tx`. Every node is watched, so that zone states are judged over
 /// the whole cluster; `selector` marks the nodes that are ours to act on.
+/// Leader election on `leader`'s Lease, telling `leading` and fencing the executor's writes.
+fn spawn_leader_election(
+    rt: &mut Runtime,
+    leader: (crate::runtime::leader::Config, std::os::unix::net::UnixListener),
+    leading: signal::Sender<bool>,
+    fence: Arc<crate::runtime::fence::Fence>,
+    clock: Arc<dyn Clock>,
+) {
+    let (cfg, identity) = leader;
+    let metrics = crate::runtime::leader::LeaderMetrics::register(rt.registry());
+    let (client, stop) = (rt.client(), rt.shutdown());
+    rt.spawn("leader-election", async move {
+        let _identity = identity;
+        crate::runtime::leader::run(client, cfg, leading, metrics, stop, fence, clock).await
+    });
+}
+
 fn spawn_watches(
     rt: &mut Runtime,
     selector: Selector,
@@ -305,6 +307,19 @@ struct ControllerMetrics {
     eviction: EvictionMetrics,
     executor: ExecutorMetrics,
     lifecycle: LifecycleMetrics,
+}
+
+impl ControllerMetrics {
+    fn register(rt: &mut Runtime) -> Self {
+        Self {
+            watch: rt.watch_metrics(),
+            eviction: EvictionMetrics::register(rt.registry()),
+            executor: ExecutorMetrics::register(rt.registry()),
+            lifecycle: LifecycleMetrics::register(rt.registry()),
+            brakes: BrakeMetrics::register(rt.registry()),
+            clock: ClockMetrics::register(rt.registry()),
+        }
+    }
 }
 
 /// The controller task: owns the state, sleeps until the next deadline or input, hands the

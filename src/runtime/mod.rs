@@ -216,44 +216,7 @@ impl Runtime {
             ..
         } = self;
         let admin = admin::Admin { registry: Arc::new(registry), readiness, liveness, stop: signal.clone(), configz };
-        let mut servers = Vec::new();
-        if let Some(listener) = probe_listener {
-            if let Ok(addr) = listener.local_addr() {
-                tracing::info!(address = %addr, "serving /healthz, /livez and /readyz over HTTP");
-            }
-            let server = http::Server {
-                name: "probes",
-                listener,
-                tls: None,
-                router: admin.probes(),
-                limits: http::Limits::admin(),
-                metrics: http_metrics.clone(),
-            };
-            servers.push(tokio::spawn(server.serve(signal.clone())));
-        }
-        let mut reloader = None;
-        if let Some(listener) = metrics_listener {
-            let secure = tls.is_some();
-            if let Ok(addr) = listener.local_addr() {
-                tracing::info!(address = %addr, secure, "serving /metrics and /configz (and the probes)");
-            }
-            let (acceptor, guard) = match tls {
-                Some(t) => {
-                    reloader = t.reload.map(|r| tokio::spawn(r));
-                    (Some(t.acceptor), Some(t.guard))
-                }
-                None => (None, None),
-            };
-            let server = http::Server {
-                name: "admin",
-                listener,
-                tls: acceptor,
-                router: admin.metrics(guard),
-                limits: http::Limits::admin(),
-                metrics: http_metrics,
-            };
-            servers.push(tokio::spawn(server.serve(signal.clone())));
-        }
+        let (servers, reloader) = serve_admin(&admin, probe_listener, metrics_listener, tls, http_metrics, &signal);
         let failure = tokio::select! {
             _ = shutdown::os_signal() => None,
             e = failed_rx.recv() => e,
@@ -280,6 +243,57 @@ impl Runtime {
             }
         }
     }
+}
+
+/// The admin listeners' servers (probes; metrics and `/configz`, with TLS and its certificate
+/// reloader when secure), until `signal`.
+fn serve_admin(
+    admin: &admin::Admin,
+    probe_listener: Option<tokio::net::TcpListener>,
+    metrics_listener: Option<tokio::net::TcpListener>,
+    tls: Option<MetricsTls>,
+    http_metrics: http::HttpMetrics,
+    signal: &shutdown::Signal,
+) -> (Vec<tokio::task::JoinHandle<()>>, Option<tokio::task::JoinHandle<()>>) {
+    let mut servers = Vec::new();
+    if let Some(listener) = probe_listener {
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(address = %addr, "serving /healthz, /livez and /readyz over HTTP");
+        }
+        let server = http::Server {
+            name: "probes",
+            listener,
+            tls: None,
+            router: admin.probes(),
+            limits: http::Limits::admin(),
+            metrics: http_metrics.clone(),
+        };
+        servers.push(tokio::spawn(server.serve(signal.clone())));
+    }
+    let mut reloader = None;
+    if let Some(listener) = metrics_listener {
+        let secure = tls.is_some();
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(address = %addr, secure, "serving /metrics and /configz (and the probes)");
+        }
+        let (acceptor, guard) = match tls {
+            Some(t) => {
+                reloader = t.reload.map(|r| tokio::spawn(r));
+                (Some(t.acceptor), Some(t.guard))
+            }
+            None => (None, None),
+        };
+        let server = http::Server {
+            name: "admin",
+            listener,
+            tls: acceptor,
+            router: admin.metrics(guard),
+            limits: http::Limits::admin(),
+            metrics: http_metrics,
+        };
+        servers.push(tokio::spawn(server.serve(signal.clone())));
+    }
+    (servers, reloader)
 }
 
 /// The secure metrics listener: the TLS acceptor, the task that reloads certificate files, and

@@ -365,12 +365,7 @@ impl TaintEviction {
             && new.truncated
             && old.is_none_or(|o| !o.truncated || o.uid != new.uid)
         {
-            out.push(Action::PodEvent(PodEvent {
-                namespace: new.namespace().to_owned(),
-                name: new.name().to_owned(),
-                uid: new.uid.to_string(),
-                kind: PodEventKind::TolerationsTruncated,
-            }));
+            out.push(pod_event(new, PodEventKind::TolerationsTruncated));
         }
         if let (Some(old), Some(new)) = (old, cx.index.pods.get(key))
             && old.tolerations == new.tolerations
@@ -682,13 +677,24 @@ impl TaintEviction {
         }
         // Due now but for the gate (whatever a confirmed taint says for later): said once per hold.
         if held_due && self.held_due.insert(key.clone()) {
-            out.push(Action::PodEvent(PodEvent {
-                namespace: pod.namespace().to_owned(),
-                name: pod.name().to_owned(),
-                uid: pod.uid.to_string(),
-                kind: PodEventKind::EvictionHeld,
-            }));
+            out.push(pod_event(pod, PodEventKind::EvictionHeld));
         }
+        self.act(key, pod, phase, fire, held, cx, out);
+    }
+
+    /// What a pod's plan asks for, once it is not in flight: held, forgotten, scheduled for
+    /// later, or evicted now.
+    #[allow(clippy::too_many_arguments)] // reconcile's locals, handed on as they are
+    fn act(
+        &mut self,
+        key: &PodKey,
+        pod: &SlimPod,
+        phase: Option<Phase>,
+        fire: Fire,
+        held: bool,
+        cx: Ctx<'_>,
+        out: &mut Vec<Action>,
+    ) {
         match fire {
             Fire::Never if held => {
                 // A pod that only had its timer keeps that deadline as when it became due.
@@ -698,12 +704,7 @@ impl TaintEviction {
             }
             Fire::Never => {
                 if matches!(phase, Some(Phase::Scheduled | Phase::Retrying)) {
-                    out.push(Action::PodEvent(PodEvent {
-                        namespace: pod.namespace().to_owned(),
-                        name: pod.name().to_owned(),
-                        uid: pod.uid.to_string(),
-                        kind: PodEventKind::CancellingDeletion,
-                    }));
+                    out.push(pod_event(pod, PodEventKind::CancellingDeletion));
                 }
                 self.forget(key);
             }
@@ -749,12 +750,7 @@ impl TaintEviction {
         t.phase = Phase::InFlight { op, cancel_sent: false };
         if fell_back && !t.told_fallback {
             t.told_fallback = true;
-            out.push(Action::PodEvent(PodEvent {
-                namespace: pod.namespace().to_owned(),
-                name: pod.name().to_owned(),
-                uid: pod.uid.to_string(),
-                kind: PodEventKind::EvictionFallback,
-            }));
+            out.push(pod_event(pod, PodEventKind::EvictionFallback));
         }
         out.push(Action::EvictPod(EvictPod {
             op,
@@ -826,6 +822,16 @@ impl Tracked {
     fn worth_keeping(&self) -> bool {
         self.attempts > 0 || self.failing_since.is_some() || self.bound_seen.is_some() || self.announced
     }
+}
+
+/// An event on `pod`.
+fn pod_event(pod: &SlimPod, kind: PodEventKind) -> Action {
+    Action::PodEvent(PodEvent {
+        namespace: pod.namespace().to_owned(),
+        name: pod.name().to_owned(),
+        uid: pod.uid.to_string(),
+        kind,
+    })
 }
 
 #[cfg(test)]
