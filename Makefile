@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test test-oldest test-matrix test-differential e2e e2e-kind kind-image image controlplane lint bench-semantics bench-admission bench-memory bench-eviction bench-lifecycle bench-compare bench-chaos build-release release deny
+.PHONY: dashboard-png run test test-oldest test-matrix test-differential e2e e2e-kind kind-image image controlplane lint bench-semantics bench-admission bench-memory bench-eviction bench-lifecycle bench-compare bench-chaos build-release release deny
 
 E2E_IMAGE ?= node-lifecycle-controller:dev
 
@@ -95,6 +95,12 @@ bench-memory:
 # SIZES="1000 5000" for the whole envelope; each run on a fresh control plane (see the script).
 bench-compare: controlplane build-release
 	scripts/bench-compare.sh
+
+# docs/dashboard.png: the Grafana dashboard's panels drawn from the demo, scraped by a real
+# Prometheus (scripts/dashboard-png.sh).
+dashboard-png: controlplane build-release
+	$(CARGO) build --release --locked -p nlc-testenv --bin controlplane
+	BIN=$${CARGO_TARGET_DIR:-target}/release scripts/dashboard-png.sh
 
 # The optimised binaries the benchmarks run.
 build-release:
