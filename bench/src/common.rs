@@ -156,6 +156,10 @@ pub async fn start_controller(cp: &ControlPlane, under_test: &UnderTest, flags: 
         c.arg("run").arg("--kubeconfig").arg(&cp.kubeconfig).args([
             "--metrics-bind-address",
             &format!("127.0.0.1:{metrics_port}"),
+            // The bench reads /readyz and /metrics in plain HTTP on that port (metrics are
+            // HTTPS behind delegated auth by default since 0.2).
+            "--metrics-secure=false",
+            "--health-probe-bind-address=0",
             "--log-level",
             "info",
         ]);
