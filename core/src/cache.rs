@@ -1,7 +1,7 @@
 //! Applies watch events to the [`Index`], including the re-list protocol: after a watch restart
 //! (`Init` ... `InitDone`) objects that were not listed again are gone. PURE and synchronous.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::index::{Index, PodKey, SlimLease, SlimNode, SlimPod};
 
@@ -76,26 +76,43 @@ trait Store {
     fn is_empty(&self) -> bool;
 }
 
-struct Nodes<'a>(&'a mut Index);
+/// The objects kept by name (nodes, Leases): one store for both.
+struct ByName<'a, T>(&'a mut HashMap<String, T>);
 struct Pods<'a>(&'a mut Index);
-struct Leases<'a>(&'a mut Index);
 
-impl Store for Nodes<'_> {
-    type Object = SlimNode;
-    fn key(o: &SlimNode) -> String {
-        o.name.clone()
+/// An object keyed by its name alone.
+trait Named {
+    fn name(&self) -> &str;
+}
+
+impl Named for SlimNode {
+    fn name(&self) -> &str {
+        &self.name
     }
-    fn upsert(&mut self, o: SlimNode) -> Option<SlimNode> {
-        self.0.nodes.insert(o.name.clone(), o)
+}
+
+impl Named for SlimLease {
+    fn name(&self) -> &str {
+        &self.name
     }
-    fn remove(&mut self, key: &str) -> Option<SlimNode> {
-        self.0.nodes.remove(key)
+}
+
+impl<T: Named> Store for ByName<'_, T> {
+    type Object = T;
+    fn key(o: &T) -> String {
+        o.name().to_owned()
+    }
+    fn upsert(&mut self, o: T) -> Option<T> {
+        self.0.insert(o.name().to_owned(), o)
+    }
+    fn remove(&mut self, key: &str) -> Option<T> {
+        self.0.remove(key)
     }
     fn keys(&self) -> Vec<String> {
-        self.0.nodes.keys().cloned().collect()
+        self.0.keys().cloned().collect()
     }
     fn is_empty(&self) -> bool {
-        self.0.nodes.is_empty()
+        self.0.is_empty()
     }
 }
 
@@ -115,25 +132,6 @@ impl Store for Pods<'_> {
     }
     fn is_empty(&self) -> bool {
         self.0.pods.is_empty()
-    }
-}
-
-impl Store for Leases<'_> {
-    type Object = SlimLease;
-    fn key(o: &SlimLease) -> String {
-        o.name.clone()
-    }
-    fn upsert(&mut self, o: SlimLease) -> Option<SlimLease> {
-        self.0.leases.insert(o.name.clone(), o)
-    }
-    fn remove(&mut self, key: &str) -> Option<SlimLease> {
-        self.0.leases.remove(key)
-    }
-    fn keys(&self) -> Vec<String> {
-        self.0.leases.keys().cloned().collect()
-    }
-    fn is_empty(&self) -> bool {
-        self.0.leases.is_empty()
     }
 }
 
@@ -201,7 +199,7 @@ impl Cache {
             return; // already known: our own write's result arrived before its watch event
         }
         apply(
-            &mut Nodes(&mut self.index),
+            &mut ByName(&mut self.index.nodes),
             &mut self.nodes,
             ev,
             out,
@@ -241,7 +239,7 @@ impl Cache {
 
     pub fn apply_lease(&mut self, ev: WatchEvent<SlimLease>, out: &mut Vec<Change>) {
         apply(
-            &mut Leases(&mut self.index),
+            &mut ByName(&mut self.index.leases),
             &mut self.leases,
             ev,
             out,

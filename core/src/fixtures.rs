@@ -357,6 +357,18 @@ impl World {
         self.input(Input::Node(WatchEvent::Apply(n)));
     }
 
+    /// Renews `nodes`' Leases every 10 s from `from` to `until` (seconds), as kubelets do.
+    pub fn heartbeat(&mut self, nodes: &[&str], from: f64, until: f64) {
+        let mut t = from;
+        while t <= until {
+            self.advance_to(t);
+            for n in nodes {
+                self.renew_lease(n);
+            }
+            t += 10.0;
+        }
+    }
+
     pub fn renew_lease(&mut self, name: &str) {
         let now = self.now;
         self.input(Input::Lease(WatchEvent::Apply(SlimLease { name: name.into(), renew_time: Some(now) })));

@@ -19,17 +19,6 @@ fn healthy_zone(prefix: &str, zone: &str, n: usize) -> Vec<SlimNode> {
 }
 
 /// Keeps the given nodes alive by renewing their leases every 10 s up to `until`.
-fn heartbeat(w: &mut World, nodes: &[&str], from: f64, until: f64) {
-    let mut t = from;
-    while t <= until {
-        w.advance_to(t);
-        for n in nodes {
-            w.renew_lease(n);
-        }
-        t += 10.0;
-    }
-}
-
 #[test]
 fn registered_at_start_with_a_fresh_grace_period() {
     let w = World::new(cfg(), healthy_zone("n", "a", 2), vec![]);
@@ -44,7 +33,7 @@ fn registered_at_start_with_a_fresh_grace_period() {
 fn a_silent_node_is_marked_unknown_the_moment_its_grace_runs_out_then_tainted() {
     let mut w = World::new(cfg(), healthy_zone("n", "a", 4), vec![pod("p").on("n0").build()]);
     // n1..n3 keep renewing; n0 goes silent from the start.
-    heartbeat(&mut w, &["n1", "n2", "n3"], 0.0, 49.0);
+    w.heartbeat(&["n1", "n2", "n3"], 0.0, 49.0);
     assert!(w.writes_since(0).is_empty());
     w.advance_to(49.999);
     assert!(w.writes_since(0).is_empty());
@@ -69,7 +58,7 @@ fn a_silent_node_is_marked_unknown_the_moment_its_grace_runs_out_then_tainted() 
 #[test]
 fn lease_renewals_keep_a_node_alive() {
     let mut w = World::new(cfg(), healthy_zone("n", "a", 1), vec![]);
-    heartbeat(&mut w, &["n0"], 0.0, 500.0);
+    w.heartbeat(&["n0"], 0.0, 500.0);
     assert!(w.writes_since(0).is_empty(), "{:?}", w.writes_since(0));
 }
 
@@ -90,12 +79,12 @@ fn kubelet_not_ready_gives_not_ready_taints_and_recovery_removes_them() {
 #[test]
 fn not_ready_to_unreachable_is_swapped_at_once() {
     let mut w = World::new(cfg(), healthy_zone("n", "a", 4), vec![]);
-    heartbeat(&mut w, &["n1", "n2", "n3"], 0.0, 0.0);
+    w.heartbeat(&["n1", "n2", "n3"], 0.0, 0.0);
     w.advance_to(5.0);
     w.kubelet_posts("n0", "False");
     assert!(w.has_taint("n0", keys::NOT_READY, Effect::NoExecute));
     // The zone's token is spent; the swap must not wait for a new one.
-    heartbeat(&mut w, &["n1", "n2", "n3"], 10.0, 50.0);
+    w.heartbeat(&["n1", "n2", "n3"], 10.0, 50.0);
     w.advance_to(55.0);
     let at = w.taint_time("n0", keys::UNREACHABLE, Effect::NoExecute).expect("swapped");
     assert!(
@@ -155,7 +144,7 @@ fn user_taints_and_the_new_node_taint_are_handled_right() {
 #[test]
 fn two_nodes_failing_together_are_tainted_one_interval_apart() {
     let mut w = World::new(cfg(), healthy_zone("n", "a", 5), vec![]);
-    heartbeat(&mut w, &["n2", "n3", "n4"], 0.0, 100.0);
+    w.heartbeat(&["n2", "n3", "n4"], 0.0, 100.0);
     let a = w.taint_time("n0", keys::UNREACHABLE, Effect::NoExecute).expect("n0");
     let b = w.taint_time("n1", keys::UNREACHABLE, Effect::NoExecute).expect("n1");
     let (first, second) = (a.min(b), a.max(b));
@@ -173,7 +162,7 @@ fn a_fully_disrupted_zone_is_tainted_at_the_normal_rate_while_others_are_healthy
     let mut nodes = healthy_zone("a", "za", 3);
     nodes.extend(healthy_zone("b", "zb", 2));
     let mut w = World::new(cfg(), nodes, vec![]);
-    heartbeat(&mut w, &["b0", "b1"], 0.0, 100.0);
+    w.heartbeat(&["b0", "b1"], 0.0, 100.0);
     let mut times: Vec<Timestamp> =
         ["a0", "a1", "a2"].iter().filter_map(|n| w.taint_time(n, keys::UNREACHABLE, Effect::NoExecute)).collect();
     times.sort();
@@ -188,14 +177,14 @@ fn a_partially_disrupted_small_zone_stops_a_large_one_slows() {
     let mut w = World::new(cfg(), healthy_zone("n", "a", 10), vec![]);
     let alive: Vec<String> = (6..10).map(|i| format!("n{i}")).collect();
     let alive: Vec<&str> = alive.iter().map(String::as_str).collect();
-    heartbeat(&mut w, &alive, 0.0, 200.0);
+    w.heartbeat(&alive, 0.0, 200.0);
     let tainted = (0..6).filter(|i| w.has_taint(&format!("n{i}"), keys::UNREACHABLE, Effect::NoExecute)).count();
     // The first ones went before the zone tipped over; after that, none.
     let za = &w.lc().zone_reports()[0];
     assert_eq!(za.state, ZoneState::PartialDisruption);
     assert!(tainted < 6, "{tainted} tainted");
     let before = tainted;
-    heartbeat(&mut w, &alive, 210.0, 600.0);
+    w.heartbeat(&alive, 210.0, 600.0);
     let after = (0..6).filter(|i| w.has_taint(&format!("n{i}"), keys::UNREACHABLE, Effect::NoExecute)).count();
     assert_eq!(before, after, "stopped");
     // NoSchedule taints are not rate limited.
@@ -205,7 +194,7 @@ fn a_partially_disrupted_small_zone_stops_a_large_one_slows() {
     let mut c = cfg();
     c.rates.large_cluster_threshold = 5;
     let mut w = World::new(c, healthy_zone("n", "a", 10), vec![]);
-    heartbeat(&mut w, &alive, 0.0, 600.0);
+    w.heartbeat(&alive, 0.0, 600.0);
     let after = (0..6).filter(|i| w.has_taint(&format!("n{i}"), keys::UNREACHABLE, Effect::NoExecute)).count();
     assert_eq!(after, 6, "all tainted in the end at the secondary rate");
 }
@@ -216,7 +205,7 @@ fn when_every_zone_is_down_no_noexecute_taint_remains_and_recovery_gives_fresh_g
     n0.taints = vec![Taint::new(keys::NOT_READY, Effect::NoExecute).added_at(ts(-100.0))];
     let mut w = World::new(cfg(), vec![n0, node("n1").zone("b").build()], vec![]);
     // n1 (the other zone) stays up for a while: n0 keeps its taint (nothing stripped at start).
-    heartbeat(&mut w, &["n1"], 0.0, 30.0);
+    w.heartbeat(&["n1"], 0.0, 30.0);
     assert_eq!(w.taint_time("n0", keys::NOT_READY, Effect::NoExecute), Some(ts(-100.0)));
     // Now n1 goes silent too (the control plane lost every node): at 80 s all zones are down.
     w.advance_to(80.0);
@@ -245,7 +234,7 @@ fn a_restart_keeps_existing_taints_and_their_time_added() {
         Taint::new(keys::UNREACHABLE, Effect::NoExecute).added_at(ts(-400.0)),
     ];
     let mut w = World::new(cfg(), vec![n0, node("n1").zone("a").build(), node("n2").zone("a").build()], vec![]);
-    heartbeat(&mut w, &["n1", "n2"], 0.0, 120.0);
+    w.heartbeat(&["n1", "n2"], 0.0, 120.0);
     assert_eq!(w.taint_time("n0", keys::UNREACHABLE, Effect::NoExecute), Some(ts(-400.0)));
     assert!(!w.log.iter().any(|(_, e)| matches!(e, Action::SetTaints(s) if s.node == "n0")), "no taint write for n0");
 }
@@ -258,7 +247,7 @@ fn excluded_nodes_are_not_counted_but_still_tainted() {
     nodes.push(ex);
     nodes.push(node("b0").zone("b").build());
     let mut w = World::new(cfg(), nodes, vec![]);
-    heartbeat(&mut w, &["ex", "b0"], 0.0, 60.0);
+    w.heartbeat(&["ex", "b0"], 0.0, 60.0);
     // Zone a counts only n0, which is down: FullDisruption, size 1 (the ready excluded node is not counted).
     let za = w.lc().zone_reports().into_iter().find(|z| z.zone == "a").expect("a");
     assert_eq!((za.state, za.size), (ZoneState::FullDisruption, 1));
@@ -276,7 +265,7 @@ fn excluded_nodes_are_not_counted_but_still_tainted() {
         ],
         vec![],
     );
-    heartbeat(&mut w, &["n0"], 0.0, 60.0);
+    w.heartbeat(&["n0"], 0.0, 60.0);
     assert!(w.has_taint("ex", keys::UNREACHABLE, Effect::NoExecute));
 }
 
@@ -307,7 +296,7 @@ fn a_custom_rule_maps_a_condition_to_a_noexecute_taint_through_the_limiter() {
 #[test]
 fn a_conflicting_status_write_is_judged_again_on_the_fresh_object() {
     let mut w = World::new(cfg(), healthy_zone("n", "a", 3), vec![]);
-    heartbeat(&mut w, &["n1", "n2"], 0.0, 40.0);
+    w.heartbeat(&["n1", "n2"], 0.0, 40.0);
     // The controller decided on RV x; the kubelet writes a heartbeat at the same moment (RV x+1),
     // which makes our write conflict. The executor reads the node again and hands it back.
     let mut out = vec![];
@@ -333,7 +322,7 @@ fn a_conflicting_status_write_is_judged_again_on_the_fresh_object() {
 #[test]
 fn a_conflict_without_a_heartbeat_writes_again_on_the_fresh_object() {
     let mut w = World::new(cfg(), healthy_zone("n", "a", 3), vec![]);
-    heartbeat(&mut w, &["n1", "n2"], 0.0, 40.0);
+    w.heartbeat(&["n1", "n2"], 0.0, 40.0);
     let mut out = vec![];
     w.now = ts(50.0);
     w.state.tick(w.now, &mut out);
@@ -350,7 +339,7 @@ fn a_conflict_without_a_heartbeat_writes_again_on_the_fresh_object() {
 #[test]
 fn failed_node_writes_back_off_per_node_and_a_404_waits_for_a_newer_object() {
     let mut w = World::new(cfg(), healthy_zone("n", "a", 3), vec![]);
-    heartbeat(&mut w, &["n1", "n2"], 0.0, 40.0);
+    w.heartbeat(&["n1", "n2"], 0.0, 40.0);
     let mut out = vec![];
     w.now = ts(50.0);
     w.state.tick(w.now, &mut out);
@@ -391,7 +380,7 @@ fn failed_node_writes_back_off_per_node_and_a_404_waits_for_a_newer_object() {
 fn mark_pods_not_ready_retries_failures_and_stops_when_the_node_is_ready_again() {
     let mut w =
         World::new(cfg(), healthy_zone("n", "a", 3), vec![pod("p").on("n0").build(), pod("q").on("n0").build()]);
-    heartbeat(&mut w, &["n1", "n2"], 0.0, 49.0);
+    w.heartbeat(&["n1", "n2"], 0.0, 49.0);
     w.advance_to(50.0);
     let marks: Vec<MarkPodNotReady> = w
         .log
@@ -447,7 +436,7 @@ fn a_node_that_never_posted_ready_gets_the_startup_grace() {
     let mut n = node("n0").zone("a").build();
     n.conditions.clear();
     let mut w = World::new(cfg(), vec![n, node("n1").zone("a").build(), node("n2").zone("a").build()], vec![]);
-    heartbeat(&mut w, &["n1", "n2"], 0.0, 59.0);
+    w.heartbeat(&["n1", "n2"], 0.0, 59.0);
     assert!(!w.log.iter().any(|(_, e)| matches!(e, Action::SetConditions(_))));
     w.advance_to(60.0);
     let sc = w.log.iter().find_map(|(_, e)| match e {
@@ -468,7 +457,7 @@ fn an_excluded_node_alone_in_its_zone_is_still_tainted() {
     let mut ex = node("ex").zone("lonely").build();
     ex.exclude_disruption = true;
     let mut w = World::new(cfg(), vec![ex, node("a0").zone("a").build(), node("a1").zone("a").build()], vec![]);
-    heartbeat(&mut w, &["a0", "a1"], 0.0, 60.0);
+    w.heartbeat(&["a0", "a1"], 0.0, 60.0);
     assert!(w.has_taint("ex", keys::UNREACHABLE, Effect::NoExecute));
     assert!(w.lc().zone_reports().iter().all(|z| z.zone != "lonely"), "a zone without counted nodes has no state");
 }
@@ -484,13 +473,13 @@ fn zones_are_judged_over_every_node_but_only_selected_nodes_are_written() {
     let mut w = World::new(cfg(), nodes, vec![]);
     let alive: Vec<String> = (0..8).map(|i| format!("other{i}")).chain(["canary1".to_owned()]).collect();
     let alive: Vec<&str> = alive.iter().map(String::as_str).collect();
-    heartbeat(&mut w, &alive, 0.0, 60.0);
+    w.heartbeat(&alive, 0.0, 60.0);
     // One failed canary is 1 of 10 in its zone, not "every zone down": it is tainted.
     assert!(!w.lc().all_zones_disrupted());
     assert_eq!(w.lc().zone_reports()[0].size, 10);
     assert!(w.has_taint("canary0", keys::UNREACHABLE, Effect::NoExecute));
     // The other controller's nodes are never written to, even when they go silent.
-    heartbeat(&mut w, &["canary1"], 70.0, 200.0);
+    w.heartbeat(&["canary1"], 70.0, 200.0);
     assert!(!w.log.iter().any(|(_, e)| match e {
         Action::SetConditions(s) => s.node.starts_with("other"),
         Action::SetTaints(s) => s.node.starts_with("other"),
@@ -502,7 +491,7 @@ fn zones_are_judged_over_every_node_but_only_selected_nodes_are_written() {
 #[test]
 fn a_wall_clock_step_gives_every_node_a_fresh_grace_period() {
     let mut w = World::new(cfg(), healthy_zone("n", "a", 3), vec![]);
-    heartbeat(&mut w, &["n0", "n1", "n2"], 0.0, 40.0);
+    w.heartbeat(&["n0", "n1", "n2"], 0.0, 40.0);
     // The clock is set an hour ahead: measured across the step, every node would be overdue.
     w.now = ts(3645.0);
     w.state.clock_stepped(jiff::SignedDuration::from_hours(1), w.now, &mut Vec::new());
@@ -619,7 +608,7 @@ fn a_stale_unknown_beside_a_renewing_lease_evicts_nobody_when_ready_comes_back_s
     w.advance_to(5.0);
     w.renew_lease("n0");
     w.kubelet_posts("n0", "True");
-    heartbeat(&mut w, &["n0", "n1", "n2"], 10.0, 300.0);
+    w.heartbeat(&["n0", "n1", "n2"], 10.0, 300.0);
     assert!(evicted(&w).is_empty(), "{:?}", evicted(&w));
     assert!(!w.has_taint("n0", keys::UNREACHABLE, Effect::NoExecute));
 }
@@ -628,10 +617,10 @@ fn a_stale_unknown_beside_a_renewing_lease_evicts_nobody_when_ready_comes_back_s
 fn a_stale_unknown_beside_a_renewing_lease_evicts_nobody_while_ready_comes_only_after_the_grace_period() {
     let (nodes, pods) = inherited_unknown();
     let mut w = World::with_leases(cfg(), eviction(), nodes, pods, vec![("n0", -2.0), ("n1", -2.0), ("n2", -2.0)]);
-    heartbeat(&mut w, &["n0", "n1", "n2"], 0.0, 90.0);
+    w.heartbeat(&["n0", "n1", "n2"], 0.0, 90.0);
     assert!(evicted(&w).is_empty(), "{:?}", evicted(&w));
     w.kubelet_posts("n0", "True");
-    heartbeat(&mut w, &["n0", "n1", "n2"], 100.0, 300.0);
+    w.heartbeat(&["n0", "n1", "n2"], 100.0, 300.0);
     assert!(evicted(&w).is_empty(), "{:?}", evicted(&w));
     assert!(!w.has_taint("n0", keys::UNREACHABLE, Effect::NoExecute));
 }
@@ -640,9 +629,9 @@ fn a_stale_unknown_beside_a_renewing_lease_evicts_nobody_while_ready_comes_only_
 fn a_stale_unknown_whose_lease_stops_is_confirmed_once_silent_for_a_grace_period() {
     let (nodes, pods) = inherited_unknown();
     let mut w = World::with_leases(cfg(), eviction(), nodes, pods, vec![("n0", -2.0), ("n1", -2.0), ("n2", -2.0)]);
-    heartbeat(&mut w, &["n1", "n2"], 0.0, 40.0);
+    w.heartbeat(&["n1", "n2"], 0.0, 40.0);
     assert!(evicted(&w).is_empty(), "{:?}", evicted(&w));
-    heartbeat(&mut w, &["n1", "n2"], 50.0, 120.0);
+    w.heartbeat(&["n1", "n2"], 50.0, 120.0);
     let at =
         w.log.iter().find_map(|(t, e)| matches!(e, Action::EvictPod(ev) if ev.name == "untolerated").then_some(*t));
     let at = at.expect("evicted once silent for a grace period");

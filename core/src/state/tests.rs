@@ -22,23 +22,12 @@ fn with_taint(w: &World, name: &str, taint: Taint) -> SlimNode {
 }
 
 /// Renews the leases of `nodes` every 10 s from `from` to `until`.
-fn heartbeat(w: &mut World, nodes: &[&str], from: f64, until: f64) {
-    let mut t = from;
-    while t <= until {
-        w.advance_to(t);
-        for n in nodes {
-            w.renew_lease(n);
-        }
-        t += 10.0;
-    }
-}
-
 #[test]
 fn nothing_is_evicted_from_a_held_node_until_the_label_goes() {
     let held = node("held").zone("a").held().taint(no_execute(KEY, Some(-100.0))).build();
     let pods = vec![pod("p").on("held").build(), pod("t").on("held").tolerates(KEY, Some(60)).build()];
     let mut w = world(vec![held, node("n1").zone("a").build(), node("n2").zone("a").build()], pods);
-    heartbeat(&mut w, &["held", "n1", "n2"], 0.0, 30.0);
+    w.heartbeat(&["held", "n1", "n2"], 0.0, 30.0);
     assert!(evicted(&w).is_empty(), "{:?}", evicted(&w));
     // Node lifecycle goes on for a held node.
     w.kubelet_posts("held", "False");
@@ -68,7 +57,7 @@ fn pausing_evictions_holds_every_pod_while_node_lifecycle_goes_on() {
     assert!(w.state.is_active(), "deciding goes on");
     let tainted = with_taint(&w, "n0", no_execute(KEY, Some(0.0)));
     w.update_node(tainted);
-    heartbeat(&mut w, &["n0", "n2", "n3"], 0.0, 40.0);
+    w.heartbeat(&["n0", "n2", "n3"], 0.0, 40.0);
     w.kubelet_posts("n1", "False");
     assert!(w.has_taint("n1", keys::NOT_READY, Effect::NoExecute), "node lifecycle still taints");
     assert!(evicted(&w).is_empty(), "{:?}", evicted(&w));
@@ -90,16 +79,16 @@ fn pausing_all_decides_nothing_and_lifting_it_judges_afresh() {
     let tainted = with_taint(&w, "n1", no_execute(KEY, Some(0.0)));
     w.update_node(tainted);
     assert_eq!(w.state.next_wakeup(), None, "nothing is timed while paused");
-    heartbeat(&mut w, &["n1", "n2", "n3"], 0.0, 200.0);
+    w.heartbeat(&["n1", "n2", "n3"], 0.0, 200.0);
     assert!(w.log[from..].is_empty(), "not one action while paused: {:?}", &w.log[from..]);
     // Lifted at 200 s: the taint evicts at once; the silent node gets a fresh grace period
     // rather than being judged on the paused stretch.
     w.input(Input::Pause(Pause::None));
     assert_eq!(evicted(&w), vec!["p"]);
     assert!(w.writes_since(from).is_empty(), "{:?}", w.writes_since(from));
-    heartbeat(&mut w, &["n1", "n2", "n3"], 200.0, 240.0);
+    w.heartbeat(&["n1", "n2", "n3"], 200.0, 240.0);
     assert!(w.writes_since(from).is_empty(), "still within the fresh grace: {:?}", w.writes_since(from));
-    heartbeat(&mut w, &["n1", "n2", "n3"], 250.0, 270.0);
+    w.heartbeat(&["n1", "n2", "n3"], 250.0, 270.0);
     assert_eq!(w.node("n0").condition("Ready").map(|c| c.status.as_str()), Some("Unknown"));
     assert!(w.has_taint("n0", keys::UNREACHABLE, Effect::NoExecute));
 }
