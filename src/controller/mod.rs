@@ -123,7 +123,8 @@ struct Placement {
 }
 
 /// Adds the controllers to a runtime: metrics, readiness (every cache synced), liveness (the
-/// loop turns), the watches, the executor and the controller task.
+/// loop turns), the watches, the executor and the controller task. Long (91 lines) because it is
+/// the wiring: every channel, gate and component built in the order they depend on each other.
 fn spawn(
     rt: &mut Runtime,
     cfg: args::Config,

@@ -405,7 +405,8 @@ where
 }
 
 /// Watches `api` for ever (the stream never ends), in `format` where `K` has a protobuf decoder
-/// (else JSON). `resource` labels the metrics and logs.
+/// (else JSON). `resource` labels the metrics and logs. Long (90 lines) because it is the one
+/// retry loop every watch shares: each failure class next to its backoff and its log, in one place.
 pub fn stream_as<K>(
     api: Api<K>,
     config: watcher::Config,
