@@ -187,3 +187,33 @@ async fn a_killed_leader_restarted_takes_its_lease_back_and_evicts_at_the_origin
     assert!(late.abs() <= 1.5, "evicted {late:.3}s after the original deadline:\n{}", again.logs());
     assert_one_marking(&s, "p").await;
 }
+
+/// Renewing keeps what others put on the Lease (a label, an annotation), as client-go's LeaseLock
+/// does: the leader writes its spec and its own /configz annotation over the metadata it read,
+/// not a Lease rebuilt from scratch.
+#[tokio::test]
+async fn renewing_keeps_what_others_put_on_the_lease() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{Api, Patch, PatchParams};
+    let env = shared();
+    let s = Scope::new(env, "le-meta").await;
+    let lease = "le-meta";
+    let a = Controller::start(env, &s.scope, &election(lease, FAST_ELECTION)).await;
+    assert!(wait_leading(&a, lease, Duration::from_secs(5)).await.is_some(), "{}", a.logs());
+    let leases = Api::<Lease>::namespaced(env.client().await, "kube-system");
+    let theirs =
+        json!({"metadata": {"labels": {"example.com/team": "infra"}, "annotations": {"example.com/owner": "ops"}}});
+    leases.patch(lease, &PatchParams::default(), &Patch::Merge(&theirs)).await.expect("annotate the Lease");
+    let renewed = |l: &Lease| l.spec.as_ref().and_then(|s| s.renew_time.clone()).map(|t| t.0);
+    let before = renewed(&leases.get(lease).await.expect("read")).expect("renewed once");
+    // Three renews at a 500 ms retry period.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let after = leases.get(lease).await.expect("read");
+    assert!(renewed(&after).is_some_and(|t| t > before), "not renewed since the patch:\n{}", a.logs());
+    let (labels, annotations) =
+        (after.metadata.labels.unwrap_or_default(), after.metadata.annotations.unwrap_or_default());
+    assert_eq!(labels.get("example.com/team").map(String::as_str), Some("infra"), "{labels:?}");
+    assert_eq!(annotations.get("example.com/owner").map(String::as_str), Some("ops"), "{annotations:?}");
+    assert!(annotations.contains_key("node-lifecycle-controller.io/configz"), "{annotations:?}");
+    assert!(a.leads(lease).await, "{}", a.logs());
+}

@@ -225,15 +225,23 @@ fn record_of(lease: &Lease) -> Record {
     }
 }
 
-fn lease_of(cfg: &Config, record: &Record, resource_version: Option<String>) -> Lease {
+/// The Lease to write: `record` as its spec, over the metadata last read or written (`None`: a
+/// new Lease). Labels, owners and other annotations someone else put on the Lease are kept, as
+/// client-go's LeaseLock keeps them; ours are set over them. managedFields are not sent back
+/// (the server keeps them when an update leaves them out).
+fn lease_of(cfg: &Config, record: &Record, last: Option<&ObjectMeta>) -> Lease {
+    let mut metadata = last.cloned().unwrap_or_else(|| ObjectMeta {
+        name: Some(cfg.name.clone()),
+        namespace: Some(cfg.namespace.clone()),
+        ..ObjectMeta::default()
+    });
+    metadata.managed_fields = None;
+    if !cfg.annotations.is_empty() {
+        let annotations = metadata.annotations.get_or_insert_with(Default::default);
+        annotations.extend(cfg.annotations.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
     Lease {
-        metadata: ObjectMeta {
-            name: Some(cfg.name.clone()),
-            namespace: Some(cfg.namespace.clone()),
-            resource_version,
-            annotations: (!cfg.annotations.is_empty()).then(|| cfg.annotations.clone()),
-            ..ObjectMeta::default()
-        },
+        metadata,
         spec: Some(LeaseSpec {
             holder_identity: Some(record.holder.clone()),
             lease_duration_seconds: Some(record.lease_duration_seconds),
@@ -250,8 +258,9 @@ struct Candidate {
     api: Api<Lease>,
     cfg: Config,
     elector: Elector,
-    /// The resourceVersion of the lease as last read or written (`None`: it does not exist).
-    version: Option<String>,
+    /// The lease's metadata as last read or written, with its resourceVersion (`None`: it does
+    /// not exist).
+    last: Option<ObjectMeta>,
     leading: watch::Sender<bool>,
     metrics: LeaderMetrics,
     clock: Arc<dyn Clock>,
@@ -266,22 +275,22 @@ impl Candidate {
     /// Reads the lease and lets the elector observe it.
     async fn read(&mut self) -> Result<()> {
         let lease = self.api.get_opt(&self.cfg.name).await?;
-        self.version = lease.as_ref().and_then(|l| l.metadata.resource_version.clone());
         self.elector.observe(lease.as_ref().map(record_of).as_ref(), self.instant());
+        self.last = lease.map(|l| l.metadata);
         Ok(())
     }
 
     /// Writes `record` with the last resourceVersion as precondition (creating the lease if it
     /// does not exist). `Ok(false)`: another candidate wrote first.
     async fn write(&mut self, record: Record) -> Result<bool> {
-        let lease = lease_of(&self.cfg, &record, self.version.clone());
-        let written = match &self.version {
+        let lease = lease_of(&self.cfg, &record, self.last.as_ref());
+        let written = match &self.last {
             Some(_) => self.api.replace(&self.cfg.name, &crate::post_params(), &lease).await,
             None => self.api.create(&crate::post_params(), &lease).await,
         };
         match written {
             Ok(l) => {
-                self.version = l.metadata.resource_version.clone();
+                self.last = Some(l.metadata);
                 let now = self.instant();
                 self.elector.written(record, now);
                 Ok(true)
@@ -412,8 +421,7 @@ pub async fn run(
     let mut changes = changes.boxed();
     let stopping = stop.signaled();
     tokio::pin!(stopping);
-    let mut c =
-        Candidate { api, elector: Elector::new(cfg.elector.clone()), cfg, version: None, leading, metrics, clock };
+    let mut c = Candidate { api, elector: Elector::new(cfg.elector.clone()), cfg, last: None, leading, metrics, clock };
     loop {
         let again = tokio::time::Instant::from_std(c.try_acquire().await);
         if c.elector.is_leader() {

@@ -338,7 +338,7 @@ impl<'de> Visitor<'de> for Walk {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::wire) mod tests {
     use k8s_openapi::api::core::v1::Node;
     use serde_json::json;
 
@@ -349,9 +349,10 @@ mod tests {
         serde_json::from_value(json!({"metadata": {"name": "n", "managedFields": managed}})).expect("decodes")
     }
 
-    #[test]
-    fn keeps_kube_controller_managers_writes_of_the_paths_alone() {
-        let managed = json!([
+    /// kubelet's status entry and two of kube-controller-manager's: one on the paths it shares
+    /// with us (taints), one not.
+    pub(in crate::wire) fn three_writers() -> serde_json::Value {
+        json!([
             {"manager": "kubelet", "operation": "Update", "time": "2026-12-01T10:00:00Z", "fieldsType": "FieldsV1",
              "fieldsV1": {"f:status": {"f:conditions": {"k:{\"type\":\"Ready\"}": {"f:status": {}}}, "f:images": {}}}},
             // Key order is not relied on: fieldsV1 before manager.
@@ -359,7 +360,12 @@ mod tests {
              "time": "2026-12-01T10:00:01Z", "manager": "kube-controller-manager", "operation": "Update"},
             {"manager": "kube-controller-manager", "operation": "Update", "time": "2026-12-01T10:00:02Z",
              "fieldsV1": {"f:spec": {"f:podCIDRs": {}}}}
-        ]);
+        ])
+    }
+
+    #[test]
+    fn keeps_kube_controller_managers_writes_of_the_paths_alone() {
+        let managed = three_writers();
         let wire = decode(managed.clone());
         assert_eq!(wire.1, None, "never a problem");
         let kept = wire.0.metadata.managed_fields.clone().expect("kept");

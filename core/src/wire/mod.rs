@@ -674,9 +674,9 @@ mod tests {
         assert_eq!(slim.conditions[0].last_heartbeat, Some(jiff::Timestamp::MAX));
     }
 
-    #[test]
-    fn a_wire_node_gives_the_slim_node_of_the_full_node() {
-        let v = json!({
+    /// A node as the API server serves it: managedFields, images and nodeInfo the slim node skips.
+    pub(super) fn full_node() -> serde_json::Value {
+        json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {
                 "name": "n-1", "uid": "u-n", "resourceVersion": "7", "creationTimestamp": "2026-01-01T00:00:00Z",
@@ -695,7 +695,12 @@ mod tests {
                 "nodeInfo": {"kubeletVersion": "v1.37.2", "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "",
                     "containerRuntimeVersion": "", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"}
             }
-        });
+        })
+    }
+
+    #[test]
+    fn a_wire_node_gives_the_slim_node_of_the_full_node() {
+        let v = full_node();
         let full: Node = serde_json::from_value(v.clone()).expect("a full node");
         let wire: WireNode = serde_json::from_value(v).expect("a wire node");
         let selector: Selector = "pool=a".parse().expect("a selector");

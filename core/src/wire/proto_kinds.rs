@@ -370,6 +370,7 @@ mod tests {
     use serde_json::{Value as Json, json};
 
     use super::super::proto::encode::Msg;
+    use super::super::tests::full_node;
     use super::*;
 
     fn time_msg(t: Option<&Time>) -> Msg {
@@ -586,28 +587,6 @@ mod tests {
         proto
     }
 
-    /// The node of `wire::tests::a_wire_node_gives_the_slim_node_of_the_full_node`.
-    fn full_node() -> Json {
-        json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {
-                "name": "n-1", "uid": "u-n", "resourceVersion": "7", "creationTimestamp": "2026-01-01T00:00:00Z",
-                "labels": {"topology.kubernetes.io/zone": "z1", "topology.kubernetes.io/region": "r1", "pool": "a"},
-                "managedFields": [{"manager": "kubelet", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]
-            },
-            "spec": {
-                "unschedulable": true, "podCIDR": "10.0.0.0/24",
-                "taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute", "timeAdded": "2026-01-01T00:01:00Z"}]
-            },
-            "status": {
-                "conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown", "message": "Kubelet stopped posting node status.",
-                    "lastHeartbeatTime": "2026-01-01T00:00:30Z", "lastTransitionTime": "2026-01-01T00:01:00Z"}],
-                "images": [{"names": ["registry.example/app@sha256:0123", "registry.example/app:v1"], "sizeBytes": 123456789}],
-                "capacity": {"cpu": "4", "memory": "16Gi"}
-            }
-        })
-    }
-
     #[test]
     fn the_json_fixtures_decode_equal_from_protobuf() {
         let pod = same_pod(super::super::tests::full_pod());
@@ -637,16 +616,11 @@ mod tests {
 
     #[test]
     fn managed_fields_keep_the_same_entries() {
-        let managed = json!([
-            {"manager": "kubelet", "operation": "Update", "time": "2026-12-01T10:00:00Z", "fieldsType": "FieldsV1",
-             "fieldsV1": {"f:status": {"f:conditions": {"k:{\"type\":\"Ready\"}": {"f:status": {}}}, "f:images": {}}}},
-            {"fieldsV1": {"f:spec": {"f:taints": {}, "f:podCIDR": {}}, "f:metadata": {"f:labels": {"f:a": {}}}},
-             "time": "2026-12-01T10:00:01Z", "manager": "kube-controller-manager", "operation": "Update"},
-            {"manager": "kube-controller-manager", "operation": "Update", "time": "2026-12-01T10:00:02Z",
-             "fieldsV1": {"f:spec": {"f:podCIDRs": {}}}},
-            {"manager": "kube-controller-manager", "operation": "Update",
-             "fieldsV1": {"f:status": {"f:conditions": {"k:{\"type\":\"Ready\"}": {}, "k:{\"type\":\"DisruptionTarget\"}": {}}}}}
-        ]);
+        let mut managed = super::super::managed::tests::three_writers();
+        if let Json::Array(entries) = &mut managed {
+            entries.push(json!({"manager": "kube-controller-manager", "operation": "Update",
+                "fieldsV1": {"f:status": {"f:conditions": {"k:{\"type\":\"Ready\"}": {}, "k:{\"type\":\"DisruptionTarget\"}": {}}}}}));
+        }
         let node = same_node(json!({"metadata": {"name": "n", "managedFields": managed}}));
         assert_eq!(node.0.metadata.managed_fields.map(|m| m.len()), Some(2));
         same_pod(json!({"metadata": {"name": "p", "managedFields": managed}}));
