@@ -13,6 +13,11 @@
 #                and watches of pods, nodes and Leases; HTTP/1.1)
 #   ours-h2      the same with --api-http2 (one multiplexed HTTP/2 connection)
 #   ours-json    the same with --kube-api-content-type=application/json (JSON lists and watches)
+# and, not run unless named in CONFIGS, ours with one cost the floor does not pay switched:
+#   ours-read-cache       --eviction-node-read=cache (the node read from the watch cache)
+#   ours-no-read          --eviction-node-read=none
+#   ours-events-per-node  --eviction-events=per-node
+#   ours-no-events        --eviction-events=none
 #   kcm-budget   kube-controller-manager v1.37.2 with --kube-api-qps=2000 --kube-api-burst=2000
 #   kcm-default  kube-controller-manager at its defaults (20 qps, burst 30)
 # (kube-controller-manager at its defaults lists and watches in protobuf over HTTP/2.)
@@ -50,6 +55,10 @@ for size in $SIZES; do
         ours) args=(--controller "$T/node-lifecycle-controller") ;;
         ours-h2) args=(--controller "$T/node-lifecycle-controller" -- --api-http2) ;;
         ours-json) args=(--controller "$T/node-lifecycle-controller" -- --kube-api-content-type=application/json) ;;
+        ours-read-cache) args=(--controller "$T/node-lifecycle-controller" -- --eviction-node-read=cache) ;;
+        ours-no-read) args=(--controller "$T/node-lifecycle-controller" -- --eviction-node-read=none) ;;
+        ours-events-per-node) args=(--controller "$T/node-lifecycle-controller" -- --eviction-events=per-node) ;;
+        ours-no-events) args=(--controller "$T/node-lifecycle-controller" -- --eviction-events=none) ;;
         kcm-budget) args=(--upstream -- --kube-api-qps=2000 --kube-api-burst=2000) ;;
         kcm-default) args=(--upstream) ;;
         *) log "unknown configuration $config"; exit 1 ;;

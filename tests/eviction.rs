@@ -105,6 +105,71 @@ async fn over_http2_the_same_eviction_condition_and_event() {
     assert_eq!(metric(&m, "nlc_api_http_protocol{protocol=\"HTTP/1.1\"}"), Some(1.0), "{m}");
 }
 
+/// Issue 27: the costs the API floor does not pay, each switchable. `--eviction-events=per-node`
+/// records one `TaintManagerEviction` event on the node for its pods instead of one per pod;
+/// `--eviction-node-read=cache` reads the node before an immediate eviction from the API
+/// server's watch cache (`resourceVersion=0`), `none` not at all; every mode evicts alike.
+#[tokio::test]
+async fn eviction_events_and_node_reads_are_switchable() {
+    use nlc_testenv::fault::{Fault, FaultProxy, Rule};
+    let env = shared();
+    let s = Scope::new(env, "evict-costs").await;
+    let proxy = FaultProxy::start(env).await.expect("proxy");
+    let kubeconfig = proxy.kubeconfig(env).expect("kubeconfig");
+    let from_cache =
+        proxy.add(Rule::new("GET", &["/api/v1/nodes/", "resourceVersion=0"], Fault::Delay(Duration::ZERO)));
+    let quorum = |m: &str| metric_sum(m, "nlc_api_requests_total", &["verb=\"get\"", "resource=\"nodes\""]);
+    for (read, events) in [("cache", "per-node"), ("none", "none"), ("quorum", "per-pod")] {
+        let node = s.node(&format!("n-{read}"), json!([])).await;
+        let pods = ["a", "b", "c"].map(|p| format!("{p}-{read}"));
+        for p in &pods {
+            s.pod(p, &node, json!([]), json!({})).await;
+        }
+        let evictions = Evictions::watch(s.pods()).await;
+        let flags = ["--leader-elect=false", "--eviction-node-read", read, "--eviction-events", events];
+        let c = Controller::start_with_kubeconfig(&kubeconfig, env, &s.scope, &flags).await;
+        let cached_before = from_cache.hits();
+        s.set_taints(&node, json!([no_execute(KEY, now_s())])).await;
+        for p in &pods {
+            evictions.wait(p, Duration::from_secs(5)).await.unwrap_or_else(|| panic!("{read}: {p}\n{}", c.logs()));
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await; // a per-node flush
+        let m = c.metrics().await;
+        let (reads, cached) = (quorum(&m), from_cache.hits() - cached_before);
+        match read {
+            "cache" => assert!(reads >= 1.0 && cached == reads as u64, "{reads} reads, {cached} from the cache"),
+            "none" => assert_eq!(reads, 0.0, "{m}"),
+            _ => assert!(reads >= 1.0 && cached == 0, "{reads} reads, {cached} from the cache"),
+        }
+        let mine = |e: &k8s_openapi::api::core::v1::Event| {
+            e.reason.as_deref() == Some("TaintManagerEviction")
+                && e.source.as_ref().and_then(|s| s.component.as_deref()) == Some("taint-eviction-controller")
+        };
+        let on_node: Vec<String> = Api::<k8s_openapi::api::core::v1::Event>::namespaced(s.client.clone(), "default")
+            .list(&Default::default())
+            .await
+            .expect("events")
+            .items
+            .into_iter()
+            .filter(|e| mine(e) && e.involved_object.name.as_deref() == Some(node.as_str()))
+            .filter_map(|e| e.message)
+            .collect();
+        let mut on_pods = 0;
+        for p in &pods {
+            on_pods +=
+                pod_events(&s.client, &s.ns, p).await.iter().filter(|(r, _)| r == "TaintManagerEviction").count();
+        }
+        match events {
+            "per-node" => {
+                assert_eq!(on_node, [format!("Marking for deletion 3 pods on Node {node}")], "{}", c.logs());
+                assert_eq!(on_pods, 0);
+            }
+            "none" => assert_eq!((on_node.len(), on_pods), (0, 0)),
+            _ => assert_eq!((on_node.len(), on_pods), (0, 3)),
+        }
+    }
+}
+
 /// Upstream: "doesn't evict pod with tolerations from tainted nodes" and "only evicts pods
 /// without tolerations from tainted nodes".
 #[tokio::test]

@@ -38,9 +38,51 @@ pub struct UnderTest {
     /// --controller.
     #[arg(long)]
     pub upstream: bool,
+    /// Sample the controller under test with `perf record` over the measured phase (the storm;
+    /// the steady state), into FILE; the flat profile (self time by symbol) goes to FILE.txt.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
     /// More flags for the controller under test, after `--` (e.g. `-- --kube-api-qps 20`).
     #[arg(last = true, value_name = "CONTROLLER_FLAGS")]
     pub extra: Vec<String>,
+}
+
+/// `perf record` attached to a process (99 samples a second would miss the storm's detail:
+/// 499), stopped with SIGINT so that it writes its data.
+pub struct Profile {
+    perf: std::process::Child,
+    out: PathBuf,
+}
+
+impl Profile {
+    /// Starts sampling `pid` when `out` is given.
+    pub fn start(out: Option<&Path>, pid: u32) -> Result<Option<Self>> {
+        let Some(out) = out else { return Ok(None) };
+        let perf = std::process::Command::new("perf")
+            .args(["record", "-F", "499", "-p", &pid.to_string(), "-o"])
+            .arg(out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting perf record (is perf installed, and kernel.perf_event_paranoid <= 2?)")?;
+        Ok(Some(Self { perf, out: out.to_owned() }))
+    }
+
+    /// Stops sampling and writes the flat profile next to the data.
+    pub fn finish(mut self) -> Result<()> {
+        let pid = self.perf.id().to_string();
+        std::process::Command::new("kill").args(["-INT", &pid]).status()?;
+        self.perf.wait()?;
+        let report = std::process::Command::new("perf")
+            .args(["report", "--stdio", "--no-children", "--sort", "dso,symbol", "--percent-limit", "0.3", "-i"])
+            .arg(&self.out)
+            .stderr(Stdio::null())
+            .output()?;
+        let text = self.out.with_extension("txt");
+        std::fs::write(&text, &report.stdout)?;
+        eprintln!("bench: profile in {} ({} bytes of report)", text.display(), report.stdout.len());
+        Ok(())
+    }
 }
 
 impl UnderTest {

@@ -28,20 +28,60 @@ pub struct CompareArgs {
 /// (both default to protobuf; a floor report from before those options is JSON over HTTP/1.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Config {
-    Ours { http2: bool, json: bool },
+    Ours {
+        http2: bool,
+        json: bool,
+    },
+    /// Ours at its defaults with one of the costs the floor does not pay switched.
+    OursWithout(Cost),
     KcmBudget,
     KcmDefault,
-    Floor { http2: bool, json: bool },
+    Floor {
+        http2: bool,
+        json: bool,
+    },
+}
+
+/// A cost of ours that the floor does not pay, and the flag that switches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Cost {
+    /// `--eviction-node-read=cache`: the node read before an immediate eviction from the API
+    /// server's watch cache instead of etcd.
+    NodeReadFromCache,
+    /// `--eviction-node-read=none`.
+    NoNodeRead,
+    /// `--eviction-events=per-node`.
+    EventsPerNode,
+    /// `--eviction-events=none`.
+    NoEvents,
+}
+
+impl Cost {
+    const ALL: [Self; 4] = [Self::NodeReadFromCache, Self::NoNodeRead, Self::EventsPerNode, Self::NoEvents];
+
+    /// The flag, as `bench-compare` passes it.
+    fn flag(self) -> &'static str {
+        match self {
+            Self::NodeReadFromCache => "--eviction-node-read=cache",
+            Self::NoNodeRead => "--eviction-node-read=none",
+            Self::EventsPerNode => "--eviction-events=per-node",
+            Self::NoEvents => "--eviction-events=none",
+        }
+    }
 }
 
 impl Config {
     /// Column order; the first floor present is the one figures are reported against ("floor
     /// +x"): the fastest.
-    const ALL: [Self; 10] = [
+    const ALL: [Self; 14] = [
         Self::Ours { http2: false, json: false },
         Self::Ours { http2: true, json: false },
         Self::Ours { http2: false, json: true },
         Self::Ours { http2: true, json: true },
+        Self::OursWithout(Cost::NodeReadFromCache),
+        Self::OursWithout(Cost::NoNodeRead),
+        Self::OursWithout(Cost::EventsPerNode),
+        Self::OursWithout(Cost::NoEvents),
         Self::KcmBudget,
         Self::KcmDefault,
         Self::Floor { http2: true, json: false },
@@ -56,6 +96,10 @@ impl Config {
             Self::Ours { http2: true, json: false } => "ours, HTTP/2",
             Self::Ours { http2: false, json: true } => "ours, JSON",
             Self::Ours { http2: true, json: true } => "ours, JSON, HTTP/2",
+            Self::OursWithout(Cost::NodeReadFromCache) => "ours, node read from the watch cache",
+            Self::OursWithout(Cost::NoNodeRead) => "ours, no node read",
+            Self::OursWithout(Cost::EventsPerNode) => "ours, events per node",
+            Self::OursWithout(Cost::NoEvents) => "ours, no eviction events",
             Self::KcmBudget => "kcm, our budget",
             Self::KcmDefault => "kcm, defaults",
             Self::Floor { http2: true, json: false } => "API floor (protobuf, HTTP/2)",
@@ -71,6 +115,10 @@ impl Config {
             Self::Ours { http2: true, json: false } => "#6baed6",
             Self::Ours { http2: false, json: true } => "#9467bd",
             Self::Ours { http2: true, json: true } => "#c5b0d5",
+            Self::OursWithout(Cost::NodeReadFromCache) => "#2ca02c",
+            Self::OursWithout(Cost::NoNodeRead) => "#98df8a",
+            Self::OursWithout(Cost::EventsPerNode) => "#17becf",
+            Self::OursWithout(Cost::NoEvents) => "#9edae5",
             Self::KcmBudget => "#ff7f0e",
             Self::KcmDefault => "#f5c08a",
             Self::Floor { http2: true, json: false } => "#4d4d4d",
@@ -104,10 +152,12 @@ impl Config {
         // `--kube-api-content-type=application/json` or `--kube-api-content-type application/json`.
         let json = flags.contains(&"--kube-api-content-type=application/json")
             || flags.windows(2).any(|w| w == ["--kube-api-content-type", "application/json"]);
-        match (upstream, budget) {
-            (true, true) => Self::KcmBudget,
-            (true, false) => Self::KcmDefault,
-            (false, _) => Self::Ours { http2, json },
+        let without = Cost::ALL.into_iter().find(|c| flags.contains(&c.flag()));
+        match (upstream, budget, without) {
+            (true, true, _) => Self::KcmBudget,
+            (true, false, _) => Self::KcmDefault,
+            (false, _, Some(cost)) => Self::OursWithout(cost),
+            (false, _, None) => Self::Ours { http2, json },
         }
     }
 }

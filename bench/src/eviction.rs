@@ -15,7 +15,7 @@ use nlc_testenv::ControlPlane;
 use serde_json::json;
 
 use crate::common::{
-    KEY, Measured, PlannedPod, PodPlan, Seen, UnderTest, create_nodes, create_pods, ensure_namespace,
+    KEY, Measured, PlannedPod, PodPlan, Profile, Seen, UnderTest, create_nodes, create_pods, ensure_namespace,
     histogram_quantiles, percentile, set_taints, start_controller, watch_deletions,
 };
 use crate::floor::{self, FloorCounts, Wire};
@@ -126,11 +126,15 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
     let (mut ctl, ready_s) = start_listed(cp, &args.under_test).await?;
     let rss_idle_mb = ctl.rss_mb();
     let cpu0 = ctl.cpu_seconds();
+    let profile = Profile::start(args.under_test.profile.as_deref(), ctl.pid)?;
 
     let taint = taint_all(&client, &nodes, args.target).await?;
     wait_for_deletions(&seen, &targets, Duration::from_secs(600)).await;
 
     let cpu_s = ctl.cpu_seconds() - cpu0;
+    if let Some(p) = profile {
+        p.finish()?;
+    }
     let peak_rss_mb = ctl.peak_rss_mb();
     let metrics = ctl.metrics().await;
     let seen = seen.lock().map(|m| m.clone()).unwrap_or_default();

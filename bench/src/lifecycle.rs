@@ -19,7 +19,7 @@ use kube::runtime::watcher;
 use nlc_testenv::ControlPlane;
 use serde_json::json;
 
-use crate::common::{GoDuration, Measured, UnderTest, create_nodes, percentile, start_controller};
+use crate::common::{GoDuration, Measured, Profile, UnderTest, create_nodes, percentile, start_controller};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct LifecycleArgs {
@@ -82,7 +82,11 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
     };
     let mut ctl = start_controller(cp, &args.under_test, &flags).await?;
     tokio::time::sleep(Duration::from_secs(30)).await;
+    let profile = Profile::start(args.under_test.profile.as_deref(), ctl.pid)?;
     let steady = measure_steady(&ctl, &heartbeats, Duration::from_secs(args.steady)).await;
+    if let Some(p) = profile {
+        p.finish()?;
+    }
 
     // Stop STOP nodes' heartbeats and watch for Ready=Unknown.
     let stopped: Vec<usize> = (0..args.stop.min(nodes.len())).map(|i| i * nodes.len() / args.stop.max(1)).collect();

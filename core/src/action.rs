@@ -74,6 +74,9 @@ pub struct EvictPod {
     pub causes: Vec<Cause>,
 }
 
+/// The reason of the taint eviction controller's events (upstream's).
+pub const TAINT_MANAGER_EVICTION: &str = "TaintManagerEviction";
+
 /// What an event on a pod says. Texts are upstream's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PodEventKind {
@@ -115,7 +118,7 @@ pub struct PodEvent {
 impl PodEvent {
     pub fn reason(&self) -> &'static str {
         match self.kind {
-            PodEventKind::MarkingForDeletion | PodEventKind::CancellingDeletion => "TaintManagerEviction",
+            PodEventKind::MarkingForDeletion | PodEventKind::CancellingDeletion => TAINT_MANAGER_EVICTION,
             PodEventKind::NodeNotReady => "NodeNotReady",
             PodEventKind::TolerationsTruncated => "TolerationsTruncated",
             PodEventKind::EvictedByOtherController => "SecondTaintEvictionController",

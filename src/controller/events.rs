@@ -38,7 +38,16 @@ use crate::metrics::ExecutorMetrics;
 pub enum QueuedEvent {
     Pod(PodEvent),
     Node(NodeEvent),
+    /// `--eviction-events=per-node`: the `Marking for deletion` events of `pods` pods on `node`,
+    /// as one event on the node.
+    Marked {
+        node: String,
+        pods: u32,
+    },
 }
+
+/// How often the pods marked on each node are recorded, with `--eviction-events=per-node`.
+const MARKED_EVERY: Duration = Duration::from_secs(1);
 
 const EVENT_QUEUE: usize = 20_000;
 const EVENT_WORKERS: usize = 4;
@@ -63,6 +72,8 @@ impl Saturation {
 pub struct EventQueue {
     tx: mpsc::Sender<QueuedEvent>,
     dropped: prometheus_client::metrics::counter::Counter,
+    /// Pods marked for deletion since the last [`MARKED_EVERY`], by node.
+    marked: Arc<Mutex<HashMap<String, u32>>>,
 }
 
 impl EventQueue {
@@ -88,12 +99,40 @@ impl EventQueue {
         let dropped = metrics.events_dropped.clone();
         let worker = worker(rx, pods, nodes, saturation, fence, dropped.clone());
         tokio::spawn(worker.instrument(tracing::info_span!("events")));
-        Self { tx, dropped }
+        let marked = Arc::new(Mutex::new(HashMap::new()));
+        tokio::spawn(flush_marked(marked.clone(), tx.downgrade(), dropped.clone()));
+        Self { tx, dropped, marked }
     }
 
     pub fn push(&self, e: QueuedEvent) {
         if self.tx.try_send(e).is_err() {
             self.dropped.inc();
+        }
+    }
+
+    /// Counts a pod marked for deletion on `node`, recorded with the others of the second.
+    pub fn marking(&self, node: &str) {
+        let mut marked = self.marked.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        *marked.entry(node.to_owned()).or_default() += 1;
+    }
+}
+
+/// Every [`MARKED_EVERY`], one event per node for the pods marked on it; ends with the queue.
+async fn flush_marked(
+    marked: Arc<Mutex<HashMap<String, u32>>>,
+    tx: mpsc::WeakSender<QueuedEvent>,
+    dropped: prometheus_client::metrics::counter::Counter,
+) {
+    let mut tick = tokio::time::interval(MARKED_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(tx) = tx.upgrade() else { return };
+        let due = std::mem::take(&mut *marked.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        for (node, pods) in due {
+            if tx.try_send(QueuedEvent::Marked { node, pods }).is_err() {
+                dropped.inc();
+            }
         }
     }
 }
@@ -136,6 +175,7 @@ async fn worker(
                 QueuedEvent::Pod(p) if p.kind == PodEventKind::NodeNotReady => (&nodes, pod_event(p), pod_ref(p)),
                 QueuedEvent::Pod(p) => (&pods, pod_event(p), pod_ref(p)),
                 QueuedEvent::Node(n) => (&nodes, node_event(n), node_ref(n)),
+                QueuedEvent::Marked { node, pods: n } => (&pods, marked_event(node, *n), marked_ref(node)),
             };
             if let Err(err) = recorder.publish(&event, &reference).await {
                 dropped.inc();
@@ -164,6 +204,22 @@ fn node_ref(e: &NodeEvent) -> ObjectReference {
         uid: Some(e.uid.clone()),
         ..ObjectReference::default()
     }
+}
+
+fn marked_ref(node: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(node.to_owned()),
+        ..ObjectReference::default()
+    }
+}
+
+/// Upstream's `TaintManagerEviction` event, for the pods of one node at once.
+fn marked_event(node: &str, pods: u32) -> Event {
+    let reason = nlc_core::action::TAINT_MANAGER_EVICTION;
+    let note = format!("Marking for deletion {pods} pod{} on Node {node}", if pods == 1 { "" } else { "s" });
+    Event { type_: EventType::Normal, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None }
 }
 
 fn pod_event(e: &PodEvent) -> Event {

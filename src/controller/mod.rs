@@ -165,6 +165,8 @@ fn spawn(
         node_taint_burst: lifecycle.node_taint_burst,
         mark_pods_not_ready_qps: lifecycle.mark_pods_not_ready_qps,
         write_timeout: api_write_timeout,
+        node_read: eviction.node_read,
+        eviction_events: eviction.events,
     };
     let executor = Executor::new(
         rt.client(),

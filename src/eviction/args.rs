@@ -7,6 +7,7 @@ use nlc_core::action::EvictionMode;
 use nlc_core::flags::{DAY, HOUR, check_count, check_duration, check_rate, parse_duration};
 use nlc_core::taints::MatchOptions;
 
+use crate::controller::executor::{EvictionEvents, NodeReadMode};
 use crate::error::Result;
 
 #[derive(Debug, Args)]
@@ -41,6 +42,13 @@ pub struct EvictionArgs {
     /// Longest delay between retries of a failed eviction.
     #[arg(long, default_value = "30s", value_parser = parse_duration, env = "NLC_EVICTION_RETRY_MAX_DELAY")]
     pub eviction_retry_max_delay: Duration,
+    /// What an immediate eviction (or one that waited in a rate limiter) reads of its node right
+    /// before writing, to go ahead only if a taint that made it due is still there.
+    #[arg(long, value_enum, default_value = "quorum", env = "NLC_EVICTION_NODE_READ")]
+    pub eviction_node_read: NodeReadMode,
+    /// The `Marking for deletion` events of evictions.
+    #[arg(long, value_enum, default_value = "per-pod", env = "NLC_EVICTION_EVENTS")]
+    pub eviction_events: EvictionEvents,
 }
 
 /// What the flags turn into: the decisions' configuration (`None`: not run here) and the
@@ -51,6 +59,8 @@ pub struct Config {
     pub pod_eviction_qps: f64,
     pub pod_eviction_burst: u32,
     pub concurrency: usize,
+    pub node_read: NodeReadMode,
+    pub events: EvictionEvents,
 }
 
 impl EvictionArgs {
@@ -66,6 +76,8 @@ impl EvictionArgs {
             eviction_concurrency,
             eviction_retry_delay,
             eviction_retry_max_delay,
+            eviction_node_read,
+            eviction_events,
         } = self;
         check_rate("--pod-eviction-qps", pod_eviction_qps)?;
         check_count("--eviction-concurrency", eviction_concurrency, 1, 10_000)?;
@@ -82,6 +94,13 @@ impl EvictionArgs {
             // Set by the state from whether node lifecycle runs in this process.
             eviction_only: false,
         });
-        Ok(Config { decisions, pod_eviction_qps, pod_eviction_burst, concurrency: eviction_concurrency })
+        Ok(Config {
+            decisions,
+            pod_eviction_qps,
+            pod_eviction_burst,
+            concurrency: eviction_concurrency,
+            node_read: eviction_node_read,
+            events: eviction_events,
+        })
     }
 }

@@ -56,6 +56,38 @@ pub struct ExecutorConfig {
     pub instance: String,
     /// How long a write may wait for its answer (`--api-write-timeout`).
     pub write_timeout: Duration,
+    /// What an eviction reads of its node before writing (`--eviction-node-read`).
+    pub node_read: NodeReadMode,
+    /// The `Marking for deletion` events (`--eviction-events`).
+    pub eviction_events: EvictionEvents,
+}
+
+/// What an eviction reads of its node right before writing (`--eviction-node-read`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum NodeReadMode {
+    /// A quorum read from etcd: a taint removed a moment ago, which the node watch has not
+    /// delivered yet, stops the eviction (kubernetes issue 119862).
+    #[default]
+    Quorum,
+    /// A read from the API server's watch cache (`resourceVersion=0`): the same protection
+    /// against our own cache lagging (a pod's event handled before its node's), without a read
+    /// from etcd; with several API servers, one whose cache lags can answer.
+    Cache,
+    /// No read: the decision's cache alone, as kube-controller-manager does.
+    None,
+}
+
+/// The `Marking for deletion` events of evictions (`--eviction-events`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum EvictionEvents {
+    /// One event on each pod, as upstream records it.
+    #[default]
+    PerPod,
+    /// One event on the node for the pods marked on it within a second ("Marking for deletion
+    /// 30 pods on Node n-1").
+    PerNode,
+    /// None.
+    None,
 }
 
 /// The rates and sizes the executor is built from, as the flags give them.
@@ -69,6 +101,8 @@ pub struct Budget {
     pub node_taint_burst: u32,
     pub mark_pods_not_ready_qps: f64,
     pub write_timeout: Duration,
+    pub node_read: NodeReadMode,
+    pub eviction_events: EvictionEvents,
 }
 
 impl ExecutorConfig {
@@ -83,6 +117,8 @@ impl ExecutorConfig {
             node_taint_burst,
             mark_pods_not_ready_qps,
             write_timeout,
+            node_read,
+            eviction_events,
         } = budget;
         Self {
             eviction_limiter: limiter(pod_eviction_qps, pod_eviction_burst),
@@ -93,6 +129,8 @@ impl ExecutorConfig {
             mark_pods_limiter: limiter(mark_pods_not_ready_qps, (mark_pods_not_ready_qps.ceil() as u32).max(1)),
             instance,
             write_timeout,
+            node_read,
+            eviction_events,
         }
     }
 }

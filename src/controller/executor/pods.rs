@@ -8,14 +8,14 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, EvictParams, Patch, Preconditions};
+use kube::api::{Api, DeleteParams, EvictParams, GetParams, Patch, Preconditions};
 use nlc_core::action::{EvictPod, EvictionMode, EvictionResult, MarkPodNotReady, MarkResult, PodEvent, PodEventKind};
 use nlc_core::taints::Taint;
 use serde_json::json;
 use tokio::time::Instant;
 
 use super::call::CallOutcome;
-use super::{Cancel, Inner, lock};
+use super::{Cancel, EvictionEvents, Inner, NodeReadMode, lock};
 
 /// The most pods remembered as having their `DisruptionTarget` written while their delete
 /// is retried.
@@ -64,7 +64,8 @@ impl Inner {
                 return EvictionResult::Failed("not the leader".into());
             },
         }
-        if ev.immediate || queued.elapsed() >= QUEUED_RECHECK {
+        let recheck = ev.immediate || queued.elapsed() >= QUEUED_RECHECK;
+        if recheck && self.cfg.node_read != NodeReadMode::None {
             match self.live_taints(&ev.node, seq).await {
                 Ok(None) => return EvictionResult::Moot, // the node is gone: not ours
                 Ok(Some(live)) => {
@@ -80,12 +81,16 @@ impl Inner {
             return EvictionResult::Cancelled;
         }
         if ev.announce {
-            self.events.push(QueuedEvent::Pod(PodEvent {
-                namespace: ev.namespace.clone(),
-                name: ev.name.clone(),
-                uid: ev.uid.clone(),
-                kind: PodEventKind::MarkingForDeletion,
-            }));
+            match self.cfg.eviction_events {
+                EvictionEvents::PerPod => self.events.push(QueuedEvent::Pod(PodEvent {
+                    namespace: ev.namespace.clone(),
+                    name: ev.name.clone(),
+                    uid: ev.uid.clone(),
+                    kind: PodEventKind::MarkingForDeletion,
+                })),
+                EvictionEvents::PerNode => self.events.marking(&ev.node),
+                EvictionEvents::None => {}
+            }
         }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ev.namespace);
         let result = match ev.method {
@@ -218,11 +223,18 @@ impl Inner {
                 Some(r) if r.seq >= seq => r.taints.clone(),
                 _ => {
                     let api: Api<Node> = Api::all(self.client.clone());
+                    let params = match self.cfg.node_read {
+                        NodeReadMode::Cache => GetParams::any(),
+                        NodeReadMode::Quorum | NodeReadMode::None => GetParams::default(),
+                    };
                     let name = node.to_owned();
                     let started = self.seq.load(Ordering::Relaxed);
                     let requests = self.exec_metrics.requests.clone();
                     let f: NodeTaints = async move {
-                        let result = api.get_opt(&name).await;
+                        let result = match api.get_with(&name, &params).await {
+                            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+                            read => read.map(Some),
+                        };
                         let code = match &result {
                             Ok(Some(_)) => 200,
                             Ok(None) => 404,
