@@ -74,7 +74,16 @@ impl Profile {
         std::process::Command::new("kill").args(["-INT", &pid]).status()?;
         self.perf.wait()?;
         let report = std::process::Command::new("perf")
-            .args(["report", "--stdio", "--no-children", "--sort", "dso,symbol", "--percent-limit", "0.3", "-i"])
+            .args([
+                "report",
+                "--stdio",
+                "--no-children",
+                "--fields",
+                "overhead,dso,sym",
+                "--percent-limit",
+                "0.3",
+                "-i",
+            ])
             .arg(&self.out)
             .stderr(Stdio::null())
             .output()?;

@@ -214,6 +214,7 @@ fn spawn(
         applied_skew: jiff::SignedDuration::ZERO,
         steps,
         second_writers,
+        brakes: None,
     };
     let stop = rt.shutdown();
     rt.spawn("controller", task.run(stop));
@@ -347,6 +348,9 @@ struct Task {
     steps: StepDetector,
     /// kube-controller-manager's controllers seen writing: their Warning events.
     second_writers: writers::SecondWriters,
+    /// The brakes' gauges as last set (pause, held nodes): recounted over every node only after
+    /// a turn that saw a node event (a count per turn was 5.6 % of the 5,000-node storm's CPU).
+    brakes: Option<(Pause, bool)>,
 }
 
 impl Task {
@@ -458,9 +462,14 @@ impl Task {
         }
         self.update_gate();
         let pause = self.state.pause();
-        let nodes = self.state.cache.index.nodes.values();
-        let (held, legacy) = nodes.fold((0, 0), |(h, l), n| (h + usize::from(n.held), l + usize::from(n.legacy_hold)));
-        self.metrics.brakes.set(pause, held, legacy);
+        let nodes_changed = self.brakes.is_none_or(|(_, changed)| changed);
+        if nodes_changed || self.brakes.is_some_and(|(p, _)| p != pause) {
+            let nodes = self.state.cache.index.nodes.values();
+            let (held, legacy) =
+                nodes.fold((0, 0), |(h, l), n| (h + usize::from(n.held), l + usize::from(n.legacy_hold)));
+            self.metrics.brakes.set(pause, held, legacy);
+        }
+        self.brakes = Some((pause, false));
     }
 
     /// Opens the executor's write fence while this process leads, is not paused altogether and
@@ -496,9 +505,14 @@ impl Task {
 
     /// One input and whatever else is already queued: one pass per burst of events.
     fn handle_batch(&mut self, first: Input, actions: &mut Vec<Action>) {
+        let mut nodes_changed = matches!(first, Input::Node(_));
         self.state.handle(first, self.clock.now(), actions);
         while let Ok(more) = self.rx.try_recv() {
+            nodes_changed |= matches!(more, Input::Node(_));
             self.state.handle(more, self.clock.now(), actions);
+        }
+        if nodes_changed {
+            self.brakes = self.brakes.map(|(pause, _)| (pause, true));
         }
         self.state.after_batch(self.clock.now(), actions);
         let cache = &self.state.cache;
