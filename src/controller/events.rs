@@ -27,11 +27,11 @@ use k8s_openapi::api::core::v1::{Event as K8sEvent, EventSource, ObjectReference
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType};
-use nlc_core::action::{NodeEvent, PodEvent, PodEventKind};
+use nlc_core::action::{EvictPod, NodeEvent, PodEvent, PodEventKind};
 use tokio::sync::{Semaphore, mpsc};
 use tracing::Instrument;
 
-use super::executor::Fence;
+use super::executor::{EvictionEvents, Fence};
 use crate::metrics::ExecutorMetrics;
 
 /// An event to record.
@@ -72,7 +72,10 @@ impl Saturation {
 pub struct EventQueue {
     tx: mpsc::Sender<QueuedEvent>,
     dropped: prometheus_client::metrics::counter::Counter,
-    /// Pods marked for deletion since the last [`MARKED_EVERY`], by node.
+    /// How evictions' `Marking for deletion` events are recorded (`--eviction-events`).
+    mode: EvictionEvents,
+    /// With `--eviction-events=per-node`: pods marked for deletion since the last
+    /// [`MARKED_EVERY`], by node.
     marked: Arc<Mutex<HashMap<String, u32>>>,
 }
 
@@ -84,6 +87,7 @@ impl EventQueue {
         saturation: Saturation,
         metrics: ExecutorMetrics,
         clock: Arc<dyn Clock>,
+        mode: EvictionEvents,
     ) -> Self {
         // Upstream's event sources: taint-eviction-controller for evictions, node-controller for
         // nodes and MarkPodsNotReady.
@@ -100,8 +104,10 @@ impl EventQueue {
         let worker = worker(rx, pods, nodes, saturation, fence, dropped.clone());
         tokio::spawn(worker.instrument(tracing::info_span!("events")));
         let marked = Arc::new(Mutex::new(HashMap::new()));
-        tokio::spawn(flush_marked(marked.clone(), tx.downgrade(), dropped.clone()));
-        Self { tx, dropped, marked }
+        if mode == EvictionEvents::PerNode {
+            tokio::spawn(flush_marked(marked.clone(), tx.downgrade(), dropped.clone()));
+        }
+        Self { tx, dropped, mode, marked }
     }
 
     pub fn push(&self, e: QueuedEvent) {
@@ -110,10 +116,22 @@ impl EventQueue {
         }
     }
 
-    /// Counts a pod marked for deletion on `node`, recorded with the others of the second.
-    pub fn marking(&self, node: &str) {
-        let mut marked = self.marked.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        *marked.entry(node.to_owned()).or_default() += 1;
+    /// Records that the writes of `ev` go ahead, as `--eviction-events` says: an event on the
+    /// pod, a count for its node's event of the second, or nothing.
+    pub fn marking_for_deletion(&self, ev: &EvictPod) {
+        match self.mode {
+            EvictionEvents::PerPod => self.push(QueuedEvent::Pod(PodEvent {
+                namespace: ev.namespace.clone(),
+                name: ev.name.clone(),
+                uid: ev.uid.clone(),
+                kind: PodEventKind::MarkingForDeletion,
+            })),
+            EvictionEvents::PerNode => {
+                let mut marked = self.marked.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                *marked.entry(ev.node.clone()).or_default() += 1;
+            }
+            EvictionEvents::None => {}
+        }
     }
 }
 
@@ -174,8 +192,8 @@ async fn worker(
             let (recorder, event, reference) = match &e {
                 QueuedEvent::Pod(p) if p.kind == PodEventKind::NodeNotReady => (&nodes, pod_event(p), pod_ref(p)),
                 QueuedEvent::Pod(p) => (&pods, pod_event(p), pod_ref(p)),
-                QueuedEvent::Node(n) => (&nodes, node_event(n), node_ref(n)),
-                QueuedEvent::Marked { node, pods: n } => (&pods, marked_event(node, *n), marked_ref(node)),
+                QueuedEvent::Node(n) => (&nodes, node_event(n), node_ref(&n.node, Some(&n.uid))),
+                QueuedEvent::Marked { node, pods: n } => (&pods, marked_event(node, *n), node_ref(node, None)),
             };
             if let Err(err) = recorder.publish(&event, &reference).await {
                 dropped.inc();
@@ -196,21 +214,12 @@ fn pod_ref(e: &PodEvent) -> ObjectReference {
     }
 }
 
-fn node_ref(e: &NodeEvent) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Node".into()),
-        name: Some(e.node.clone()),
-        uid: Some(e.uid.clone()),
-        ..ObjectReference::default()
-    }
-}
-
-fn marked_ref(node: &str) -> ObjectReference {
+fn node_ref(node: &str, uid: Option<&str>) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Node".into()),
         name: Some(node.to_owned()),
+        uid: uid.map(str::to_owned),
         ..ObjectReference::default()
     }
 }

@@ -256,6 +256,7 @@ impl Executor {
             saturation,
             exec_metrics.clone(),
             clock.clone(),
+            cfg.eviction_events,
         );
         let inner = Arc::new(Inner {
             client,

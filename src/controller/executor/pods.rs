@@ -9,18 +9,17 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, EvictParams, GetParams, Patch, Preconditions};
-use nlc_core::action::{EvictPod, EvictionMode, EvictionResult, MarkPodNotReady, MarkResult, PodEvent, PodEventKind};
+use nlc_core::action::{EvictPod, EvictionMode, EvictionResult, MarkPodNotReady, MarkResult};
 use nlc_core::taints::Taint;
 use serde_json::json;
 use tokio::time::Instant;
 
 use super::call::CallOutcome;
-use super::{Cancel, EvictionEvents, Inner, NodeReadMode, lock};
+use super::{Cancel, Inner, NodeReadMode, lock};
 
 /// The most pods remembered as having their `DisruptionTarget` written while their delete
 /// is retried.
 const MAX_MARKED: usize = 100_000;
-use crate::controller::events::QueuedEvent;
 use crate::metrics::{ReasonLabels, RequestLabels};
 
 pub use nlc_core::action::{DELETION_BY_TAINT_MANAGER, DISRUPTION_TARGET, TAINT_MANAGER_MESSAGE};
@@ -81,16 +80,7 @@ impl Inner {
             return EvictionResult::Cancelled;
         }
         if ev.announce {
-            match self.cfg.eviction_events {
-                EvictionEvents::PerPod => self.events.push(QueuedEvent::Pod(PodEvent {
-                    namespace: ev.namespace.clone(),
-                    name: ev.name.clone(),
-                    uid: ev.uid.clone(),
-                    kind: PodEventKind::MarkingForDeletion,
-                })),
-                EvictionEvents::PerNode => self.events.marking(&ev.node),
-                EvictionEvents::None => {}
-            }
+            self.events.marking_for_deletion(ev);
         }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ev.namespace);
         let result = match ev.method {
