@@ -126,7 +126,15 @@ async fn eviction_events_and_node_reads_are_switchable() {
             s.pod(p, &node, json!([]), json!({})).await;
         }
         let evictions = Evictions::watch(s.pods()).await;
-        let flags = ["--leader-elect=false", "--eviction-node-read", read, "--eviction-events", events];
+        // Taint eviction alone: node lifecycle's own node reads would count with the evictions'.
+        let flags = [
+            "--leader-elect=false",
+            "--enable-node-lifecycle=false",
+            "--eviction-node-read",
+            read,
+            "--eviction-events",
+            events,
+        ];
         let c = Controller::start_with_kubeconfig(&kubeconfig, env, &s.scope, &flags).await;
         let cached_before = from_cache.hits();
         s.set_taints(&node, json!([no_execute(KEY, now_s())])).await;
