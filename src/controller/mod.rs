@@ -214,7 +214,8 @@ fn spawn(
         applied_skew: jiff::SignedDuration::ZERO,
         steps,
         second_writers,
-        brakes: None,
+        brakes_shown: None,
+        nodes_changed: true,
     };
     let stop = rt.shutdown();
     rt.spawn("controller", task.run(stop));
@@ -348,9 +349,12 @@ struct Task {
     steps: StepDetector,
     /// kube-controller-manager's controllers seen writing: their Warning events.
     second_writers: writers::SecondWriters,
-    /// The brakes' gauges as last set (pause, held nodes): recounted over every node only after
-    /// a turn that saw a node event (a count per turn was 5.6 % of the 5,000-node storm's CPU).
-    brakes: Option<(Pause, bool)>,
+    /// The pause the brakes' gauges were last set for (None before the first turn). The held
+    /// nodes are recounted over every node only when it changes or when `nodes_changed` (a count
+    /// per turn was 5.6 % of the 5,000-node storm's CPU).
+    brakes_shown: Option<Pause>,
+    /// A turn since the last count saw a node event.
+    nodes_changed: bool,
 }
 
 impl Task {
@@ -462,14 +466,14 @@ impl Task {
         }
         self.update_gate();
         let pause = self.state.pause();
-        let nodes_changed = self.brakes.is_none_or(|(_, changed)| changed);
-        if nodes_changed || self.brakes.is_some_and(|(p, _)| p != pause) {
+        if self.nodes_changed || self.brakes_shown != Some(pause) {
             let nodes = self.state.cache.index.nodes.values();
             let (held, legacy) =
                 nodes.fold((0, 0), |(h, l), n| (h + usize::from(n.held), l + usize::from(n.legacy_hold)));
             self.metrics.brakes.set(pause, held, legacy);
         }
-        self.brakes = Some((pause, false));
+        self.brakes_shown = Some(pause);
+        self.nodes_changed = false;
     }
 
     /// Opens the executor's write fence while this process leads, is not paused altogether and
@@ -511,9 +515,7 @@ impl Task {
             nodes_changed |= matches!(more, Input::Node(_));
             self.state.handle(more, self.clock.now(), actions);
         }
-        if nodes_changed {
-            self.brakes = self.brakes.map(|(pause, _)| (pause, true));
-        }
+        self.nodes_changed |= nodes_changed;
         self.state.after_batch(self.clock.now(), actions);
         let cache = &self.state.cache;
         if cache.synced() && !*self.ready.borrow() {
