@@ -28,7 +28,12 @@
 # 10% of them silent: detection delay after the grace period, and the unreachable taints' rate
 # through the zone limiter (the nodes are spread over three zones).
 #
+# With LEASE_PERIOD=SECS every node's Lease is renewed every SECS during the storm runs (the
+# kubelet's 10 s: 500 Lease events a second at 5,000 nodes) and ours runs its node lifecycle part
+# too, as kube-controller-manager always does (`bench eviction --lease-period`).
+#
 # Environment: SIZES (nodes, default "1000"; "" for none), RUNS (3), TARGET (100), CONFIGS (all seven),
+# LEASE_PERIOD (none),
 # LC_SIZES ("1000"; "" for none), LC_RUNS (3), LC_CONFIGS (ours kcm-budget kcm-default),
 # OUT (docs/bench), RAW (where the JSON reports go; default under the cache directory).
 set -euo pipefail
@@ -36,6 +41,9 @@ cd "$(dirname "$0")/.."
 SIZES=${SIZES-1000}
 RUNS=${RUNS:-3}
 TARGET=${TARGET:-100}
+LEASE_PERIOD=${LEASE_PERIOD:-}
+leases=()
+[[ -n $LEASE_PERIOD ]] && leases=(--lease-period "$LEASE_PERIOD")
 CONFIGS=${CONFIGS:-floor floor-json ours ours-h2 ours-json kcm-budget kcm-default}
 LC_SIZES=${LC_SIZES-1000}
 LC_RUNS=${LC_RUNS:-3}
@@ -63,10 +71,10 @@ for size in $SIZES; do
         kcm-default) args=(--upstream) ;;
         *) log "unknown configuration $config"; exit 1 ;;
       esac
-      name="$RAW/$size-$config-$run"
+      name="$RAW/$size${LEASE_PERIOD:+-leases$LEASE_PERIOD}-$config-$run"
       if [[ -s $name.json ]]; then log "$name.json exists, kept"; continue; fi
-      log "$size nodes, $config, run $run"
-      "$T/bench" eviction --nodes "$size" --pods 30 --target "$TARGET" "${args[@]}" >"$name.json.tmp" 2>"$name.log" \
+      log "$size nodes, $config, run $run${LEASE_PERIOD:+, Leases renewed every $LEASE_PERIOD s}"
+      "$T/bench" eviction --nodes "$size" --pods 30 --target "$TARGET" "${leases[@]}" "${args[@]}" >"$name.json.tmp" 2>"$name.log" \
         || { log "failed: see $name.log"; tail -5 "$name.log" >&2; exit 1; }
       mv "$name.json.tmp" "$name.json"
     done
@@ -94,7 +102,7 @@ for size in $LC_SIZES; do
 done
 
 "$T/bench" compare --runs "$RAW" --out "$OUT" \
-  --command "make bench-compare SIZES=\"$SIZES\" RUNS=$RUNS TARGET=$TARGET LC_SIZES=\"$LC_SIZES\" LC_RUNS=$LC_RUNS (reports: $RAW)"
+  --command "make bench-compare SIZES=\"$SIZES\" RUNS=$RUNS TARGET=$TARGET${LEASE_PERIOD:+ LEASE_PERIOD=$LEASE_PERIOD} LC_SIZES=\"$LC_SIZES\" LC_RUNS=$LC_RUNS (reports: $RAW)"
 if ! command -v rsvg-convert >/dev/null && [[ $(id -u) -eq 0 ]]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends librsvg2-bin >&2 || true
 fi

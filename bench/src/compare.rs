@@ -173,6 +173,12 @@ struct Figure {
 
 const FIGURES: &[Figure] = &[
     Figure {
+        label: "Lease renewals per second in the storm (workload)",
+        path: &["lease_renewals_per_s"],
+        unit: "/s",
+        vs_floor: false,
+    },
+    Figure {
         label: "ready (start → /readyz; floor: a raw streaming list of the pods and nodes)",
         path: &["controller_ready_s"],
         unit: "s",
@@ -283,9 +289,9 @@ fn fmt_num(x: f64) -> String {
     }
 }
 
-/// Runs grouped by size (`nodes × pods-per-node`, or `nodes × lease period` for lifecycle runs)
-/// and configuration.
-type Groups = BTreeMap<(u64, u64), BTreeMap<Config, Vec<Value>>>;
+/// Runs grouped by size (`nodes × pods-per-node × lease period`, the period 0 when no Lease was
+/// renewed; for lifecycle runs `nodes × lease period × 0`) and configuration.
+type Groups = BTreeMap<(u64, u64, u64), BTreeMap<Config, Vec<Value>>>;
 
 /// The eviction runs and the lifecycle runs of a directory.
 #[derive(Default)]
@@ -306,9 +312,10 @@ fn load(dir: &Path) -> Result<Reports> {
         let (groups, key) = match report["benchmark"].as_str() {
             Some("eviction") => {
                 let pods = report["pods"].as_u64().unwrap_or(0);
-                (&mut reports.eviction, (nodes, pods.checked_div(nodes).unwrap_or(0)))
+                let period = report["lease_period_s"].as_u64().unwrap_or(0);
+                (&mut reports.eviction, (nodes, pods.checked_div(nodes).unwrap_or(0), period))
             }
-            Some("lifecycle") => (&mut reports.lifecycle, (nodes, report["lease_period_s"].as_u64().unwrap_or(0))),
+            Some("lifecycle") => (&mut reports.lifecycle, (nodes, report["lease_period_s"].as_u64().unwrap_or(0), 0)),
             _ => continue,
         };
         groups.entry(key).or_default().entry(Config::of(&report)).or_default().push(report);
@@ -377,11 +384,12 @@ fn table(md: &mut String, runs: &BTreeMap<Config, Vec<Value>>, figures: &[Figure
 pub fn markdown(reports: &Reports, command: &str) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "<!-- Written by `bench compare`; rerun `{command}` to refresh. -->\n");
-    for ((nodes, per_node), runs) in &reports.eviction {
-        let _ = writeln!(md, "### Taint eviction storm: {nodes} nodes × {per_node} pods\n");
+    for ((nodes, per_node, period), runs) in &reports.eviction {
+        let leases = if *period > 0 { format!(", every Lease renewed every {period} s") } else { String::new() };
+        let _ = writeln!(md, "### Taint eviction storm: {nodes} nodes × {per_node} pods{leases}\n");
         table(&mut md, runs, FIGURES);
     }
-    for ((nodes, period), runs) in &reports.lifecycle {
+    for ((nodes, period, _), runs) in &reports.lifecycle {
         let _ =
             writeln!(md, "### Node lifecycle: {nodes} nodes heartbeating (Lease every {period} s), then 10% silent\n");
         table(&mut md, runs, LIFECYCLE_FIGURES);
@@ -505,11 +513,12 @@ fn panel(s: &mut String, groups: &Groups, present: &[Config], x0: f64, title: &s
         bars(s, runs, present, gx, group_w, path, &scale);
         let _ = writeln!(
             s,
-            r#"<text x="{:.1}" y="{}" text-anchor="middle">{} × {}</text>"#,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{} × {}{}</text>"#,
             gx + group_w / 2.0,
             base + 16.0,
             size.0,
-            size.1
+            size.1,
+            if size.2 > 0 { format!(", Leases every {} s", size.2) } else { String::new() }
         );
     }
 }
@@ -559,7 +568,11 @@ pub fn run(args: &CompareArgs) -> Result<Value> {
     let md = markdown(&reports, &args.command);
     std::fs::write(args.out.join("compare.md"), &md)?;
     std::fs::write(args.out.join("compare.svg"), svg(&reports.eviction))?;
-    let sizes: Vec<String> = reports.eviction.keys().map(|(n, p)| format!("{n}x{p}")).collect();
+    let sizes: Vec<String> = reports
+        .eviction
+        .keys()
+        .map(|(n, p, l)| if *l > 0 { format!("{n}x{p}+leases/{l}s") } else { format!("{n}x{p}") })
+        .collect();
     Ok(serde_json::json!({"benchmark": "compare", "sizes": sizes, "written": [
         args.out.join("compare.md"), args.out.join("compare.svg")]}))
 }
@@ -639,7 +652,7 @@ mod tests {
             r
         };
         let mut reports = Reports::default();
-        let g = reports.eviction.entry((10, 30)).or_default();
+        let g = reports.eviction.entry((10, 30, 0)).or_default();
         g.insert(FLOOR_JSON, vec![run(json!({"floor": true}), 0.8)]);
         g.insert(FLOOR, vec![run(json!({"floor": true, "floor_wire": "protobuf", "floor_http2": true}), 0.5)]);
         g.insert(Config::KcmDefault, vec![run(json!({"upstream": true}), 30.0)]);
@@ -674,14 +687,14 @@ mod tests {
                    "immediate_after_taint_s": {"p50": p99 / 2.0, "p99": p99}, "missing": 0, "evicted_wrongly": 0})
         };
         let mut reports = Reports::default();
-        let g = reports.eviction.entry((10, 30)).or_default();
+        let g = reports.eviction.entry((10, 30, 0)).or_default();
         g.insert(OURS, vec![run(false, 1.0), run(false, 1.2), run(false, 3.0)]);
         g.insert(FLOOR_JSON, vec![run(true, 0.9)]);
         let lc = |upstream: bool, p99: f64| {
             json!({"benchmark": "lifecycle", "nodes": 10, "lease_period_s": 10, "upstream": upstream, "controller_flags": [],
                    "stopped": 1, "detected": 1, "detection_delay_after_grace_s": {"p50": p99, "p99": p99}})
         };
-        let l = reports.lifecycle.entry((10, 10)).or_default();
+        let l = reports.lifecycle.entry((10, 10, 0)).or_default();
         l.insert(OURS, vec![lc(false, 0.5)]);
         l.insert(Config::KcmDefault, vec![lc(true, 4.0)]);
         let md = markdown(&reports, "make bench-compare");
@@ -695,5 +708,25 @@ mod tests {
         );
         assert!(md.contains("| wrong evictions (all runs) | 0 | 0 |"), "{md}");
         assert!(svg(&reports.eviction).starts_with("<svg"));
+    }
+
+    #[test]
+    fn runs_with_leases_renewed_are_a_group_of_their_own() -> Result<()> {
+        let dir = std::env::temp_dir().join(format!("bench-compare-leases-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let run = |period: Option<u64>, renewals: Option<f64>| {
+            json!({"benchmark": "eviction", "nodes": 10, "pods": 300, "upstream": false, "controller_flags": [],
+                   "lease_period_s": period, "lease_renewals_per_s": renewals,
+                   "immediate_after_taint_s": {"p50": 1.0, "p99": 1.0}})
+        };
+        std::fs::write(dir.join("10-ours-1.json"), run(None, None).to_string())?;
+        std::fs::write(dir.join("10-ours-leases-1.json"), run(Some(10), Some(1.0)).to_string())?;
+        let reports = load(&dir);
+        std::fs::remove_dir_all(&dir)?;
+        let md = markdown(&reports?, "make bench-compare");
+        assert!(md.contains("### Taint eviction storm: 10 nodes × 30 pods\n"), "{md}");
+        assert!(md.contains("### Taint eviction storm: 10 nodes × 30 pods, every Lease renewed every 10 s\n"), "{md}");
+        assert_eq!(md.matches("| Lease renewals per second in the storm (workload) | 1.00 /s |").count(), 1, "{md}");
+        Ok(())
     }
 }

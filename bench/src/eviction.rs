@@ -19,6 +19,7 @@ use crate::common::{
     histogram_quantiles, percentile, set_taints, start_controller, watch_deletions,
 };
 use crate::floor::{self, FloorCounts, Wire};
+use crate::lifecycle::Heartbeats;
 
 /// The tolerationSeconds of the pods that must not be evicted during the benchmark.
 const HOUR: i64 = 3600;
@@ -47,6 +48,12 @@ pub struct EvictionArgs {
     /// `--api-http2` builds it; without it, HTTP/1.1 (a pool of connections).
     #[arg(long, requires = "floor")]
     pub floor_http2: bool,
+    /// Renew every node's Lease every SECS throughout the run (the kubelet's period is 10 s:
+    /// 500 Lease updates a second at 5,000 nodes), with the controller's node lifecycle part
+    /// running (a 10-minute grace period), so that the storm meets the Lease events of a live
+    /// cluster. Without it no Lease is renewed and ours runs taint eviction alone.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub lease_period: Option<u64>,
     #[command(flatten)]
     pub under_test: UnderTest,
 }
@@ -89,12 +96,15 @@ struct Usage {
     /// The HTTP version the API server answered the floor's client in (`HTTP/2.0` when
     /// `--floor-http2` got it).
     floor_http_version: Option<String>,
+    /// Lease renewals per second from the target taint to the last deletion (`--lease-period`).
+    lease_renewals_per_s: Option<f64>,
 }
 
 pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::Value> {
     let client = cp.client().await;
     let (nodes, plan) = populate(&client, args).await?;
 
+    let heartbeats = args.lease_period.map(|p| Heartbeats::start(&client, &nodes, Duration::from_secs(p)));
     let (seen, watch_task) = watch_deletions(&client);
     let targets: Vec<&PlannedPod> = plan.iter().filter(|(_, _, s)| *s != Some(HOUR)).collect();
     if args.floor {
@@ -111,7 +121,9 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
         // The same pause as a controller gets to list everything.
         tokio::time::sleep(Duration::from_secs(15)).await;
         let taint = taint_all(&client, &nodes, args.target).await?;
+        let renewals0 = heartbeats.as_ref().map(Heartbeats::renewals);
         wait_for_deletions(&seen, &targets, Duration::from_secs(600)).await;
+        let lease_renewals_per_s = renewal_rate(heartbeats.as_ref(), renewals0, &taint);
         task.abort();
         let seen = seen.lock().map(|m| m.clone()).unwrap_or_default();
         watch_task.abort();
@@ -119,17 +131,20 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
             floor: counts.lock().ok().map(|c| *c),
             ready_s: Some(list_s),
             floor_http_version: skew.http_version().map(|v| format!("{v:?}")),
+            lease_renewals_per_s,
             ..Usage::default()
         };
         return Ok(report(args, &plan, &targets, &seen, &taint, &usage));
     }
-    let (mut ctl, ready_s) = start_listed(cp, &args.under_test).await?;
+    let (mut ctl, ready_s) = start_listed(cp, &args.under_test, args.lease_period.is_some()).await?;
     let rss_idle_mb = ctl.rss_mb();
     let cpu0 = ctl.cpu_seconds();
     let profile = Profile::start(args.under_test.profile.as_deref(), ctl.pid)?;
 
     let taint = taint_all(&client, &nodes, args.target).await?;
+    let renewals0 = heartbeats.as_ref().map(Heartbeats::renewals);
     wait_for_deletions(&seen, &targets, Duration::from_secs(600)).await;
+    let lease_renewals_per_s = renewal_rate(heartbeats.as_ref(), renewals0, &taint);
 
     let cpu_s = ctl.cpu_seconds() - cpu0;
     if let Some(p) = profile {
@@ -149,6 +164,7 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
         metrics,
         floor: None,
         floor_http_version: None,
+        lease_renewals_per_s,
     };
     Ok(report(args, &plan, &targets, &seen, &taint, &usage))
 }
@@ -182,11 +198,12 @@ fn plan_pods(nodes: &[String], pods: usize, target: usize, run: &str) -> PodPlan
     plan
 }
 
-/// Starts the controller with the taint eviction part alone and gives it time to list
-/// everything (30,000 pods) before the storm. Returns it and, for ours, the seconds from start to
-/// `/readyz` answering 200 (caches synced).
-async fn start_listed(cp: &ControlPlane, under_test: &UnderTest) -> Result<(Measured, Option<f64>)> {
-    let flags: Vec<String> = if under_test.upstream {
+/// Starts the controller with the taint eviction part alone (with `leases`, node lifecycle too,
+/// its grace periods 10 minutes; kube-controller-manager always runs both) and gives it time to
+/// list everything (30,000 pods) before the storm. Returns it and, for ours, the seconds from
+/// start to `/readyz` answering 200 (caches synced).
+async fn start_listed(cp: &ControlPlane, under_test: &UnderTest, leases: bool) -> Result<(Measured, Option<f64>)> {
+    let flags: Vec<String> = if under_test.upstream || leases {
         vec!["--node-monitor-grace-period=10m".into(), "--node-startup-grace-period=10m".into()]
     } else {
         vec!["--enable-node-lifecycle=false".into()]
@@ -229,6 +246,13 @@ async fn taint_all(client: &kube::Client, nodes: &[String], target: usize) -> Re
     let done = Timestamp::now();
     eprintln!("bench: tainted {} target nodes in {:.2}s", targets.len(), done.duration_since(start).as_secs_f64());
     Ok(Taint { added, start, done })
+}
+
+/// Lease renewals per second from the end of the target taint until now.
+fn renewal_rate(heartbeats: Option<&Heartbeats>, since: Option<u64>, taint: &Taint) -> Option<f64> {
+    let (h, since) = (heartbeats?, since?);
+    let secs = Timestamp::now().duration_since(taint.done).as_secs_f64();
+    Some(h.renewals().saturating_sub(since) as f64 / secs.max(1e-3))
 }
 
 /// Waits until every target pod's deletion has been seen, or `limit` has passed.
@@ -280,6 +304,7 @@ fn report(
         "floor_wire": args.floor.then(|| args.floor_wire.name()), "floor_http2": args.floor.then_some(args.floor_http2),
         "floor_http_version": usage.floor_http_version,
         "controller_flags": args.under_test.extra,
+        "lease_period_s": args.lease_period, "lease_renewals_per_s": usage.lease_renewals_per_s,
         "nodes": args.nodes, "pods": plan.len(), "evicted_expected": targets.len(), "missing": missing,
         "evicted_wrongly": early,
         "taint_to_last_deletion_s": last.duration_since(taint.start).as_secs_f64(),

@@ -161,7 +161,7 @@ impl Heartbeats {
         Self { alive, last_renew, renewals, task }
     }
 
-    fn renewals(&self) -> u64 {
+    pub(crate) fn renewals(&self) -> u64 {
         self.renewals.load(Ordering::Relaxed)
     }
 

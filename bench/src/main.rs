@@ -29,7 +29,8 @@
 //! Usage:
 //!
 //! ```text
-//! bench eviction [--nodes N] [--pods N] [--target N] [--controller BIN | --upstream] [-- CONTROLLER FLAGS]
+//! bench eviction [--nodes N] [--pods N] [--target N] [--lease-period SECS] [--controller BIN | --upstream]
+//!                [-- CONTROLLER FLAGS]
 //! bench lifecycle [--nodes N] [--stop N] [--steady SECS] [--lease-period SECS] [--grace DUR]
 //!                 [--controller BIN | --upstream] [-- CONTROLLER FLAGS]
 //! bench webhook [--connections N] [--steady SECS] [--all-plugins | --rules N] [--controller BIN]
