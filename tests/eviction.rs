@@ -234,6 +234,45 @@ async fn removing_the_taint_cancels_the_eviction() {
     assert!(wait_for_event(&s, "p", "TaintManagerEviction", &note).await, "no event {note:?}");
 }
 
+/// client-go's correlator: the same event about the same pod within six minutes is counted on the
+/// first Event (`count` 2, a later `lastTimestamp`), not written again; ours remembers of it only
+/// its name and count.
+#[tokio::test]
+async fn a_repeated_event_is_counted_on_the_first() {
+    let env = shared();
+    let s = Scope::new(env, "evict-series").await;
+    let node = s.node("n", json!([])).await;
+    s.pod("p", &node, json!([toleration(KEY, Some(30))]), json!({})).await;
+    let _c = Controller::start(env, &s.scope, &[]).await;
+    let note = format!("Cancelling deletion of Pod {}/p", s.ns);
+    for _ in 0..2 {
+        s.set_taints(&node, json!([no_execute(KEY, now_s())])).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        s.set_taints(&node, json!([])).await;
+        assert!(wait_for_event(&s, "p", "TaintManagerEviction", &note).await, "no event {note:?}");
+    }
+    let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(s.client.clone(), &s.ns);
+    let mut seen = vec![];
+    for _ in 0..100 {
+        seen = api
+            .list(&Default::default())
+            .await
+            .expect("events")
+            .items
+            .into_iter()
+            .filter(|e| e.message.as_deref() == Some(note.as_str()))
+            .collect();
+        if seen.iter().any(|e| e.count == Some(2)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let counts: Vec<Option<i32>> = seen.iter().map(|e| e.count).collect();
+    assert_eq!(counts, [Some(2)], "one Event, counted twice");
+    let (first, last) = (seen[0].first_timestamp.as_ref(), seen[0].last_timestamp.as_ref());
+    assert!(first.zip(last).is_some_and(|(f, l)| l.0 > f.0), "lastTimestamp after firstTimestamp: {first:?} {last:?}");
+}
+
 /// Upstream (Conformance): "evicts pods with minTolerationSeconds", with more pods: each at its
 /// own deadline, in order.
 #[tokio::test]

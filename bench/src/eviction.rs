@@ -96,7 +96,8 @@ struct Usage {
     /// The HTTP version the API server answered the floor's client in (`HTTP/2.0` when
     /// `--floor-http2` got it).
     floor_http_version: Option<String>,
-    /// Lease renewals per second from the target taint to the last deletion (`--lease-period`).
+    /// Lease renewals per second from the end of the target taint patches until every target
+    /// pod was seen deleted (`--lease-period`).
     lease_renewals_per_s: Option<f64>,
 }
 
