@@ -14,10 +14,11 @@
 //!   entry past its time counts as absent when looked up, and the cache is swept only once it
 //!   has doubled since the last sweep or a minute has passed. It remembers of each series only
 //!   what a repeat writes (the event's name and count), not the whole Event (the 3,000
-//!   evictions of the storm benchmark kept 7.3 MB of Events at its heap peak), and at most [`MAX_SERIES`] series, as
-//!   client-go's correlator (its LRU of 4,096): full, it forgets the least recently seen half,
-//!   whose next repeat is a new event. A storm of 150,000 evictions held 150,000 Events for six
-//!   minutes before. Every write passes the executor's fence.
+//!   evictions of the storm benchmark kept 7.3 MB of Events at its heap peak), and at most
+//!   [`MAX_SERIES`] series, as client-go's correlator (its LRU of 4,096): full, it forgets the
+//!   least recently seen half, whose next repeat is a new event. Before, a storm of 150,000
+//!   evictions would have held 150,000 Events for six minutes. Every write passes the
+//!   executor's fence.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -485,7 +486,7 @@ mod tests {
     #[test]
     fn remembers_at_most_max_series_and_forgets_the_least_recently_seen() {
         let mut c = Cache::default();
-        // One series a second: all within the six minutes until the 361st.
+        // Twenty new series a second, all within the six minutes: only the bound makes room.
         let n = MAX_SERIES + 100;
         for i in 0..n {
             let t = at(i64::try_from(i / 20).unwrap_or(0));
