@@ -98,17 +98,23 @@ impl Nodes {
 
     /// A newer object of a registered node. `own_write` marks the object our own write returned:
     /// it carries no heartbeat.
-    pub(super) fn observe_node(&mut self, node: &SlimNode, own_write: bool, now: Timestamp) {
-        let Some(st) = self.states.get_mut(&node.name) else { return };
+    /// A node update; whether it carried a heartbeat that brought an overdue node back within
+    /// its grace period (as [`Nodes::observe_lease`]).
+    pub(super) fn observe_node(&mut self, node: &SlimNode, own_write: bool, now: Timestamp) -> bool {
+        let Some(st) = self.states.get_mut(&node.name) else { return false };
+        let was_overdue = st.probe.overdue(self.grace, now);
+        let mut back = false;
         if own_write {
             st.probe.observe_own_write(node);
         } else if st.probe.observe_node(node, now) {
             st.expired_at = None;
             self.expiry.set(node.name.clone(), st.probe.deadline(self.grace));
+            back = was_overdue;
         }
         if st.gone_rv.as_deref().is_some_and(|rv| rv != node.resource_version) {
             st.gone_rv = None;
         }
+        back
     }
 
     /// A Lease renewal; whether it brought an overdue node back within its grace period.

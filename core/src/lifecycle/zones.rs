@@ -44,6 +44,8 @@ pub(super) struct Zones {
     clock: SetClock,
     /// A node's zone, exclusion or readiness may have changed: count again after the batch.
     dirty: bool,
+    /// How many times the zones were counted (each count judges every node).
+    recounts: u64,
     rates: Rates,
     /// `--unhealthy-zone-threshold`.
     threshold: f64,
@@ -73,6 +75,7 @@ impl Zones {
             all_disrupted: false,
             clock: SetClock::default(),
             dirty: false,
+            recounts: 0,
             rates,
             threshold,
         }
@@ -104,6 +107,12 @@ impl Zones {
         self.dirty
     }
 
+    /// How many times the zones were counted ([`Zones::update`]).
+    #[cfg(test)]
+    pub(super) fn recounts(&self) -> u64 {
+        self.recounts
+    }
+
     /// Whether `name` waits in `zone`'s queue for its first NoExecute taint.
     pub(super) fn set_queued(&mut self, name: &str, zone: &str, wanted: bool) {
         match (self.queued.get(name), wanted) {
@@ -133,6 +142,7 @@ impl Zones {
     /// all-zones outage.
     pub(super) fn update(&mut self, ready_by_zone: &HashMap<&str, Vec<bool>>, now: Timestamp) -> Option<Outage> {
         self.dirty = false;
+        self.recounts += 1;
         let computed: HashMap<String, (usize, usize, ZoneState)> = ready_by_zone
             .iter()
             .map(|(z, ready)| {
