@@ -252,10 +252,9 @@ impl NodeLifecycle {
                 self.marks.mark_node(name, cx.index, out);
             }
         }
-        // No recount: what the zones count (a node's zone, exclusion, Ready status and
-        // heartbeats) reaches them through the written object's own change, already applied.
-        // A recount per write was O(nodes) each: 5,000 not-ready taints removed at start, 25
-        // million judgements.
+        // The zones are not marked dirty here: what they count (a node's zone, exclusion, Ready
+        // status and heartbeats) reaches them through the written object's own change, already
+        // applied, and a count judges every node (one per write would be quadratic).
         self.reconcile(name, cx, out);
     }
 

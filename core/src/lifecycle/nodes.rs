@@ -97,9 +97,8 @@ impl Nodes {
     }
 
     /// A newer object of a registered node. `own_write` marks the object our own write returned:
-    /// it carries no heartbeat.
-    /// A node update; whether it carried a heartbeat that brought an overdue node back within
-    /// its grace period (as [`Nodes::observe_lease`]).
+    /// it carries no heartbeat. Whether it carried a heartbeat that brought an overdue node back
+    /// within its grace period (as [`Nodes::observe_lease`]).
     pub(super) fn observe_node(&mut self, node: &SlimNode, own_write: bool, now: Timestamp) -> bool {
         let Some(st) = self.states.get_mut(&node.name) else { return false };
         let was_overdue = st.probe.overdue(self.grace, now);
