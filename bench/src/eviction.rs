@@ -99,6 +99,9 @@ struct Usage {
     /// Lease renewals per second from the end of the target taint patches until every target
     /// pod was seen deleted (`--lease-period`).
     lease_renewals_per_s: Option<f64>,
+    /// Renewals not sent since the Leases started because the node's last one was still
+    /// unanswered (the API server more than a period behind on some node's Lease).
+    lease_renewals_skipped: Option<u64>,
 }
 
 pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::Value> {
@@ -123,8 +126,8 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
         tokio::time::sleep(Duration::from_secs(15)).await;
         let taint = taint_all(&client, &nodes, args.target).await?;
         let renewals0 = heartbeats.as_ref().map(Heartbeats::renewals);
-        wait_for_deletions(&seen, &targets, Duration::from_secs(600)).await;
-        let lease_renewals_per_s = renewal_rate(heartbeats.as_ref(), renewals0, &taint);
+        wait_for_deletions(&seen, &targets, Duration::from_secs(600), None).await?;
+        let (lease_renewals_per_s, lease_renewals_skipped) = renewal_rate(heartbeats.as_ref(), renewals0, &taint);
         task.abort();
         let seen = seen.lock().map(|m| m.clone()).unwrap_or_default();
         watch_task.abort();
@@ -133,6 +136,7 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
             ready_s: Some(list_s),
             floor_http_version: skew.http_version().map(|v| format!("{v:?}")),
             lease_renewals_per_s,
+            lease_renewals_skipped,
             ..Usage::default()
         };
         return Ok(report(args, &plan, &targets, &seen, &taint, &usage));
@@ -144,8 +148,9 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
 
     let taint = taint_all(&client, &nodes, args.target).await?;
     let renewals0 = heartbeats.as_ref().map(Heartbeats::renewals);
-    wait_for_deletions(&seen, &targets, Duration::from_secs(600)).await;
-    let lease_renewals_per_s = renewal_rate(heartbeats.as_ref(), renewals0, &taint);
+    let log = cp.dir.join(if args.under_test.upstream { "kcm.log" } else { "controller.log" });
+    wait_for_deletions(&seen, &targets, Duration::from_secs(600), Some((&mut ctl, log))).await?;
+    let (lease_renewals_per_s, lease_renewals_skipped) = renewal_rate(heartbeats.as_ref(), renewals0, &taint);
 
     let cpu_s = ctl.cpu_seconds() - cpu0;
     if let Some(p) = profile {
@@ -166,6 +171,7 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
         floor: None,
         floor_http_version: None,
         lease_renewals_per_s,
+        lease_renewals_skipped,
     };
     Ok(report(args, &plan, &targets, &seen, &taint, &usage))
 }
@@ -249,20 +255,37 @@ async fn taint_all(client: &kube::Client, nodes: &[String], target: usize) -> Re
     Ok(Taint { added, start, done })
 }
 
-/// Lease renewals per second from the end of the target taint until now.
-fn renewal_rate(heartbeats: Option<&Heartbeats>, since: Option<u64>, taint: &Taint) -> Option<f64> {
-    let (h, since) = (heartbeats?, since?);
+/// Lease renewals per second from the end of the target taint until now, and the renewals
+/// skipped since the Leases started (a node's last one still unanswered).
+fn renewal_rate(heartbeats: Option<&Heartbeats>, since: Option<u64>, taint: &Taint) -> (Option<f64>, Option<u64>) {
+    let (Some(h), Some(since)) = (heartbeats, since) else { return (None, None) };
     let secs = Timestamp::now().duration_since(taint.done).as_secs_f64();
-    Some(h.renewals().saturating_sub(since) as f64 / secs.max(1e-3))
+    (Some(h.renewals().saturating_sub(since) as f64 / secs.max(1e-3)), Some(h.skipped()))
 }
 
-/// Waits until every target pod's deletion has been seen, or `limit` has passed.
-async fn wait_for_deletions(seen: &Seen, targets: &[&PlannedPod], limit: Duration) {
+/// Waits until every target pod's deletion has been seen, or `limit` has passed. Fails at once
+/// if the controller under test exits meanwhile (a lost leader Lease, a crash): the storm
+/// would otherwise wait out `limit` for deletions nobody will make.
+async fn wait_for_deletions(
+    seen: &Seen,
+    targets: &[&PlannedPod],
+    limit: Duration,
+    mut controller: Option<(&mut Measured, std::path::PathBuf)>,
+) -> Result<()> {
     let deadline = Instant::now() + limit;
     loop {
         let done = seen.lock().map(|m| targets.iter().filter(|(p, _, _)| m.contains_key(p)).count()).unwrap_or(0);
         if done == targets.len() || Instant::now() > deadline {
-            break;
+            return Ok(());
+        }
+        if let Some((ctl, log)) = controller.as_mut()
+            && let Ok(Some(status)) = ctl.child.try_wait()
+        {
+            bail!(
+                "the controller exited during the storm ({status}) with {done} of {} deletions seen; see {}",
+                targets.len(),
+                log.display()
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -306,6 +329,7 @@ fn report(
         "floor_http_version": usage.floor_http_version,
         "controller_flags": args.under_test.extra,
         "lease_period_s": args.lease_period, "lease_renewals_per_s": usage.lease_renewals_per_s,
+        "lease_renewals_skipped": usage.lease_renewals_skipped,
         "nodes": args.nodes, "pods": plan.len(), "evicted_expected": targets.len(), "missing": missing,
         "evicted_wrongly": early,
         "taint_to_last_deletion_s": last.duration_since(taint.start).as_secs_f64(),

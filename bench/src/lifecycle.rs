@@ -4,7 +4,7 @@
 //! grace).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -56,6 +56,8 @@ pub(crate) struct Heartbeats {
     last_renew: Arc<Mutex<Vec<Timestamp>>>,
     /// Successful renewals so far.
     renewals: Arc<AtomicU64>,
+    /// Ticks that found the node's previous renewal still in flight and renewed nothing.
+    skipped: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -64,6 +66,8 @@ struct Steady {
     seconds: f64,
     cpu_s: f64,
     renewals_per_s: f64,
+    /// Renewals not sent because the node's last one was still unanswered.
+    renewals_skipped: u64,
     rss_mb_max_sample: f64,
     peak_rss_mb: f64,
 }
@@ -115,6 +119,7 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
         "upstream": args.under_test.upstream, "controller_flags": args.under_test.extra,
         "nodes": args.nodes, "lease_period_s": args.lease_period, "grace": args.grace.text,
         "steady_seconds": steady.seconds, "lease_renewals_per_s": steady.renewals_per_s,
+        "lease_renewals_skipped": steady.renewals_skipped,
         "steady_cpu_s": steady.cpu_s, "steady_cpu_cores": steady.cpu_s / steady.seconds,
         "rss_mb_max_sample": steady.rss_mb_max_sample, "peak_rss_mb": steady.peak_rss_mb,
         "stopped": wanted.len(), "detected": unknown_at.len(),
@@ -132,13 +137,20 @@ impl Drop for Heartbeats {
 
 impl Heartbeats {
     /// Starts renewing every node's Lease: one renewal per `period / nodes` tick (at least
-    /// 100 µs), going round the nodes.
+    /// 100 µs), going round the nodes. As a kubelet, a node has at most one renewal in flight:
+    /// a tick that finds the last one unanswered renews nothing (counted in [`Self::skipped`]).
+    /// An open loop (a new request every tick whatever the answers) piles requests up without
+    /// bound once the API server falls behind, until every request times out, the controller's
+    /// included: a collapse the generator makes, not one a cluster of kubelets would.
     pub(crate) fn start(client: &kube::Client, nodes: &[String], period: Duration) -> Self {
         let alive: Arc<Mutex<Vec<bool>>> = Arc::new(Mutex::new(vec![true; nodes.len()]));
         let last_renew: Arc<Mutex<Vec<Timestamp>>> = Arc::new(Mutex::new(vec![Timestamp::now(); nodes.len()]));
+        let in_flight: Arc<Vec<AtomicBool>> = Arc::new(nodes.iter().map(|_| AtomicBool::new(false)).collect());
         let renewals = Arc::new(AtomicU64::new(0));
+        let skipped = Arc::new(AtomicU64::new(0));
         let task = {
-            let (alive, last_renew, renewals) = (alive.clone(), last_renew.clone(), renewals.clone());
+            let (alive, last_renew, renewals, skipped) =
+                (alive.clone(), last_renew.clone(), renewals.clone(), skipped.clone());
             let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
             let nodes = nodes.to_vec();
             tokio::spawn(async move {
@@ -152,17 +164,32 @@ impl Heartbeats {
                     if !alive.lock().map(|a| a[idx]).unwrap_or(false) {
                         continue;
                     }
-                    let (leases, name, last_renew, renewals) =
-                        (leases.clone(), nodes[idx].clone(), last_renew.clone(), renewals.clone());
-                    tokio::spawn(renew(leases, name, idx, last_renew, renewals));
+                    if in_flight[idx].swap(true, Ordering::AcqRel) {
+                        skipped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    let renewal = Renewal {
+                        leases: leases.clone(),
+                        name: nodes[idx].clone(),
+                        idx,
+                        last_renew: last_renew.clone(),
+                        renewals: renewals.clone(),
+                        in_flight: in_flight.clone(),
+                    };
+                    tokio::spawn(renewal.run());
                 }
             })
         };
-        Self { alive, last_renew, renewals, task }
+        Self { alive, last_renew, renewals, skipped, task }
     }
 
     pub(crate) fn renewals(&self) -> u64 {
         self.renewals.load(Ordering::Relaxed)
+    }
+
+    /// Renewals not sent because the node's previous one was still in flight.
+    pub(crate) fn skipped(&self) -> u64 {
+        self.skipped.load(Ordering::Relaxed)
     }
 
     /// Stops the heartbeats of the nodes at these indices.
@@ -184,21 +211,29 @@ impl Heartbeats {
     }
 }
 
-/// Renews one node's Lease; on success counts it and records when.
-async fn renew(
+/// One node's Lease renewal.
+struct Renewal {
     leases: Api<Lease>,
     name: String,
     idx: usize,
     last_renew: Arc<Mutex<Vec<Timestamp>>>,
     renewals: Arc<AtomicU64>,
-) {
-    let now = Timestamp::now();
-    let patch = json!({"spec": {"renewTime": MicroTime(now)}});
-    if leases.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.is_ok() {
-        renewals.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut l) = last_renew.lock() {
-            l[idx] = Timestamp::now();
+    in_flight: Arc<Vec<AtomicBool>>,
+}
+
+impl Renewal {
+    /// Renews the Lease; on success counts it and records when. The node may renew again once
+    /// this has an answer.
+    async fn run(self) {
+        let now = Timestamp::now();
+        let patch = json!({"spec": {"renewTime": MicroTime(now)}});
+        if self.leases.patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch)).await.is_ok() {
+            self.renewals.fetch_add(1, Ordering::Relaxed);
+            if let Ok(mut l) = self.last_renew.lock() {
+                l[self.idx] = Timestamp::now();
+            }
         }
+        self.in_flight[self.idx].store(false, Ordering::Release);
     }
 }
 
@@ -206,7 +241,7 @@ async fn renew(
 /// renewal rate over that time.
 async fn measure_steady(ctl: &Measured, heartbeats: &Heartbeats, length: Duration) -> Steady {
     let cpu0 = ctl.cpu_seconds();
-    let r0 = heartbeats.renewals();
+    let (r0, skipped0) = (heartbeats.renewals(), heartbeats.skipped());
     let steady_start = Instant::now();
     let mut rss_samples = vec![];
     while steady_start.elapsed() < length {
@@ -220,6 +255,7 @@ async fn measure_steady(ctl: &Measured, heartbeats: &Heartbeats, length: Duratio
         seconds,
         cpu_s,
         renewals_per_s,
+        renewals_skipped: heartbeats.skipped() - skipped0,
         rss_mb_max_sample: rss_samples.iter().copied().fold(0.0, f64::max),
         peak_rss_mb: ctl.peak_rss_mb(),
     }
