@@ -213,6 +213,13 @@ pub async fn start_controller(cp: &ControlPlane, under_test: &UnderTest, flags: 
             "--health-probe-bind-address=0",
             "--log-level",
             "info",
+            // As kube-controller-manager above. The test API server runs without priority and
+            // fairness and we are system:masters, so a leader's renewal waits in line with the
+            // kubelets' Lease writes; at 5,000 nodes, with the API server a few seconds behind
+            // on writes, it missed the 10 s renew deadline and the process exited mid-storm
+            // (a cluster's FlowSchemas put it in the leader-election priority level instead).
+            // The storm measures eviction; both run without leader election.
+            "--leader-elect=false",
         ]);
         c
     };
