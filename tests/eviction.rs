@@ -493,3 +493,23 @@ async fn eviction_only_a_swap_with_fresh_time_added_keeps_the_first_countdown() 
     let after = secs_between(first, at);
     assert!((10.5..=13.5).contains(&after), "evicted {after:.1} s after the first taint");
 }
+
+/// Taint eviction alone reads no Lease: with node lifecycle off none is watched or cached (at
+/// 5,000 nodes that is 500 renewals a second not decoded), and the controller is still ready and
+/// evicts.
+#[tokio::test]
+async fn eviction_only_watches_no_lease() {
+    let env = shared();
+    let s = Scope::new(env, "evict-noleases").await;
+    let node = s.node("n", json!([])).await;
+    // Renewed Leases exist (this node's, every 500 ms) while the controller runs.
+    let _kubelets = Kubelets::start(&s.client, std::slice::from_ref(&node)).await;
+    s.pod("victim", &node, json!([]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let c = Controller::start(env, &s.scope, &["--enable-node-lifecycle=false"]).await;
+    s.set_taints(&node, json!([no_execute("example.com/gone", now_s())])).await;
+    assert!(evictions.wait("victim", Duration::from_secs(15)).await.is_some(), "not evicted:\n{}", c.logs());
+    let m = c.metrics().await;
+    assert_eq!(metric(&m, "nlc_cache_objects{resource=\"leases\"}"), Some(0.0), "{m}");
+    assert_eq!(metric_sum(&m, "nlc_watch_events_total", &["resource=\"leases\""]), 0.0, "{m}");
+}
