@@ -35,6 +35,11 @@ impl Inner {
         if !self.api_budget(1).await {
             return NodeWriteResult::Failed("not the leader".into());
         }
+        // Boxed, as in set_taints: a write waiting above holds no room for the request's state.
+        Box::pin(self.patch_conditions(w)).await
+    }
+
+    async fn patch_conditions(&self, w: &SetConditions) -> NodeWriteResult {
         let conditions: Vec<serde_json::Value> = w
             .conditions
             .iter()
@@ -124,6 +129,14 @@ impl Inner {
         {
             l.until_ready().await;
         }
+        // Boxed: a task waiting above for its permit or its turn at --node-taint-qps would
+        // otherwise hold room for the whole request's state from the start. A new cluster's
+        // not-ready NoSchedule taints are removed at 50 a second; at 5,000 nodes the waiting
+        // tasks held 19.4 MB (heaptrack, 3.9 KB each), a fifth of the RSS.
+        Box::pin(self.write_taints(w)).await
+    }
+
+    async fn write_taints(&self, w: &SetTaints) -> NodeWriteResult {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let mut current = w.current.clone();
         let mut rv = w.resource_version.clone();
