@@ -188,11 +188,17 @@ impl Measured {
     }
 }
 
+/// Where [`start_controller`] sends the controller's stderr: `controller.log` (or `kcm.log`) in
+/// the control plane's directory.
+pub fn controller_log(cp: &ControlPlane, under_test: &UnderTest) -> std::path::PathBuf {
+    cp.dir.join(if under_test.upstream { "kcm.log" } else { "controller.log" })
+}
+
 /// Starts the controller under test with the scenario's `flags`, then `--`'s extra flags; its
-/// stderr goes to `controller.log` (or `kcm.log`) in the control plane's directory.
+/// stderr goes to [`controller_log`].
 pub async fn start_controller(cp: &ControlPlane, under_test: &UnderTest, flags: &[String]) -> Result<Measured> {
     let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let log = std::fs::File::create(cp.dir.join(if under_test.upstream { "kcm.log" } else { "controller.log" }))?;
+    let log = std::fs::File::create(controller_log(cp, under_test))?;
     let mut cmd = if under_test.upstream {
         let mut c = tokio::process::Command::new(assets_dir()?.join("kube-controller-manager"));
         // The taint eviction controller alone fails in v1.37 ("Index with name spec.nodeName

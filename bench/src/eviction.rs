@@ -15,8 +15,8 @@ use nlc_testenv::ControlPlane;
 use serde_json::json;
 
 use crate::common::{
-    KEY, Measured, PlannedPod, PodPlan, Profile, Seen, UnderTest, create_nodes, create_pods, ensure_namespace,
-    histogram_quantiles, percentile, set_taints, start_controller, watch_deletions,
+    KEY, Measured, PlannedPod, PodPlan, Profile, Seen, UnderTest, controller_log, create_nodes, create_pods,
+    ensure_namespace, histogram_quantiles, percentile, set_taints, start_controller, watch_deletions,
 };
 use crate::floor::{self, FloorCounts, Wire};
 use crate::lifecycle::Heartbeats;
@@ -148,7 +148,7 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
 
     let taint = taint_all(&client, &nodes, args.target).await?;
     let renewals0 = heartbeats.as_ref().map(Heartbeats::renewals);
-    let log = cp.dir.join(if args.under_test.upstream { "kcm.log" } else { "controller.log" });
+    let log = controller_log(cp, &args.under_test);
     wait_for_deletions(&seen, &targets, Duration::from_secs(600), Some((&mut ctl, log))).await?;
     let (lease_renewals_per_s, lease_renewals_skipped) = renewal_rate(heartbeats.as_ref(), renewals0, &taint);
 
@@ -230,7 +230,7 @@ async fn start_listed(cp: &ControlPlane, under_test: &UnderTest, leases: bool) -
             .await;
     }
     if let Ok(Some(status)) = ctl.child.try_wait() {
-        bail!("the controller exited early with {status}; see {}", cp.dir.join("controller.log").display());
+        bail!("the controller exited early with {status}; see {}", controller_log(cp, under_test).display());
     }
     Ok((ctl, ready_s))
 }
