@@ -118,7 +118,7 @@ async fn a_pod_bound_after_the_taint_gets_its_whole_toleration() {
     assert_eq!(evictions.at("late"), None, "deleted on arrival");
     let at = evictions.wait("late", Duration::from_secs(10)).await.expect("evicted in the end");
     let late = secs_between(created + SignedDuration::from_secs(6), at);
-    assert!((-0.05..=1.0).contains(&late), "evicted {late:.3}s after creation + 6 s");
+    assert!(ON_TIME.contains(&late), "evicted {late:.3}s after creation + 6 s");
 }
 
 /// Upstream creates a zone tainter for every node's zone: a failed node labelled
