@@ -352,6 +352,49 @@ fn a_conflict_without_a_heartbeat_writes_again_on_the_fresh_object() {
 }
 
 #[test]
+fn conflicts_in_a_row_back_off_after_the_first() {
+    let mut w = World::new(cfg(), healthy_zone("n", "a", 3), vec![]);
+    w.heartbeat(&["n1", "n2"], 0.0, 40.0);
+    let mut out = vec![];
+    w.now = ts(50.0);
+    w.state.tick(w.now, &mut out);
+    assert!(out.iter().any(|e| matches!(e, Action::SetConditions(s) if s.node == "n0")), "a status write");
+    let mut resent = vec![];
+    for _ in 0..5 {
+        // Another writer changed the node (not its heartbeat) before each of our writes landed.
+        let mut fresh = w.node("n0").clone();
+        w.rv += 1;
+        fresh.resource_version = w.rv.to_string();
+        w.state.cache.index.nodes.insert("n0".into(), fresh.clone());
+        let conflicted_at = w.now;
+        let mut out = vec![];
+        let result = NodeWriteResult::Conflict(Some(Box::new(fresh)));
+        w.state.handle(Input::NodeWriteResult { node: "n0".into(), result }, w.now, &mut out);
+        w.state.after_batch(w.now, &mut out);
+        while !out.iter().any(|e| matches!(e, Action::SetConditions(s) if s.node == "n0")) {
+            out.clear();
+            w.now = w.state.next_wakeup().expect("a retry");
+            w.state.tick(w.now, &mut out);
+        }
+        resent.push(w.now.duration_since(conflicted_at).as_secs_f64());
+    }
+    assert_eq!(resent, vec![0.0, 0.5, 1.0, 2.0, 4.0], "the first conflict at once, then backoff");
+    // A write that lands ends the run: the next conflict is judged again at once.
+    let mut out = vec![];
+    let done = NodeWriteResult::Done(Some(Box::new(w.node("n0").clone())));
+    w.state.handle(Input::NodeWriteResult { node: "n0".into(), result: done }, w.now, &mut out);
+    let mut fresh = w.node("n0").clone();
+    w.rv += 1;
+    fresh.resource_version = w.rv.to_string();
+    w.state.cache.index.nodes.insert("n0".into(), fresh.clone());
+    let mut out = vec![];
+    let result = NodeWriteResult::Conflict(Some(Box::new(fresh)));
+    w.state.handle(Input::NodeWriteResult { node: "n0".into(), result }, w.now, &mut out);
+    w.state.after_batch(w.now, &mut out);
+    assert!(out.iter().any(|e| matches!(e, Action::SetConditions(s) if s.node == "n0")), "written again at once");
+}
+
+#[test]
 fn failed_node_writes_back_off_per_node_and_a_404_waits_for_a_newer_object() {
     let mut w = World::new(cfg(), healthy_zone("n", "a", 3), vec![]);
     w.heartbeat(&["n1", "n2"], 0.0, 40.0);
