@@ -127,6 +127,84 @@ impl fmt::Display for GoDuration {
     }
 }
 
+/// CPU seconds (user + system, 10 ms ticks) `pid` has used so far, from /proc; 0 when it cannot
+/// be read (the process is gone).
+pub fn cpu_seconds_of(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}
+
+/// Every process on the two shared cores, sampled every 50 ms: who used the CPU in a window
+/// known only afterwards (the untolerated evictions' seconds). The API server is the bottleneck
+/// of the storm, so each CPU second another process takes is one it does not get.
+pub struct CpuSampler {
+    names: Vec<&'static str>,
+    samples: Samples,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// When, and each process's CPU seconds so far then.
+type Samples = Arc<Mutex<Vec<(Timestamp, Vec<f64>)>>>;
+
+impl CpuSampler {
+    /// Samples etcd and kube-apiserver (from the control plane's `pids` file), this process
+    /// (the bench: its watch, the Lease generator, and the floor when it runs) and `under_test`.
+    pub fn start(cp: &ControlPlane, under_test: Option<(&'static str, u32)>) -> Self {
+        let pids = std::fs::read_to_string(cp.dir.join("pids")).unwrap_or_default();
+        let mut procs: Vec<(&'static str, u32)> = ["etcd", "kube-apiserver"]
+            .into_iter()
+            .zip(pids.split_whitespace().filter_map(|p| p.parse().ok()))
+            .collect();
+        procs.push(("bench", std::process::id()));
+        procs.extend(under_test);
+        let names = procs.iter().map(|(n, _)| *n).collect();
+        let samples: Samples = Arc::default();
+        let task = {
+            let samples = samples.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(50));
+                loop {
+                    tick.tick().await;
+                    let cpu = procs.iter().map(|(_, pid)| cpu_seconds_of(*pid)).collect();
+                    if let Ok(mut s) = samples.lock() {
+                        s.push((Timestamp::now(), cpu));
+                    }
+                }
+            })
+        };
+        Self { names, samples, task }
+    }
+
+    /// CPU seconds per process from the last sample at or before `from` to the first at or
+    /// after `to`, and the window those two samples span.
+    pub fn between(&self, from: Timestamp, to: Timestamp) -> serde_json::Value {
+        let Ok(samples) = self.samples.lock() else { return serde_json::Value::Null };
+        let first = samples.iter().rev().find(|(t, _)| *t <= from).or(samples.first());
+        let last = samples.iter().find(|(t, _)| *t >= to).or(samples.last());
+        let (Some((t0, c0)), Some((t1, c1))) = (first, last) else { return serde_json::Value::Null };
+        let mut out = serde_json::Map::new();
+        let mut total = 0.0;
+        for (i, name) in self.names.iter().enumerate() {
+            let used = c1.get(i).zip(c0.get(i)).map(|(b, a)| b - a).unwrap_or(0.0);
+            total += used;
+            out.insert((*name).to_owned(), json!((used * 100.0).round() / 100.0));
+        }
+        out.insert("total".into(), json!((total * 100.0).round() / 100.0));
+        out.insert("window_s".into(), json!((t1.duration_since(*t0).as_secs_f64() * 1000.0).round() / 1000.0));
+        serde_json::Value::Object(out)
+    }
+}
+
+impl Drop for CpuSampler {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// A process under measurement: peak RSS and CPU seconds from /proc.
 pub struct Measured {
     pub child: tokio::process::Child,
@@ -141,12 +219,7 @@ impl Measured {
     }
 
     pub fn cpu_seconds(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
-        let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
-            + fields.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        ticks / 100.0
+        cpu_seconds_of(self.pid)
     }
 
     fn status_kb(&self, field: &str) -> u64 {

@@ -208,6 +208,21 @@ const FIGURES: &[Figure] = &[
     Figure { label: "RSS before the storm", path: &["controller_rss_idle_mb"], unit: "MB", vs_floor: false },
     Figure { label: "peak RSS", path: &["controller_peak_rss_mb"], unit: "MB", vs_floor: false },
     Figure { label: "CPU in the storm", path: &["controller_cpu_s_during_storm"], unit: "s", vs_floor: false },
+    Figure {
+        label: "CPU, taint → last untolerated deletion: kube-apiserver",
+        path: &["cpu_s_untolerated", "kube-apiserver"],
+        unit: "s",
+        vs_floor: true,
+    },
+    Figure { label: "… etcd", path: &["cpu_s_untolerated", "etcd"], unit: "s", vs_floor: true },
+    Figure {
+        label: "… the bench (its watch; the floor's writes)",
+        path: &["cpu_s_untolerated", "bench"],
+        unit: "s",
+        vs_floor: true,
+    },
+    Figure { label: "… the controller", path: &["cpu_s_untolerated", "controller"], unit: "s", vs_floor: false },
+    Figure { label: "… all of them", path: &["cpu_s_untolerated", "total"], unit: "s", vs_floor: true },
     Figure { label: "wrong evictions (all runs)", path: &["evicted_wrongly"], unit: "", vs_floor: false },
     Figure { label: "missing evictions (all runs)", path: &["missing"], unit: "", vs_floor: false },
 ];

@@ -15,8 +15,8 @@ use nlc_testenv::ControlPlane;
 use serde_json::json;
 
 use crate::common::{
-    KEY, Measured, PlannedPod, PodPlan, Profile, Seen, UnderTest, controller_log, create_nodes, create_pods,
-    ensure_namespace, histogram_quantiles, percentile, set_taints, start_controller, watch_deletions,
+    CpuSampler, KEY, Measured, PlannedPod, PodPlan, Profile, Seen, UnderTest, controller_log, create_nodes,
+    create_pods, ensure_namespace, histogram_quantiles, percentile, set_taints, start_controller, watch_deletions,
 };
 use crate::floor::{self, FloorCounts, Wire};
 use crate::lifecycle::Heartbeats;
@@ -102,6 +102,8 @@ struct Usage {
     /// Renewals not sent since the Leases started because the node's last one was still
     /// unanswered (the API server more than a period behind on some node's Lease).
     lease_renewals_skipped: Option<u64>,
+    /// Every process's CPU from the taint on (see [`CpuSampler`]).
+    cpu: Option<CpuSampler>,
 }
 
 pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::Value> {
@@ -124,6 +126,7 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
         let task = tokio::spawn(floor::run(floor_client, plan.clone(), HOUR, counts.clone()));
         // The same pause as a controller gets to list everything.
         tokio::time::sleep(Duration::from_secs(15)).await;
+        let cpu = CpuSampler::start(cp, None);
         let taint = taint_all(&client, &nodes, args.target).await?;
         let renewals0 = heartbeats.as_ref().map(Heartbeats::renewals);
         wait_for_deletions(&seen, &targets, Duration::from_secs(600), None).await?;
@@ -137,6 +140,7 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
             floor_http_version: skew.http_version().map(|v| format!("{v:?}")),
             lease_renewals_per_s,
             lease_renewals_skipped,
+            cpu: Some(cpu),
             ..Usage::default()
         };
         return Ok(report(args, &plan, &targets, &seen, &taint, &usage));
@@ -145,6 +149,7 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
     let rss_idle_mb = ctl.rss_mb();
     let cpu0 = ctl.cpu_seconds();
     let profile = Profile::start(args.under_test.profile.as_deref(), ctl.pid)?;
+    let cpu = CpuSampler::start(cp, Some(("controller", ctl.pid)));
 
     let taint = taint_all(&client, &nodes, args.target).await?;
     let renewals0 = heartbeats.as_ref().map(Heartbeats::renewals);
@@ -172,6 +177,7 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
         floor_http_version: None,
         lease_renewals_per_s,
         lease_renewals_skipped,
+        cpu: Some(cpu),
     };
     Ok(report(args, &plan, &targets, &seen, &taint, &usage))
 }
@@ -317,6 +323,14 @@ fn report(
             None => missing += 1,
         }
     }
+    let last_immediate = targets
+        .iter()
+        .filter(|(_, _, s)| s.is_none())
+        .filter_map(|(p, _, _)| seen.get(p))
+        .max()
+        .copied()
+        .unwrap_or(taint.start);
+    let cpu = |to| usage.cpu.as_ref().map(|c| c.between(taint.start, to));
     let early = seen.keys().filter(|p| plan.iter().any(|(n, _, s)| n == *p && *s == Some(HOUR))).count();
     lateness.sort_by(f64::total_cmp);
     immediate.sort_by(f64::total_cmp);
@@ -346,6 +360,9 @@ fn report(
         "controller_lateness_timed_s": histogram_quantiles(metrics, "nlc_eviction_lateness_seconds", "kind=\"timed\""),
         "controller_lateness_immediate_s": histogram_quantiles(metrics, "nlc_eviction_lateness_seconds", "kind=\"immediate\""),
         "controller_fire_lateness_s": histogram_quantiles(metrics, "nlc_eviction_fire_lateness_seconds", ""),
+        // Who used the two cores from the taint until the last untolerated pod was seen deleted,
+        // and until the last pod.
+        "cpu_s_untolerated": cpu(last_immediate), "cpu_s_storm": cpu(last),
     })
 }
 
