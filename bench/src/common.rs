@@ -205,6 +205,56 @@ impl Drop for CpuSampler {
     }
 }
 
+/// What the API server did, from its own `/metrics`: requests by verb and resource
+/// (`apiserver_request_total`), and watch events sent and their bytes by kind
+/// (`apiserver_watch_events_total`, `apiserver_watch_events_sizes_sum`). Counters: take it before
+/// and after, then [`api_server_diff`].
+pub async fn api_server_counters(client: &kube::Client) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(req) = http::Request::get("/metrics").body(Vec::new()) else { return out };
+    let Ok(text) = client.request_text(req).await else { return out };
+    for line in text.lines() {
+        let Some((series, value)) = line.rsplit_once(' ') else { continue };
+        let Ok(value) = value.parse::<f64>() else { continue };
+        let Some((name, labels)) = series.split_once('{') else { continue };
+        let label = |key: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix("=\""))
+                .map(|v| v.trim_end_matches('}').trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        let key = match name {
+            "apiserver_request_total" => {
+                let (sub, res) = (label("subresource"), label("resource"));
+                let res = if sub.is_empty() { res } else { format!("{res}/{sub}") };
+                format!("requests {} {res}", label("verb"))
+            }
+            // `kind` until 1.31, `resource` since.
+            "apiserver_watch_events_total" => format!("watch events {}{}", label("kind"), label("resource")),
+            "apiserver_watch_events_sizes_sum" => format!("watch event bytes {}{}", label("kind"), label("resource")),
+            _ => continue,
+        };
+        *out.entry(key).or_insert(0.0) += value;
+    }
+    out
+}
+
+/// `after - before`, the counters that moved only.
+pub fn api_server_diff(
+    before: &std::collections::BTreeMap<String, f64>,
+    after: &std::collections::BTreeMap<String, f64>,
+) -> serde_json::Value {
+    let moved: serde_json::Map<String, serde_json::Value> = after
+        .iter()
+        .filter_map(|(k, v)| {
+            let d = v - before.get(k).copied().unwrap_or(0.0);
+            (d > 0.0).then(|| (k.clone(), json!(d.round())))
+        })
+        .collect();
+    serde_json::Value::Object(moved)
+}
+
 /// A process under measurement: peak RSS and CPU seconds from /proc.
 pub struct Measured {
     pub child: tokio::process::Child,

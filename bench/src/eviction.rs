@@ -15,8 +15,9 @@ use nlc_testenv::ControlPlane;
 use serde_json::json;
 
 use crate::common::{
-    CpuSampler, KEY, Measured, PlannedPod, PodPlan, Profile, Seen, UnderTest, controller_log, create_nodes,
-    create_pods, ensure_namespace, histogram_quantiles, percentile, set_taints, start_controller, watch_deletions,
+    CpuSampler, KEY, Measured, PlannedPod, PodPlan, Profile, Seen, UnderTest, api_server_counters, api_server_diff,
+    controller_log, create_nodes, create_pods, ensure_namespace, histogram_quantiles, percentile, set_taints,
+    start_controller, watch_deletions,
 };
 use crate::floor::{self, FloorCounts, Wire};
 use crate::lifecycle::Heartbeats;
@@ -104,6 +105,8 @@ struct Usage {
     lease_renewals_skipped: Option<u64>,
     /// Every process's CPU from the taint on (see [`CpuSampler`]).
     cpu: Option<CpuSampler>,
+    /// What the API server did from the taint to the last deletion ([`api_server_counters`]).
+    api_server: serde_json::Value,
 }
 
 pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::Value> {
@@ -127,9 +130,11 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
         // The same pause as a controller gets to list everything.
         tokio::time::sleep(Duration::from_secs(15)).await;
         let cpu = CpuSampler::start(cp, None);
+        let api0 = api_server_counters(&client).await;
         let taint = taint_all(&client, &nodes, args.target).await?;
         let renewals0 = heartbeats.as_ref().map(Heartbeats::renewals);
         wait_for_deletions(&seen, &targets, Duration::from_secs(600), None).await?;
+        let api_server = api_server_diff(&api0, &api_server_counters(&client).await);
         let (lease_renewals_per_s, lease_renewals_skipped) = renewal_rate(heartbeats.as_ref(), renewals0, &taint);
         task.abort();
         let seen = seen.lock().map(|m| m.clone()).unwrap_or_default();
@@ -141,6 +146,7 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
             lease_renewals_per_s,
             lease_renewals_skipped,
             cpu: Some(cpu),
+            api_server,
             ..Usage::default()
         };
         return Ok(report(args, &plan, &targets, &seen, &taint, &usage));
@@ -150,11 +156,13 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
     let cpu0 = ctl.cpu_seconds();
     let profile = Profile::start(args.under_test.profile.as_deref(), ctl.pid)?;
     let cpu = CpuSampler::start(cp, Some(("controller", ctl.pid)));
+    let api0 = api_server_counters(&client).await;
 
     let taint = taint_all(&client, &nodes, args.target).await?;
     let renewals0 = heartbeats.as_ref().map(Heartbeats::renewals);
     let log = controller_log(cp, &args.under_test);
     wait_for_deletions(&seen, &targets, Duration::from_secs(600), Some((&mut ctl, log))).await?;
+    let api_server = api_server_diff(&api0, &api_server_counters(&client).await);
     let (lease_renewals_per_s, lease_renewals_skipped) = renewal_rate(heartbeats.as_ref(), renewals0, &taint);
 
     let cpu_s = ctl.cpu_seconds() - cpu0;
@@ -178,6 +186,7 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
         lease_renewals_per_s,
         lease_renewals_skipped,
         cpu: Some(cpu),
+        api_server,
     };
     Ok(report(args, &plan, &targets, &seen, &taint, &usage))
 }
@@ -363,6 +372,7 @@ fn report(
         // Who used the two cores from the taint until the last untolerated pod was seen deleted,
         // and until the last pod.
         "cpu_s_untolerated": cpu(last_immediate), "cpu_s_storm": cpu(last),
+        "api_server_during_storm": usage.api_server,
     })
 }
 
