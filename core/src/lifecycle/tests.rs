@@ -361,16 +361,8 @@ fn conflicts_in_a_row_back_off_after_the_first() {
     assert!(out.iter().any(|e| matches!(e, Action::SetConditions(s) if s.node == "n0")), "a status write");
     let mut resent = vec![];
     for _ in 0..5 {
-        // Another writer changed the node (not its heartbeat) before each of our writes landed.
-        let mut fresh = w.node("n0").clone();
-        w.rv += 1;
-        fresh.resource_version = w.rv.to_string();
-        w.state.cache.index.nodes.insert("n0".into(), fresh.clone());
         let conflicted_at = w.now;
-        let mut out = vec![];
-        let result = NodeWriteResult::Conflict(Some(Box::new(fresh)));
-        w.state.handle(Input::NodeWriteResult { node: "n0".into(), result }, w.now, &mut out);
-        w.state.after_batch(w.now, &mut out);
+        let mut out = conflict_with_another_writer(&mut w, "n0");
         while !out.iter().any(|e| matches!(e, Action::SetConditions(s) if s.node == "n0")) {
             out.clear();
             w.now = w.state.next_wakeup().expect("a retry");
@@ -383,15 +375,22 @@ fn conflicts_in_a_row_back_off_after_the_first() {
     let mut out = vec![];
     let done = NodeWriteResult::Done(Some(Box::new(w.node("n0").clone())));
     w.state.handle(Input::NodeWriteResult { node: "n0".into(), result: done }, w.now, &mut out);
-    let mut fresh = w.node("n0").clone();
+    let out = conflict_with_another_writer(&mut w, "n0");
+    assert!(out.iter().any(|e| matches!(e, Action::SetConditions(s) if s.node == "n0")), "written again at once");
+}
+
+/// Another writer changed `node` (not its heartbeat) before our write landed: the executor's
+/// conflict report with the node re-read, and what the state plans on it (not executed).
+fn conflict_with_another_writer(w: &mut World, node: &str) -> Vec<Action> {
+    let mut fresh = w.node(node).clone();
     w.rv += 1;
     fresh.resource_version = w.rv.to_string();
-    w.state.cache.index.nodes.insert("n0".into(), fresh.clone());
+    w.state.cache.index.nodes.insert(node.into(), fresh.clone());
     let mut out = vec![];
     let result = NodeWriteResult::Conflict(Some(Box::new(fresh)));
-    w.state.handle(Input::NodeWriteResult { node: "n0".into(), result }, w.now, &mut out);
+    w.state.handle(Input::NodeWriteResult { node: node.into(), result }, w.now, &mut out);
     w.state.after_batch(w.now, &mut out);
-    assert!(out.iter().any(|e| matches!(e, Action::SetConditions(s) if s.node == "n0")), "written again at once");
+    out
 }
 
 #[test]
