@@ -30,7 +30,9 @@ use jiff::Timestamp;
 use crate::clock::{Clock, Stopwatch};
 use k8s_openapi::api::core::v1::{Event as K8sEvent, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::Resource;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::core::Request;
 use kube::runtime::events::{Event, EventType};
 use nlc_core::action::{EvictPod, NodeEvent, PodEvent, PodEventKind};
 use tokio::sync::{Semaphore, mpsc};
@@ -38,6 +40,7 @@ use tracing::Instrument;
 
 use super::executor::{EvictionEvents, Fence};
 use crate::metrics::ExecutorMetrics;
+use crate::runtime::lean::LeanClient;
 
 /// An event to record.
 pub enum QueuedEvent {
@@ -86,7 +89,7 @@ pub struct EventQueue {
 
 impl EventQueue {
     pub fn start(
-        client: kube::Client,
+        client: LeanClient,
         instance: &str,
         fence: Arc<Fence>,
         saturation: Saturation,
@@ -333,7 +336,7 @@ fn expired(last: Timestamp, now: Timestamp) -> bool {
 
 /// Records events for one reporting controller.
 pub struct Recorder {
-    client: kube::Client,
+    client: LeanClient,
     controller: String,
     instance: String,
     cache: Mutex<Cache>,
@@ -348,13 +351,7 @@ fn fenced() -> kube::Error {
 }
 
 impl Recorder {
-    pub fn new(
-        client: kube::Client,
-        controller: &str,
-        instance: &str,
-        fence: Arc<Fence>,
-        clock: Arc<dyn Clock>,
-    ) -> Self {
+    pub fn new(client: LeanClient, controller: &str, instance: &str, fence: Arc<Fence>, clock: Arc<dyn Clock>) -> Self {
         Self {
             client,
             controller: controller.to_owned(),
@@ -386,19 +383,21 @@ impl Recorder {
             cache.get(&key, now).cloned()
         };
         let namespace = regarding.namespace.as_deref().unwrap_or("default");
-        let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
+        let events = Request::new(K8sEvent::url_path(&(), Some(namespace)));
         let series = match repeat {
             Some(Series { name, count, .. }) => {
                 let count = count.saturating_add(1);
                 let patch = serde_json::json!({"count": count, "lastTimestamp": Time(now)});
                 let pp = PatchParams { field_manager: Some(crate::FIELD_MANAGER.into()), ..PatchParams::default() };
-                self.fence.write(events.patch(&name, &pp, &Patch::Merge(&patch))).await.ok_or_else(fenced)??;
+                let req = events.patch(&name, &pp, &Patch::Merge(&patch));
+                self.fence.write(self.client.send_unread(req)).await.ok_or_else(fenced)??;
                 Series { name, count, last: now }
             }
             None => {
                 let e = self.new_event(ev, regarding, now);
                 let pp = PostParams { field_manager: Some(crate::FIELD_MANAGER.into()), ..PostParams::default() };
-                self.fence.write(events.create(&pp, &e)).await.ok_or_else(fenced)??;
+                let req = events.create(&pp, serde_json::to_vec(&e).map_err(kube::Error::SerdeError)?);
+                self.fence.write(self.client.send_unread(req)).await.ok_or_else(fenced)??;
                 Series { name: e.metadata.name.unwrap_or_default(), count: 1, last: now }
             }
         };

@@ -168,6 +168,7 @@ fn spawn(
         write_timeout: api_write_timeout,
         node_read: eviction.node_read,
         eviction_events: eviction.events,
+        wire: kube_api_content_type,
     };
     let executor = Executor::new(
         rt.client(),

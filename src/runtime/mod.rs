@@ -12,6 +12,7 @@ pub mod configz;
 pub mod fence;
 pub mod http;
 pub mod leader;
+pub mod lean;
 pub mod process;
 pub mod proto_watch;
 pub mod shutdown;

@@ -45,7 +45,7 @@ use nlc_core::wire::proto;
 /// The media type of protobuf bodies.
 pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 /// What is asked for: protobuf, else JSON (client-go's `AcceptContentTypes` for built-in kinds).
-const ACCEPT_BOTH: &str = "application/vnd.kubernetes.protobuf, application/json";
+pub(crate) const ACCEPT_BOTH: &str = "application/vnd.kubernetes.protobuf, application/json";
 
 /// The default `timeoutSeconds` of a watch (kube's, when [`watcher::Config::timeout`] is unset).
 const WATCH_TIMEOUT: u32 = 290;
@@ -290,14 +290,14 @@ fn refusal(message: String) -> Status {
 }
 
 /// A `Content-Type`'s media type, lowercase, without parameters (`;stream=watch`, `;charset`).
-fn media_type(value: Option<&HeaderValue>) -> String {
+pub(crate) fn media_type(value: Option<&HeaderValue>) -> String {
     let value = value.and_then(|v| v.to_str().ok()).unwrap_or_default();
     value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase()
 }
 
 /// An error answer's `Status`, read by its media type: protobuf, JSON, else its text (as kube
 /// reads a body that is not a `Status`). The HTTP code stands in for a missing one.
-fn error_status(code: u16, media: &str, body: &[u8]) -> Status {
+pub(crate) fn error_status(code: u16, media: &str, body: &[u8]) -> Status {
     let decoded = match media {
         PROTOBUF => proto::unknown(body).and_then(|u| proto::status(u.raw)).ok(),
         "application/json" => serde_json::from_slice::<Status>(body).ok(),

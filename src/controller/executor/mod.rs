@@ -32,6 +32,8 @@ pub use call::{CallOutcome, Fence};
 use super::events::{EventQueue, QueuedEvent, Saturation};
 use crate::clock::Clock;
 use crate::metrics::{EvictionMetrics, ExecutorMetrics, LifecycleMetrics};
+use crate::runtime::lean::LeanClient;
+use crate::runtime::watch::Format;
 use pods::NodeRead;
 
 /// A token bucket for `qps` with `burst`; `None` when `qps` is 0 (unlimited). Never panics:
@@ -60,6 +62,8 @@ pub struct ExecutorConfig {
     pub node_read: NodeReadMode,
     /// The `Marking for deletion` events (`--eviction-events`).
     pub eviction_events: EvictionEvents,
+    /// The format the executor asks answers in (`--kube-api-content-type`).
+    pub wire: Format,
 }
 
 /// What an eviction reads of its node right before writing (`--eviction-node-read`).
@@ -103,6 +107,7 @@ pub struct Budget {
     pub write_timeout: Duration,
     pub node_read: NodeReadMode,
     pub eviction_events: EvictionEvents,
+    pub wire: Format,
 }
 
 impl ExecutorConfig {
@@ -119,6 +124,7 @@ impl ExecutorConfig {
             write_timeout,
             node_read,
             eviction_events,
+            wire,
         } = budget;
         Self {
             eviction_limiter: limiter(pod_eviction_qps, pod_eviction_burst),
@@ -131,6 +137,7 @@ impl ExecutorConfig {
             write_timeout,
             node_read,
             eviction_events,
+            wire,
         }
     }
 }
@@ -152,6 +159,8 @@ pub struct Executor {
 
 struct Inner {
     client: kube::Client,
+    /// Pod writes whose answer is not read, live node reads decoded slim.
+    lean: LeanClient,
     results: mpsc::Sender<Input>,
     clock: Arc<dyn Clock>,
     cfg: ExecutorConfig,
@@ -249,8 +258,9 @@ impl Executor {
         let fence = Arc::new(Fence::new(gate));
         let busy = Arc::new(AtomicUsize::new(0));
         let saturation = Saturation { busy: busy.clone(), workers: cfg.concurrency };
+        let lean = LeanClient::new(client.clone(), cfg.wire);
         let events = EventQueue::start(
-            client.clone(),
+            lean.clone(),
             &cfg.instance,
             fence.clone(),
             saturation,
@@ -260,6 +270,7 @@ impl Executor {
         );
         let inner = Arc::new(Inner {
             client,
+            lean,
             results,
             clock,
             events,

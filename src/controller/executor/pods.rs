@@ -8,9 +8,12 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, EvictParams, GetParams, Patch, Preconditions};
+use kube::Resource;
+use kube::api::{DeleteParams, EvictParams, GetParams, Patch, Preconditions};
+use kube::core::Request;
 use nlc_core::action::{EvictPod, EvictionMode, EvictionResult, MarkPodNotReady, MarkResult};
 use nlc_core::taints::Taint;
+use nlc_core::wire::WireNode;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -82,7 +85,7 @@ impl Inner {
         if ev.announce {
             self.events.marking_for_deletion(ev);
         }
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ev.namespace);
+        let pods = Request::new(Pod::url_path(&(), Some(&ev.namespace)));
         let result = match ev.method {
             EvictionMode::Delete => match self.mark_disruption_target(&pods, ev).await {
                 Some(stop) => stop,
@@ -117,7 +120,7 @@ impl Inner {
     /// `UpdatePodCondition` keeps the condition, and its time, when nothing changed), and it
     /// carries the pod's generation as `observedGeneration` (upstream, since
     /// PodObservedGenerationTracking; an API server without it drops the field).
-    async fn mark_disruption_target(&self, pods: &Api<Pod>, ev: &EvictPod) -> Option<EvictionResult> {
+    async fn mark_disruption_target(&self, pods: &Request, ev: &EvictPod) -> Option<EvictionResult> {
         if self.marked_lock().contains(&ev.uid) {
             return None;
         }
@@ -134,7 +137,12 @@ impl Inner {
                 "patch",
                 "pods/status",
                 &ev.name,
-                pods.patch_status(&ev.name, &crate::patch_params(), &Patch::Strategic(&patch)),
+                self.lean.send_unread(pods.patch_subresource(
+                    "status",
+                    &ev.name,
+                    &crate::patch_params(),
+                    &Patch::Strategic(&patch),
+                )),
             )
             .await
         {
@@ -173,9 +181,9 @@ impl Inner {
         }
     }
 
-    async fn delete(&self, pods: &Api<Pod>, ev: &EvictPod) -> EvictionResult {
+    async fn delete(&self, pods: &Request, ev: &EvictPod) -> EvictionResult {
         let dp = Self::delete_params(ev);
-        match self.write("delete", "pods", &ev.name, pods.delete(&ev.name, &dp)).await {
+        match self.write("delete", "pods", &ev.name, self.lean.send_unread(pods.delete(&ev.name, &dp))).await {
             CallOutcome::Ok(_) => EvictionResult::Done { deleted: true },
             // Gone, or the UID precondition failed (409): another pod now has the name.
             CallOutcome::Gone | CallOutcome::Conflict => EvictionResult::Done { deleted: false },
@@ -184,9 +192,12 @@ impl Inner {
         }
     }
 
-    async fn evict_api(&self, pods: &Api<Pod>, ev: &EvictPod) -> EvictionResult {
+    async fn evict_api(&self, pods: &Request, ev: &EvictPod) -> EvictionResult {
         let params = EvictParams { delete_options: Some(Self::delete_params(ev)), post_options: crate::post_params() };
-        match self.write("create", "pods/eviction", &ev.name, pods.evict(&ev.name, &params)).await {
+        match self
+            .write("create", "pods/eviction", &ev.name, self.lean.send_unread(pods.evict(&ev.name, &params)))
+            .await
+        {
             CallOutcome::Ok(_) => EvictionResult::Done { deleted: true },
             CallOutcome::Gone | CallOutcome::Conflict => EvictionResult::Done { deleted: false },
             CallOutcome::Fenced => EvictionResult::Failed("not the leader".into()),
@@ -212,7 +223,7 @@ impl Inner {
             match recent.get(node) {
                 Some(r) if r.seq >= seq => r.taints.clone(),
                 _ => {
-                    let api: Api<Node> = Api::all(self.client.clone());
+                    let nodes = Request::new(Node::url_path(&(), None));
                     let params = match self.cfg.node_read {
                         NodeReadMode::Cache => GetParams::any(),
                         NodeReadMode::Quorum | NodeReadMode::None => GetParams::default(),
@@ -220,8 +231,10 @@ impl Inner {
                     let name = node.to_owned();
                     let started = self.seq.load(Ordering::Relaxed);
                     let requests = self.exec_metrics.requests.clone();
+                    let lean = self.lean.clone();
                     let f: NodeTaints = async move {
-                        let result = match api.get_with(&name, &params).await {
+                        let read = lean.get_slim::<WireNode>(nodes.get(&name, &params)).await;
+                        let result = match read {
                             Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
                             read => read.map(Some),
                         };
@@ -233,7 +246,7 @@ impl Inner {
                         };
                         requests.get_or_create(&RequestLabels { verb: "get", resource: "nodes", code }).inc();
                         match result {
-                            Ok(Some(n)) => Ok(Some(Arc::new(
+                            Ok(Some(WireNode(n, _))) => Ok(Some(Arc::new(
                                 n.spec.iter().flat_map(|s| s.taints.iter().flatten()).map(Taint::from).collect(),
                             ))),
                             Ok(None) => Ok(None),
@@ -267,7 +280,7 @@ impl Inner {
                 return MarkResult::Failed("not the leader".into());
             },
         }
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &p.namespace);
+        let pods = Request::new(Pod::url_path(&(), Some(&p.namespace)));
         let patch = json!({
             "metadata": {"uid": p.uid},
             "status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": self.clock.now()}]}
@@ -277,7 +290,12 @@ impl Inner {
                 "patch",
                 "pods/status",
                 &p.name,
-                pods.patch_status(&p.name, &crate::patch_params(), &Patch::Strategic(&patch)),
+                self.lean.send_unread(pods.patch_subresource(
+                    "status",
+                    &p.name,
+                    &crate::patch_params(),
+                    &Patch::Strategic(&patch),
+                )),
             )
             .await
         {

@@ -1,0 +1,90 @@
+//! Requests whose answer is read only as far as it is used.
+//!
+//! - Writes whose answer is not read at all ([`LeanClient::send_unread`]): an eviction's
+//!   condition patch and delete, an event. Their answer is the whole object written (a pod of
+//!   several kilobytes); decoding it into `k8s-openapi`'s types only to drop it was about a
+//!   tenth of the controller's CPU in an eviction storm, and most of its allocations. Here only
+//!   the answer's code is used; its body is read to the end (so that the connection can be
+//!   used again) and dropped.
+//! - Reads decoded into the cache's slim types ([`LeanClient::get_slim`]): an eviction's live
+//!   read of its node, which needs only the taints, not the node's images and conditions.
+//!
+//! With `--kube-api-content-type` protobuf the answer is asked for in protobuf, else JSON, as
+//! client-go does for built-in kinds: the API server encodes protobuf for less CPU than JSON.
+//! An answer is read by its `Content-Type`, whatever was asked for; an error answer's `Status`
+//! is read as the watches read it ([`super::proto_watch`]), so callers see the same
+//! [`kube::Error::Api`] as from `kube::Api`.
+
+use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+use kube::client::Body;
+use nlc_core::wire::proto;
+use serde::de::DeserializeOwned;
+
+use super::proto_watch::{ACCEPT_BOTH, PROTOBUF, error_status, media_type};
+use super::watch::{Decoded, Format};
+
+/// A request as [`kube::core::Request`] builds it.
+pub type Built = Result<hyper::Request<Vec<u8>>, kube::core::request::Error>;
+
+/// A client for requests whose answer is read only as far as it is used.
+#[derive(Clone)]
+pub struct LeanClient {
+    client: kube::Client,
+    accept: HeaderValue,
+}
+
+impl LeanClient {
+    /// Requests through `client`, asking for answers in `wire`.
+    pub fn new(client: kube::Client, wire: Format) -> Self {
+        let accept = match wire {
+            Format::Protobuf => ACCEPT_BOTH,
+            Format::Json => "application/json",
+        };
+        Self { client, accept: HeaderValue::from_static(accept) }
+    }
+
+    /// Sends `req`: `Ok` for a 2xx answer, whose body is not decoded; an error answer as
+    /// [`kube::Error::Api`].
+    pub async fn send_unread(&self, req: Built) -> kube::Result<()> {
+        self.send(req).await.map(drop)
+    }
+
+    /// Sends `req` (a GET of one object) and decodes the answer into `K`'s slim type, from
+    /// protobuf or JSON by its `Content-Type`. An object with a field that does not read is an
+    /// error, as a strict decoder would make it.
+    pub async fn get_slim<K: Decoded + DeserializeOwned>(&self, req: Built) -> kube::Result<K> {
+        let (media, body) = self.send(req).await?;
+        let object = match (media.as_str(), K::protobuf()) {
+            (PROTOBUF, Some(decode)) => {
+                let envelope = proto::unknown(&body).map_err(|e| undecodable(&e))?;
+                decode(envelope.raw)
+            }
+            _ => serde_json::from_slice::<K>(&body).map_err(kube::Error::SerdeError)?,
+        };
+        match object.problem() {
+            Some(problem) => Err(undecodable(&problem)),
+            None => Ok(object),
+        }
+    }
+
+    /// The answer's media type and body; an error answer as [`kube::Error::Api`].
+    async fn send(&self, req: Built) -> kube::Result<(String, hyper::body::Bytes)> {
+        let mut req = req.map_err(kube::Error::BuildRequest)?.map(Body::from);
+        req.headers_mut().insert(ACCEPT, self.accept.clone());
+        let res = self.client.send(req).await?;
+        let code = res.status();
+        let media = media_type(res.headers().get(CONTENT_TYPE));
+        // Read to the end even when it is not used: an answer left half read would close the
+        // connection.
+        let body = res.into_body().collect_bytes().await?;
+        if code.is_client_error() || code.is_server_error() {
+            return Err(kube::Error::Api(Box::new(error_status(code.as_u16(), &media, &body))));
+        }
+        Ok((media, body))
+    }
+}
+
+/// An answer that does not decode: the error a JSON body that does not parse is.
+fn undecodable(e: &dyn std::fmt::Display) -> kube::Error {
+    kube::Error::SerdeError(<serde_json::Error as serde::de::Error>::custom(format_args!("decoding the answer: {e}")))
+}
