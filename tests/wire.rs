@@ -703,3 +703,81 @@ async fn the_watch_loop_yields_the_same_events_in_protobuf_and_in_json() {
     assert_eq!(all[0].events, all[1].events, "streaming: protobuf and JSON differ");
     assert_eq!(all[2].events, all[3].events, "paged: protobuf and JSON differ");
 }
+
+/// The executor's lean requests (`runtime::lean`) in protobuf and in JSON, against the same
+/// objects: a node read decodes to the same slim node (odd taints included), and each refusal an
+/// eviction meets (404, a UID precondition's 409, a changed `metadata.uid`'s 422) reads as the
+/// same `Status` from either format, which is what the executor's decisions are made on.
+#[tokio::test]
+async fn lean_answers_read_alike_in_protobuf_and_in_json() {
+    use kube::Resource;
+    use kube::api::{DeleteParams, GetParams, Patch, PatchParams, Preconditions};
+    use kube::core::Request;
+    use node_lifecycle_controller::runtime::lean::LeanClient;
+    use node_lifecycle_controller::runtime::watch::Format;
+
+    let env = shared();
+    let s = Scope::new(env, "lean").await;
+    let node = s
+        .node(
+            "odd",
+            json!([
+                {"key": "example.com/far", "effect": "NoExecute", "timeAdded": "9000-01-01T00:00:00Z"},
+                {"key": "example.com/empty-value", "value": "", "effect": "NoSchedule"},
+                {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": now_s()}]),
+        )
+        .await;
+    let pod = s.pod("p", &node, json!([]), json!({})).await;
+    let uid = pod.metadata.uid.clone().expect("uid");
+    let (pb, js) =
+        (LeanClient::new(s.client.clone(), Format::Protobuf), LeanClient::new(s.client.clone(), Format::Json));
+    let nodes = Request::new(k8s_openapi::api::core::v1::Node::url_path(&(), None));
+    let pods = Request::new(k8s_openapi::api::core::v1::Pod::url_path(&(), Some(&s.ns)));
+
+    let a = pb.get_slim::<WireNode>(nodes.get(&node, &GetParams::default())).await.expect("protobuf read");
+    let b = js.get_slim::<WireNode>(nodes.get(&node, &GetParams::default())).await.expect("JSON read");
+    assert_eq!(a.1, None);
+    assert_eq!(format!("{:?}", a.0), format!("{:?}", b.0));
+    // Ours, and the not-ready NoSchedule taint the API server adds to a new node.
+    let taints = a.0.spec.as_ref().and_then(|s| s.taints.as_ref()).map(Vec::len);
+    assert_eq!(taints, Some(4), "{:?}", a.0);
+
+    let status = |r: kube::Result<()>| match r {
+        Err(kube::Error::Api(s)) => (s.code, s.reason.clone(), s.message.clone()),
+        other => panic!("expected an API error, got {other:?}"),
+    };
+    let wrong_uid = DeleteParams {
+        preconditions: Some(Preconditions { uid: Some("0".into()), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    let uid_patch =
+        json!({"metadata": {"uid": "0"}, "status": {"conditions": [{"type": "DisruptionTarget", "status": "True"}]}});
+    let mut codes = vec![];
+    for lean in [&pb, &js] {
+        let gone = status(lean.send_unread(pods.delete("no-such-pod", &DeleteParams::default())).await);
+        let conflict = status(lean.send_unread(pods.delete("p", &wrong_uid)).await);
+        let patch = Patch::Strategic(&uid_patch);
+        let invalid =
+            status(lean.send_unread(pods.patch_subresource("status", "p", &PatchParams::default(), &patch)).await);
+        codes.push([gone, conflict, invalid]);
+    }
+    assert_eq!(codes[0], codes[1]);
+    let [gone, conflict, invalid] = &codes[0];
+    assert_eq!((gone.0, gone.1.as_str()), (404, "NotFound"));
+    assert_eq!((conflict.0, conflict.1.as_str()), (409, "Conflict"));
+    assert_eq!(invalid.0, 422);
+    assert!(invalid.2.contains("metadata.uid"), "{invalid:?}");
+
+    // Writes that land: answered, not decoded, in either format.
+    let condition = json!({"metadata": {"uid": uid}, "status": {"conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}]}});
+    let patch = Patch::Strategic(&condition);
+    js.send_unread(pods.patch_subresource("status", "p", &PatchParams::default(), &patch)).await.expect("JSON patch");
+    let right_uid = DeleteParams {
+        preconditions: Some(Preconditions { uid: Some(uid), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    pb.send_unread(pods.delete("p", &right_uid)).await.expect("protobuf delete");
+    let after = s.pods().get_opt("p").await.expect("read the pod");
+    assert!(after.as_ref().is_none_or(|p| p.metadata.deletion_timestamp.is_some()), "not deleted: {after:?}");
+}
