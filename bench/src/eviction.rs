@@ -126,7 +126,7 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
             http_version.as_deref().unwrap_or("HTTP version unknown")
         );
         let counts = Arc::new(Mutex::new(FloorCounts::default()));
-        let task = tokio::spawn(floor::run(floor_client, plan.clone(), HOUR, counts.clone()));
+        let task = tokio::spawn(floor::run(floor_client, args.floor_wire, plan.clone(), HOUR, counts.clone()));
         // The same pause as a controller gets to list everything.
         tokio::time::sleep(Duration::from_secs(15)).await;
         let cpu = CpuSampler::start(cp, None);

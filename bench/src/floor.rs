@@ -9,7 +9,9 @@
 //!
 //! Its options make it the fastest any client could go: `--floor-wire protobuf` (the default, as
 //! kube-controller-manager's and the controller's lists) for the streaming list behind the ready
-//! figure, and `--floor-http2` for its client (the controller's, built as `--api-http2` builds it).
+//! figure and for the answers to its writes, which, as the controller's, are read to the end and
+//! not decoded (`runtime::lean`); and `--floor-http2` for its client (the controller's, built as
+//! `--api-http2` builds it).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -21,11 +23,15 @@ use futures::{AsyncBufReadExt, StreamExt};
 use http_body_util::BodyExt as _;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Resource;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::core::Request;
 use kube::runtime::watcher;
 use nlc_core::wire::proto;
 use node_lifecycle_controller::runtime::args::ClientArgs;
 use node_lifecycle_controller::runtime::client::{Skew, client_with_skew};
+use node_lifecycle_controller::runtime::lean::LeanClient;
+use node_lifecycle_controller::runtime::watch::Format;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -157,6 +163,7 @@ async fn stream_initial_protobuf(client: &kube::Client, uri: String, path: &str)
 /// `spare` (those tolerate for the whole benchmark) when its node's taint says so.
 pub async fn run(
     client: kube::Client,
+    wire: Wire,
     plan: PodPlan,
     spare: i64,
     counts: Arc<std::sync::Mutex<FloorCounts>>,
@@ -179,6 +186,11 @@ pub async fn run(
         }
     }
     let permits = Arc::new(Semaphore::new(CONCURRENCY));
+    let format = match wire {
+        Wire::Json => Format::Json,
+        Wire::Protobuf => Format::Protobuf,
+    };
+    let writes = LeanClient::new(client.clone(), format);
     let nodes: Api<Node> = Api::all(client);
     let mut events = watcher(nodes, watcher::Config::default()).boxed();
     while let Some(ev) = events.next().await {
@@ -190,11 +202,11 @@ pub async fn run(
                 .map(|s| (added + Duration::from_secs(s.max(0) as u64)).duration_since(Timestamp::now()))
                 .and_then(|d| Duration::try_from(d).ok())
                 .unwrap_or_default();
-            let (pods, permits, counts) = (pods.clone(), permits.clone(), counts.clone());
+            let (writes, permits, counts) = (writes.clone(), permits.clone(), counts.clone());
             tokio::spawn(async move {
                 tokio::time::sleep(wait).await;
                 let Ok(_permit) = permits.acquire().await else { return };
-                let ok = evict(&pods, &name, &uid).await;
+                let ok = evict(&writes, &name, &uid).await;
                 if let Ok(mut c) = counts.lock() {
                     if ok { c.deleted += 1 } else { c.failed += 1 }
                 }
@@ -211,7 +223,8 @@ fn taint_added(node: &Node) -> Option<Timestamp> {
 }
 
 /// The controller's two writes: the condition (with the UID), then the delete (UID precondition).
-async fn evict(pods: &Api<Pod>, name: &str, uid: &str) -> bool {
+async fn evict(writes: &LeanClient, name: &str, uid: &str) -> bool {
+    let pods = Request::new(Pod::url_path(&(), Some(NS)));
     let patch = json!({
         "metadata": {"uid": uid},
         "status": {"conditions": [{
@@ -219,12 +232,13 @@ async fn evict(pods: &Api<Pod>, name: &str, uid: &str) -> bool {
             "message": "Taint manager: deleting due to NoExecute taint", "lastTransitionTime": Timestamp::now(),
         }]}
     });
-    if pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)).await.is_err() {
+    let condition = pods.patch_subresource("status", name, &PatchParams::default(), &Patch::Strategic(&patch));
+    if writes.send_unread(condition).await.is_err() {
         return false;
     }
     let dp = DeleteParams {
         preconditions: Some(Preconditions { uid: Some(uid.to_owned()), resource_version: None }),
         ..DeleteParams::default()
     };
-    pods.delete(name, &dp).await.is_ok()
+    writes.send_unread(pods.delete(name, &dp)).await.is_ok()
 }
