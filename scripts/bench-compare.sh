@@ -18,6 +18,8 @@
 #   ours-no-read          --eviction-node-read=none
 #   ours-events-per-node  --eviction-events=per-node
 #   ours-no-events        --eviction-events=none
+# and the floor plus the one thing every controller does that it does not:
+#   floor-watch           the floor keeping a protobuf watch of the pods (--floor-watch-pods)
 #   kcm-budget   kube-controller-manager v1.37.2 with --kube-api-qps=2000 --kube-api-burst=2000
 #   kcm-default  kube-controller-manager at its defaults (20 qps, burst 30)
 # (kube-controller-manager at its defaults lists and watches in protobuf over HTTP/2.)
@@ -60,6 +62,7 @@ for size in $SIZES; do
       case $config in
         floor) args=(--floor --floor-wire protobuf --floor-http2) ;;
         floor-json) args=(--floor --floor-wire json) ;;
+        floor-watch) args=(--floor --floor-wire protobuf --floor-http2 --floor-watch-pods) ;;
         ours) args=(--controller "$T/node-lifecycle-controller") ;;
         ours-h2) args=(--controller "$T/node-lifecycle-controller" -- --api-http2) ;;
         ours-json) args=(--controller "$T/node-lifecycle-controller" -- --kube-api-content-type=application/json) ;;

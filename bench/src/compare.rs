@@ -40,6 +40,9 @@ pub enum Config {
         http2: bool,
         json: bool,
     },
+    /// The floor (protobuf, HTTP/2) with `--floor-watch-pods`: the floor plus the pod watch a
+    /// controller keeps. Never the reference.
+    FloorWatchingPods,
 }
 
 /// A cost of ours that the floor does not pay, and the flag that switches it.
@@ -73,7 +76,7 @@ impl Cost {
 impl Config {
     /// Column order; the first floor present is the one figures are reported against ("floor
     /// +x"): the fastest.
-    const ALL: [Self; 14] = [
+    const ALL: [Self; 15] = [
         Self::Ours { http2: false, json: false },
         Self::Ours { http2: true, json: false },
         Self::Ours { http2: false, json: true },
@@ -88,6 +91,7 @@ impl Config {
         Self::Floor { http2: false, json: false },
         Self::Floor { http2: true, json: true },
         Self::Floor { http2: false, json: true },
+        Self::FloorWatchingPods,
     ];
 
     fn label(self) -> &'static str {
@@ -106,6 +110,7 @@ impl Config {
             Self::Floor { http2: false, json: false } => "API floor (protobuf, HTTP/1.1)",
             Self::Floor { http2: true, json: true } => "API floor (JSON, HTTP/2)",
             Self::Floor { http2: false, json: true } => "API floor (JSON, HTTP/1.1)",
+            Self::FloorWatchingPods => "API floor + a pod watch (protobuf, HTTP/2)",
         }
     }
 
@@ -125,6 +130,7 @@ impl Config {
             Self::Floor { http2: false, json: false } => "#7f7f7f",
             Self::Floor { http2: true, json: true } => "#a6a6a6",
             Self::Floor { http2: false, json: true } => "#c7c7c7",
+            Self::FloorWatchingPods => "#d62728",
         }
     }
 
@@ -134,6 +140,9 @@ impl Config {
 
     /// Which configuration a report is, from what it says about itself.
     fn of(report: &Value) -> Self {
+        if report["floor_watch_pods"].as_bool() == Some(true) {
+            return Self::FloorWatchingPods;
+        }
         if report["floor"].as_bool() == Some(true) {
             return Self::Floor {
                 http2: report["floor_http2"].as_bool() == Some(true),
@@ -616,6 +625,9 @@ mod tests {
         assert_eq!(Config::of(&json!({"floor": true})), FLOOR_JSON);
         assert_eq!(Config::of(&json!({"floor": true, "floor_wire": "json", "floor_http2": false})), FLOOR_JSON);
         assert_eq!(Config::of(&json!({"floor": true, "floor_wire": "protobuf", "floor_http2": true})), FLOOR);
+        let watching = json!({"floor": true, "floor_wire": "protobuf", "floor_http2": true, "floor_watch_pods": true});
+        assert_eq!(Config::of(&watching), Config::FloorWatchingPods);
+        assert!(!Config::FloorWatchingPods.is_floor());
         assert_eq!(
             Config::of(&json!({"floor": true, "floor_wire": "protobuf", "floor_http2": false})),
             Config::Floor { http2: false, json: false }

@@ -49,6 +49,11 @@ pub struct EvictionArgs {
     /// `--api-http2` builds it; without it, HTTP/1.1 (a pool of connections).
     #[arg(long, requires = "floor")]
     pub floor_http2: bool,
+    /// The floor also keeps the pod watch every controller keeps (protobuf, the pods bound to a
+    /// node, decoded into the cache's slim pods and dropped), listed before the pause: what that
+    /// watch costs, apart from what a controller does with it.
+    #[arg(long, requires = "floor")]
+    pub floor_watch_pods: bool,
     /// Renew every node's Lease every SECS throughout the run (the kubelet's period is 10 s:
     /// 500 Lease updates a second at 5,000 nodes), with the controller's node lifecycle part
     /// running (a 10-minute grace period), so that the storm meets the Lease events of a live
@@ -125,6 +130,10 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
             args.floor_wire.name(),
             http_version.as_deref().unwrap_or("HTTP version unknown")
         );
+        let pod_watch = match args.floor_watch_pods {
+            true => Some(floor::watch_pods(floor_client.clone()).await?),
+            false => None,
+        };
         let counts = Arc::new(Mutex::new(FloorCounts::default()));
         let task = tokio::spawn(floor::run(floor_client, args.floor_wire, plan.clone(), HOUR, counts.clone()));
         // The same pause as a controller gets to list everything.
@@ -137,6 +146,9 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
         let api_server = api_server_diff(&api0, &api_server_counters(&client).await);
         let (lease_renewals_per_s, lease_renewals_skipped) = renewal_rate(heartbeats.as_ref(), renewals0, &taint);
         task.abort();
+        if let Some(w) = pod_watch {
+            w.abort();
+        }
         let seen = seen.lock().map(|m| m.clone()).unwrap_or_default();
         watch_task.abort();
         let usage = Usage {
@@ -349,6 +361,7 @@ fn report(
         "controller": args.describe(),
         "floor": args.floor, "upstream": args.under_test.upstream && !args.floor,
         "floor_wire": args.floor.then(|| args.floor_wire.name()), "floor_http2": args.floor.then_some(args.floor_http2),
+        "floor_watch_pods": args.floor.then_some(args.floor_watch_pods),
         "floor_http_version": usage.floor_http_version,
         "controller_flags": args.under_test.extra,
         "lease_period_s": args.lease_period, "lease_renewals_per_s": usage.lease_renewals_per_s,

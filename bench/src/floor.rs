@@ -7,6 +7,10 @@
 //! evicted pod, sleeps until its deadline. No matching, no timer queue, no events, no node
 //! re-read. Every controller figure is reported as "floor + x".
 //!
+//! `--floor-watch-pods` adds the one thing every controller must do that the floor does not: keep
+//! a watch of the pods (the floor writes from the plan). It is a separate configuration, never
+//! the reference.
+//!
 //! Its options make it the fastest any client could go: `--floor-wire protobuf` (the default, as
 //! kube-controller-manager's and the controller's lists) for the streaming list behind the ready
 //! figure and for the answers to its writes, which, as the controller's, are read to the end and
@@ -27,10 +31,11 @@ use kube::Resource;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::core::Request;
 use kube::runtime::watcher;
-use nlc_core::wire::proto;
+use nlc_core::wire::{WirePod, proto};
 use node_lifecycle_controller::runtime::args::ClientArgs;
 use node_lifecycle_controller::runtime::client::{Skew, client_with_skew};
 use node_lifecycle_controller::runtime::lean::LeanClient;
+use node_lifecycle_controller::runtime::proto_watch::protobuf_watcher;
 use node_lifecycle_controller::runtime::watch::Format;
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -157,6 +162,31 @@ async fn stream_initial_protobuf(client: &kube::Client, uri: String, path: &str)
         }
     }
     bail!("the watch of {path} ended before its initial-events-end bookmark")
+}
+
+/// The pod watch every controller keeps, for `--floor-watch-pods`: the pods bound to a node, in
+/// protobuf, decoded into the cache's slim pods (`WirePod`, as the controller's watch decodes
+/// them) and dropped. Returns once the initial list is in, with the rest of the watch running.
+pub async fn watch_pods(client: kube::Client) -> Result<tokio::task::JoinHandle<()>> {
+    let api: Api<WirePod> = Api::all(client);
+    let config = watcher::Config::default().fields("spec.nodeName!=").streaming_lists();
+    let mut events = protobuf_watcher(api, config, WirePod::from_protobuf);
+    let started = Instant::now();
+    let mut listed = 0usize;
+    loop {
+        match events.next().await {
+            Some(Ok(watcher::Event::InitDone)) => break,
+            Some(Ok(_)) => listed += 1,
+            Some(Err(e)) => bail!("the floor's pod watch: {e}"),
+            None => bail!("the floor's pod watch ended before its initial list"),
+        }
+    }
+    eprintln!("bench: the floor's pod watch listed {listed} pods in {:.2}s", started.elapsed().as_secs_f64());
+    Ok(tokio::spawn(async move {
+        while let Some(event) = events.next().await {
+            std::hint::black_box(event.ok());
+        }
+    }))
 }
 
 /// Runs the floor until aborted: evicts every planned pod whose `tolerationSeconds` is not
