@@ -20,7 +20,7 @@ use kube::client::Body;
 use nlc_core::wire::proto;
 use serde::de::DeserializeOwned;
 
-use super::proto_watch::{ACCEPT_BOTH, PROTOBUF, error_status, media_type};
+use super::proto_watch::{PROTOBUF, error_status, media_type};
 use super::watch::{Decoded, Format};
 
 /// A request as [`kube::core::Request`] builds it.
@@ -36,11 +36,7 @@ pub struct LeanClient {
 impl LeanClient {
     /// Requests through `client`, asking for answers in `wire`.
     pub fn new(client: kube::Client, wire: Format) -> Self {
-        let accept = match wire {
-            Format::Protobuf => ACCEPT_BOTH,
-            Format::Json => "application/json",
-        };
-        Self { client, accept: HeaderValue::from_static(accept) }
+        Self { client, accept: HeaderValue::from_static(wire.accept()) }
     }
 
     /// Sends `req`: `Ok` for a 2xx answer, whose body is not decoded; an error answer as
@@ -53,8 +49,8 @@ impl LeanClient {
     /// protobuf or JSON by its `Content-Type`. An object with a field that does not read is an
     /// error, as a strict decoder would make it.
     pub async fn get_slim<K: Decoded + DeserializeOwned>(&self, req: Built) -> kube::Result<K> {
-        let (media, body) = self.send(req).await?;
-        let object = match (media.as_str(), K::protobuf()) {
+        let (content_type, body) = self.send(req).await?;
+        let object = match (media_type(content_type.as_ref()).as_str(), K::protobuf()) {
             (PROTOBUF, Some(decode)) => {
                 let envelope = proto::unknown(&body).map_err(|e| undecodable(&e))?;
                 decode(envelope.raw)
@@ -67,20 +63,22 @@ impl LeanClient {
         }
     }
 
-    /// The answer's media type and body; an error answer as [`kube::Error::Api`].
-    async fn send(&self, req: Built) -> kube::Result<(String, hyper::body::Bytes)> {
+    /// The answer's `Content-Type` and body; an error answer as [`kube::Error::Api`]. The media
+    /// type is only worked out where it is read, not for every write that lands.
+    async fn send(&self, req: Built) -> kube::Result<(Option<HeaderValue>, hyper::body::Bytes)> {
         let mut req = req.map_err(kube::Error::BuildRequest)?.map(Body::from);
         req.headers_mut().insert(ACCEPT, self.accept.clone());
         let res = self.client.send(req).await?;
         let code = res.status();
-        let media = media_type(res.headers().get(CONTENT_TYPE));
+        let content_type = res.headers().get(CONTENT_TYPE).cloned();
         // Read to the end even when it is not used: an answer left half read would close the
         // connection.
         let body = res.into_body().collect_bytes().await?;
         if code.is_client_error() || code.is_server_error() {
+            let media = media_type(content_type.as_ref());
             return Err(kube::Error::Api(Box::new(error_status(code.as_u16(), &media, &body))));
         }
-        Ok((media, body))
+        Ok((content_type, body))
     }
 }
 

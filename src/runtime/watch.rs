@@ -73,6 +73,15 @@ impl Format {
         }
     }
 
+    /// What a request that wants an answer in it asks for (`Accept`): protobuf, else JSON, as
+    /// client-go asks for built-in kinds; JSON alone.
+    pub fn accept(self) -> &'static str {
+        match self {
+            Self::Protobuf => proto_watch::ACCEPT_BOTH,
+            Self::Json => "application/json",
+        }
+    }
+
     /// Its metric label.
     fn label(self) -> &'static str {
         match self {
