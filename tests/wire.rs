@@ -734,8 +734,8 @@ async fn lean_answers_read_alike_in_protobuf_and_in_json() {
     let nodes = Request::new(k8s_openapi::api::core::v1::Node::url_path(&(), None));
     let pods = Request::new(k8s_openapi::api::core::v1::Pod::url_path(&(), Some(&s.ns)));
 
-    let a = pb.get_slim::<WireNode>(nodes.get(&node, &GetParams::default())).await.expect("protobuf read");
-    let b = js.get_slim::<WireNode>(nodes.get(&node, &GetParams::default())).await.expect("JSON read");
+    let a = pb.slim::<WireNode>(nodes.get(&node, &GetParams::default())).await.expect("protobuf read");
+    let b = js.slim::<WireNode>(nodes.get(&node, &GetParams::default())).await.expect("JSON read");
     assert_eq!(a.1, None);
     assert_eq!(format!("{:?}", a.0), format!("{:?}", b.0));
     // Ours, and the not-ready NoSchedule taint the API server adds to a new node.

@@ -6,8 +6,10 @@
 //!   tenth of the controller's CPU in an eviction storm, and most of its allocations. Here only
 //!   the answer's code is used; its body is read to the end (so that the connection can be
 //!   used again) and dropped.
-//! - Reads decoded into the cache's slim types ([`LeanClient::get_slim`]): an eviction's live
-//!   read of its node, which needs only the taints, not the node's images and conditions.
+//! - Answers decoded into the cache's slim types ([`LeanClient::slim`]): an eviction's live
+//!   read of its node, which needs only the taints, not the node's images and conditions; a
+//!   node write's answer (its conditions or taints written), of which the cache keeps only the
+//!   slim node.
 //!
 //! With `--kube-api-content-type` protobuf the answer is asked for in protobuf, else JSON, as
 //! client-go does for built-in kinds: the API server encodes protobuf for less CPU than JSON.
@@ -45,10 +47,10 @@ impl LeanClient {
         self.send(req).await.map(drop)
     }
 
-    /// Sends `req` (a GET of one object) and decodes the answer into `K`'s slim type, from
-    /// protobuf or JSON by its `Content-Type`. An object with a field that does not read is an
-    /// error, as a strict decoder would make it.
-    pub async fn get_slim<K: Decoded + DeserializeOwned>(&self, req: Built) -> kube::Result<K> {
+    /// Sends `req` (a GET of one object, or a write answered with the object written) and
+    /// decodes the answer into `K`'s slim type, from protobuf or JSON by its `Content-Type`. An
+    /// object with a field that does not read is an error, as a strict decoder would make it.
+    pub async fn slim<K: Decoded + DeserializeOwned>(&self, req: Built) -> kube::Result<K> {
         let (content_type, body) = self.send(req).await?;
         let object = match (media_type(content_type.as_ref()).as_str(), K::protobuf()) {
             (PROTOBUF, Some(decode)) => {

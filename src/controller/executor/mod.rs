@@ -158,8 +158,7 @@ pub struct Executor {
 }
 
 struct Inner {
-    client: kube::Client,
-    /// Pod writes whose answer is not read, live node reads decoded slim.
+    /// Every request: pod writes whose answer is not read, node answers decoded slim.
     lean: LeanClient,
     results: mpsc::Sender<Input>,
     clock: Arc<dyn Clock>,
@@ -269,7 +268,6 @@ impl Executor {
             cfg.eviction_events,
         );
         let inner = Arc::new(Inner {
-            client,
             lean,
             results,
             clock,

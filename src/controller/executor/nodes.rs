@@ -1,13 +1,20 @@
 //! Node writes: a silent node's conditions, and taints. One write per node at a time (the core
 //! guarantees it), at most `concurrency` at once.
+//!
+//! An answer (the node written, or read again after a conflict) is decoded into the cache's
+//! slim node, not into a whole `Node` with its images and every condition
+//! ([`crate::runtime::lean`]).
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch};
+use kube::Resource;
+use kube::api::{GetParams, Patch};
+use kube::core::Request;
 use nlc_core::action::{NodeWriteResult, SetConditions, SetLabels, SetTaints};
 use nlc_core::index::SlimNode;
 use nlc_core::taints;
+use nlc_core::wire::WireNode;
 use serde_json::json;
 
 use super::Inner;
@@ -58,25 +65,17 @@ impl Inner {
             "metadata": {"resourceVersion": w.resource_version},
             "status": {"conditions": conditions},
         });
-        let nodes: Api<Node> = Api::all(self.client.clone());
         let started = crate::clock::Stopwatch::start();
         let _observe = ObserveOnDrop(&self.lifecycle_metrics.update_node_health, started);
-        match self
-            .write(
-                "patch",
-                "nodes/status",
-                &w.node,
-                nodes.patch_status(&w.node, &crate::patch_params(), &Patch::Strategic(&patch)),
-            )
-            .await
-        {
-            CallOutcome::Ok(node) => {
+        let req = nodes().patch_subresource("status", &w.node, &crate::patch_params(), &Patch::Strategic(&patch));
+        match self.write("patch", "nodes/status", &w.node, self.lean.slim::<WireNode>(req)).await {
+            CallOutcome::Ok(WireNode(node, _)) => {
                 let delay = self.clock.now().duration_since(w.expired_at).as_secs_f64().max(0.0);
                 self.lifecycle_metrics.detection_delay.observe(delay);
                 tracing::info!(node = %w.node, detection_delay_ms = (delay * 1000.0) as u64, "node stopped posting status; conditions set to Unknown");
                 NodeWriteResult::Done(Some(Box::new(SlimNode::from(&node))))
             }
-            CallOutcome::Conflict => NodeWriteResult::Conflict(self.read_node(&nodes, &w.node).await.ok().flatten()),
+            CallOutcome::Conflict => NodeWriteResult::Conflict(self.read_node(&w.node).await.ok().flatten()),
             CallOutcome::Gone => NodeWriteResult::NotFound,
             CallOutcome::Fenced => NodeWriteResult::Failed("not the leader".into()),
             CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => NodeWriteResult::Failed(e),
@@ -94,12 +93,9 @@ impl Inner {
         let labels: serde_json::Map<String, serde_json::Value> =
             w.labels.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
         let patch = json!({"metadata": {"labels": labels}});
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        match self
-            .write("patch", "nodes", &w.node, nodes.patch(&w.node, &crate::patch_params(), &Patch::Merge(&patch)))
-            .await
-        {
-            CallOutcome::Ok(_) => tracing::info!(node = %w.node, labels = ?w.labels, "beta OS/arch labels reconciled"),
+        let req = nodes().patch(&w.node, &crate::patch_params(), &Patch::Merge(&patch));
+        match self.write("patch", "nodes", &w.node, self.lean.send_unread(req)).await {
+            CallOutcome::Ok(()) => tracing::info!(node = %w.node, labels = ?w.labels, "beta OS/arch labels reconciled"),
             CallOutcome::Gone | CallOutcome::Fenced => {}
             CallOutcome::Conflict => tracing::warn!(node = %w.node, "reconciling labels: conflict"),
             CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => {
@@ -108,9 +104,10 @@ impl Inner {
         }
     }
 
-    async fn read_node(&self, nodes: &Api<Node>, name: &str) -> Result<Option<Box<SlimNode>>, String> {
-        match self.read("get", "nodes", name, nodes.get(name)).await {
-            CallOutcome::Ok(node) => Ok(Some(Box::new(SlimNode::from(&node)))),
+    async fn read_node(&self, name: &str) -> Result<Option<Box<SlimNode>>, String> {
+        let req = nodes().get(name, &GetParams::default());
+        match self.read("get", "nodes", name, self.lean.slim::<WireNode>(req)).await {
+            CallOutcome::Ok(WireNode(node, _)) => Ok(Some(Box::new(SlimNode::from(&node)))),
             CallOutcome::Gone => Ok(None),
             CallOutcome::Conflict => Err("conflict".into()),
             CallOutcome::Fenced => Err("not the leader".into()),
@@ -137,7 +134,6 @@ impl Inner {
     }
 
     async fn write_taints(&self, w: &SetTaints) -> NodeWriteResult {
-        let nodes: Api<Node> = Api::all(self.client.clone());
         let mut current = w.current.clone();
         let mut rv = w.resource_version.clone();
         let mut fresh: Option<Box<SlimNode>> = None;
@@ -150,11 +146,9 @@ impl Inner {
             }
             let list: Vec<k8s_openapi::api::core::v1::Taint> = next.iter().map(Into::into).collect();
             let patch = json!({"metadata": {"resourceVersion": rv}, "spec": {"taints": list}});
-            match self
-                .write("patch", "nodes", &w.node, nodes.patch(&w.node, &crate::patch_params(), &Patch::Merge(&patch)))
-                .await
-            {
-                CallOutcome::Ok(node) => {
+            let req = nodes().patch(&w.node, &crate::patch_params(), &Patch::Merge(&patch));
+            match self.write("patch", "nodes", &w.node, self.lean.slim::<WireNode>(req)).await {
+                CallOutcome::Ok(WireNode(node, _)) => {
                     if let Some(zone) = &w.counted_zone {
                         self.lifecycle_metrics.evictions.get_or_create(&ZoneLabels { zone: zone.clone() }).inc();
                     }
@@ -174,7 +168,7 @@ impl Inner {
             }
             // Conflict: read the node as it is now and apply the change to that.
             tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
-            match self.read_node(&nodes, &w.node).await {
+            match self.read_node(&w.node).await {
                 Ok(Some(slim)) => {
                     current = slim.taints.clone();
                     rv = slim.resource_version.clone();
@@ -186,4 +180,9 @@ impl Inner {
         }
         NodeWriteResult::Conflict(fresh)
     }
+}
+
+/// Requests on nodes.
+fn nodes() -> Request {
+    Request::new(Node::url_path(&(), None))
 }

@@ -233,7 +233,7 @@ impl Inner {
                     let requests = self.exec_metrics.requests.clone();
                     let lean = self.lean.clone();
                     let f: NodeTaints = async move {
-                        let read = lean.get_slim::<WireNode>(nodes.get(&name, &params)).await;
+                        let read = lean.slim::<WireNode>(nodes.get(&name, &params)).await;
                         let result = match read {
                             Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
                             read => read.map(Some),
