@@ -687,16 +687,19 @@ mod tests {
         assert_eq!(labels.len(), Config::ALL.len());
     }
 
+    /// An eviction report of ours at 10 nodes whose untolerated p50 and p99 are both `secs`,
+    /// with `extra`'s fields (a floor's) added.
+    fn run(extra: Value, secs: f64) -> Value {
+        let mut r = json!({"benchmark": "eviction", "nodes": 10, "pods": 300, "upstream": false,
+                           "controller_flags": [], "immediate_after_taint_s": {"p50": secs, "p99": secs}});
+        if let (Some(r), Some(f)) = (r.as_object_mut(), extra.as_object()) {
+            r.extend(f.clone());
+        }
+        r
+    }
+
     #[test]
     fn columns_in_order_and_figures_against_the_fastest_floor() {
-        let run = |floor: Value, p99: f64| {
-            let mut r = json!({"benchmark": "eviction", "nodes": 10, "pods": 300, "upstream": false,
-                               "controller_flags": [], "immediate_after_taint_s": {"p50": p99, "p99": p99}});
-            if let (Some(r), Some(f)) = (r.as_object_mut(), floor.as_object()) {
-                r.extend(f.clone());
-            }
-            r
-        };
         let mut reports = Reports::default();
         let g = reports.eviction.entry((10, 30, 0)).or_default();
         g.insert(FLOOR_JSON, vec![run(json!({"floor": true}), 0.8)]);
@@ -728,14 +731,6 @@ mod tests {
 
     #[test]
     fn figures_are_against_the_fastest_floor_measured_not_the_first_column() {
-        let run = |floor: Value, p50: f64| {
-            let mut r = json!({"benchmark": "eviction", "nodes": 10, "pods": 300, "upstream": false,
-                               "controller_flags": [], "immediate_after_taint_s": {"p50": p50, "p99": p50}});
-            if let (Some(r), Some(f)) = (r.as_object_mut(), floor.as_object()) {
-                r.extend(f.clone());
-            }
-            r
-        };
         let h2 = json!({"floor": true, "floor_wire": "protobuf", "floor_http2": true});
         let h1 = json!({"floor": true, "floor_wire": "protobuf", "floor_http2": false});
         let mut reports = Reports::default();

@@ -183,6 +183,6 @@ impl Inner {
 }
 
 /// Requests on nodes.
-fn nodes() -> Request {
+pub(super) fn nodes() -> Request {
     Request::new(Node::url_path(&(), None))
 }

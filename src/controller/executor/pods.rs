@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 use kube::api::{DeleteParams, EvictParams, GetParams, Patch, Preconditions};
 use kube::core::Request;
@@ -223,7 +223,7 @@ impl Inner {
             match recent.get(node) {
                 Some(r) if r.seq >= seq => r.taints.clone(),
                 _ => {
-                    let nodes = Request::new(Node::url_path(&(), None));
+                    let nodes = super::nodes::nodes();
                     let params = match self.cfg.node_read {
                         NodeReadMode::Cache => GetParams::any(),
                         NodeReadMode::Quorum | NodeReadMode::None => GetParams::default(),
