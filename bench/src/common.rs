@@ -48,7 +48,8 @@ pub struct UnderTest {
 }
 
 /// `perf record` attached to a process (99 samples a second would miss the storm's detail:
-/// 499), stopped with SIGINT so that it writes its data.
+/// 499), stopped with SIGINT so that it writes its data. Samples carry wall-clock times, so that
+/// a report can be cut to a window the benchmark gives (`perf report --time START,END`).
 pub struct Profile {
     perf: std::process::Child,
     out: PathBuf,
@@ -59,7 +60,7 @@ impl Profile {
     pub fn start(out: Option<&Path>, pid: u32) -> Result<Option<Self>> {
         let Some(out) = out else { return Ok(None) };
         let perf = std::process::Command::new("perf")
-            .args(["record", "-F", "499", "-p", &pid.to_string(), "-o"])
+            .args(["record", "-F", "499", "--clockid", "realtime", "-p", &pid.to_string(), "-o"])
             .arg(out)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -370,10 +370,15 @@ fn report(
         "evicted_wrongly": early,
         "taint_to_last_deletion_s": last.duration_since(taint.start).as_secs_f64(),
         "target_taint_patches_s": taint.done.duration_since(taint.start).as_secs_f64(),
+        // The untolerated window in wall-clock seconds, to cut a profile (`--profile`, sampled
+        // on the realtime clock) down to it: `perf report --time START,END`.
+        "untolerated_window_unix_s": [taint.start.as_microsecond() as f64 / 1e6, last_immediate.as_microsecond() as f64 / 1e6],
         "timed_lateness_s": {"n": lateness.len(), "p50": percentile(&lateness, 50.0), "p99": percentile(&lateness, 99.0),
                              "max": lateness.last().copied().unwrap_or(f64::NAN), "min": lateness.first().copied().unwrap_or(f64::NAN)},
-        "immediate_after_taint_s": {"n": immediate.len(), "p50": percentile(&immediate, 50.0), "p99": percentile(&immediate, 99.0),
-                                    "max": immediate.last().copied().unwrap_or(f64::NAN)},
+        "immediate_after_taint_s": {"n": immediate.len(), "min": immediate.first().copied().unwrap_or(f64::NAN),
+                                    "p10": percentile(&immediate, 10.0), "p25": percentile(&immediate, 25.0),
+                                    "p50": percentile(&immediate, 50.0), "p75": percentile(&immediate, 75.0),
+                                    "p99": percentile(&immediate, 99.0), "max": immediate.last().copied().unwrap_or(f64::NAN)},
         // The untolerated pods are all due at the taint: their rate is the eviction throughput.
         "immediate_evictions_per_s": immediate.len() as f64 / immediate.last().copied().unwrap_or(f64::NAN),
         "controller_peak_rss_mb": usage.peak_rss_mb, "controller_rss_idle_mb": usage.rss_idle_mb,
