@@ -51,6 +51,12 @@ impl EvictionWorld {
         self.ctl.recheck_all(cx, &mut self.out);
     }
 
+    /// A new measurement of how far our clock is ahead of the API server's.
+    fn set_skew(&mut self, skew_ms: i64, now: i64) {
+        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed };
+        self.ctl.set_clock_skew(SignedDuration::from_millis(skew_ms), cx, &mut self.out);
+    }
+
     fn recheck_held(&mut self, now: i64) {
         let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed };
         self.ctl.recheck_held(cx, &mut self.out);
@@ -782,4 +788,68 @@ fn a_pdb_refusal_and_the_fallback_to_delete_are_each_told_once() {
         w.tick(now);
     }
     assert_eq!(told, vec![PodEventKind::EvictionBlocked, PodEventKind::EvictionFallback]);
+}
+
+#[test]
+fn a_new_skew_moves_every_pending_deadline_both_ways() {
+    let mut w = EvictionWorld::new(Config::default());
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    for (name, secs) in [("a", 30), ("b", 60)] {
+        w.set_pod(pod(name).on("n1").tolerations(vec![toleration("k", Some(secs))]).build(), 0);
+    }
+    // Our clock is 5 s ahead of the API server's: every deadline waits that out.
+    w.set_skew(5_000, 1);
+    assert!(w.take().is_empty());
+    assert_eq!(w.ctl.deadline(&key("a")), Some(ts(35)));
+    assert_eq!(w.ctl.deadline(&key("b")), Some(ts(65)));
+    assert_eq!(w.ctl.next_wakeup(), Some(ts(35)));
+    w.tick(34);
+    assert!(w.take().is_empty(), "not early by the server's clock");
+    w.tick(35);
+    assert_eq!(w.evictions().iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["a"]);
+    // The skew shrinks to 1 s at 62: b's deadline (61) has passed, and it goes at once.
+    w.set_skew(1_000, 62);
+    assert_eq!(w.ctl.deadline(&key("b")), Some(ts(61)));
+    assert_eq!(w.ctl.next_wakeup(), Some(ts(61)));
+    w.tick(62);
+    assert_eq!(w.evictions().iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["b"]);
+    // A negative skew (our clock behind) counts as none.
+    w.set_pod(pod("c").on("n1").tolerations(vec![toleration("k", Some(90))]).build(), 63);
+    w.set_skew(-3_000, 63);
+    assert_eq!(w.ctl.deadline(&key("c")), Some(ts(90)));
+}
+
+#[test]
+fn an_eviction_in_flight_that_a_larger_skew_makes_early_is_called_off() {
+    let mut w = EvictionWorld::new(Config::default());
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(10))]).build(), 0);
+    w.set_pod(pod("q").on("n1").tolerations(vec![toleration("k", Some(100))]).build(), 0);
+    w.tick(10);
+    let ev = w.evictions();
+    assert_eq!(ev.len(), 1);
+    // Before it is carried out, the skew is measured at 3 s: it is not due until 13.
+    w.set_skew(3_000, 10);
+    assert_eq!(w.take(), vec![Action::Cancel(Op::Eviction(ev[0].op))]);
+    w.report(&ev[0], EvictionResult::Cancelled, 10);
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(13)));
+    assert_eq!(w.ctl.deadline(&key("q")), Some(ts(103)), "untracked timers move too");
+    w.tick(13);
+    assert_eq!(w.evictions().iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["p"]);
+}
+
+#[test]
+fn a_retry_keeps_its_backoff_across_a_skew_change() {
+    let mut w = EvictionWorld::new(Config::default());
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("p").on("n1").build(), 0);
+    let ev = w.evictions();
+    w.report(&ev[0], EvictionResult::Failed("boom".into()), 0);
+    let retry_at = w.ctl.next_wakeup().expect("a retry is scheduled");
+    w.set_skew(2_000, 0);
+    assert!(w.evictions().is_empty(), "a retrying eviction waits for its backoff");
+    let moved = w.ctl.next_wakeup().expect("still scheduled");
+    assert!(moved >= retry_at, "{moved} before {retry_at}");
+    w.tick(moved.as_second() + 1);
+    assert_eq!(w.evictions().len(), 1);
 }
