@@ -1,40 +1,48 @@
 //! A timer queue as a plain data structure: one deadline per key, `O(log n)` add/update, `O(1)`
 //! cancel (lazy deletion), and `due(now)` popping everything whose time has come. No clock and
-//! no task: the I/O loop sleeps until [`TimerQueue::next_deadline`].
+//! no task: the I/O loop sleeps until [`TimerQueue::next_deadline`]. Every deadline can be moved
+//! by the same amount at once, in `O(1)` ([`TimerQueue::set_offset`]).
 
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::Hash;
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
+
+use crate::time::shift;
 
 #[derive(Debug)]
 pub struct TimerQueue<K> {
     heap: BinaryHeap<Reverse<(Timestamp, u64, K)>>,
     live: HashMap<K, (Timestamp, u64)>,
     seq: u64,
+    /// Added to every stored time on the way out (and taken off on the way in): moving it moves
+    /// every deadline at once.
+    offset: SignedDuration,
 }
 
 impl<K> Default for TimerQueue<K> {
     fn default() -> Self {
-        Self { heap: BinaryHeap::new(), live: HashMap::new(), seq: 0 }
+        Self { heap: BinaryHeap::new(), live: HashMap::new(), seq: 0, offset: SignedDuration::ZERO }
     }
 }
 
 impl<K: Clone + Eq + Hash + Ord> TimerQueue<K> {
     /// Sets `key`'s deadline (adding or moving it). Returns the previous deadline.
     pub fn set(&mut self, key: K, at: Timestamp) -> Option<Timestamp> {
+        let at = self.stored(at);
+        let offset = self.offset;
         self.seq += 1;
         let seq = self.seq;
         let previous = match self.live.entry(key.clone()) {
             Entry::Occupied(mut e) => {
                 let (old, _) = *e.get();
                 if old == at {
-                    return Some(old); // unchanged: no new heap entry
+                    return Some(shift(old, offset)); // unchanged: no new heap entry
                 }
                 e.insert((at, seq));
-                Some(old)
+                Some(shift(old, offset))
             }
             Entry::Vacant(e) => {
                 e.insert((at, seq));
@@ -48,7 +56,7 @@ impl<K: Clone + Eq + Hash + Ord> TimerQueue<K> {
 
     /// Removes `key`; returns its deadline if it had one.
     pub fn cancel(&mut self, key: &K) -> Option<Timestamp> {
-        let removed = self.live.remove(key).map(|(at, _)| at);
+        let removed = self.live.remove(key).map(|(at, _)| self.shown(at));
         if removed.is_some() {
             self.compact_if_needed();
         }
@@ -56,17 +64,35 @@ impl<K: Clone + Eq + Hash + Ord> TimerQueue<K> {
     }
 
     pub fn deadline(&self, key: &K) -> Option<Timestamp> {
-        self.live.get(key).map(|(at, _)| *at)
+        self.live.get(key).map(|(at, _)| self.shown(*at))
+    }
+
+    /// Moves every deadline at once, in `O(1)`: a deadline set to `t` while the offset was `a`
+    /// reads `t + (offset - a)` from now on; one set afterwards reads as set.
+    pub fn set_offset(&mut self, offset: SignedDuration) {
+        self.offset = offset;
+    }
+
+    /// A time as stored: the offset taken off (saturating).
+    fn stored(&self, at: Timestamp) -> Timestamp {
+        shift(at, SignedDuration::ZERO.saturating_sub(self.offset))
+    }
+
+    /// A stored time as shown: the offset added (saturating).
+    fn shown(&self, at: Timestamp) -> Timestamp {
+        shift(at, self.offset)
     }
 
     /// The earliest live deadline.
     pub fn next_deadline(&mut self) -> Option<Timestamp> {
         self.drop_stale_head();
-        self.heap.peek().map(|Reverse((at, _, _))| *at)
+        let at = self.heap.peek().map(|Reverse((at, _, _))| *at)?;
+        Some(self.shown(at))
     }
 
     /// Pops every key whose deadline is `<= now`, earliest first, with its deadline.
     pub fn due(&mut self, now: Timestamp) -> Vec<(K, Timestamp)> {
+        let now = self.stored(now);
         let mut out = Vec::new();
         loop {
             self.drop_stale_head();
@@ -76,7 +102,7 @@ impl<K: Clone + Eq + Hash + Ord> TimerQueue<K> {
             }
             if let Some(Reverse((at, _, key))) = self.heap.pop() {
                 self.live.remove(&key);
-                out.push((key, at));
+                out.push((key, self.shown(at)));
             }
         }
         out
@@ -96,7 +122,7 @@ impl<K: Clone + Eq + Hash + Ord> TimerQueue<K> {
 
     /// Every key with its deadline, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&K, Timestamp)> {
-        self.live.iter().map(|(k, (at, _))| (k, *at))
+        self.live.iter().map(|(k, (at, _))| (k, self.shown(*at)))
     }
 
     fn is_live(&self, at: Timestamp, seq: u64, key: &K) -> bool {
@@ -148,6 +174,26 @@ mod tests {
         assert_eq!(q.due(t(1)), vec![("b", t(1))]);
         assert!(q.is_empty());
         assert_eq!(q.next_deadline(), None);
+    }
+
+    #[test]
+    fn an_offset_moves_every_deadline_at_once() {
+        let mut q = TimerQueue::default();
+        q.set("a", t(10));
+        q.set("b", t(20));
+        q.set("far", Timestamp::MAX);
+        q.set_offset(SignedDuration::from_secs(5));
+        assert_eq!(q.deadline(&"a"), Some(t(15)));
+        assert_eq!(q.next_deadline(), Some(t(15)));
+        assert_eq!(q.due(t(14)), vec![]);
+        // Set under the offset: reads as set.
+        assert_eq!(q.set("c", t(17)), None);
+        assert_eq!(q.set("c", t(17)), Some(t(17)), "unchanged");
+        assert_eq!(q.due(t(17)), vec![("a", t(15)), ("c", t(17))]);
+        assert_eq!(q.deadline(&"far"), Some(Timestamp::MAX), "saturates");
+        q.set_offset(SignedDuration::ZERO);
+        assert_eq!(q.cancel(&"b"), Some(t(20)));
+        assert_eq!(q.iter().collect::<Vec<_>>(), vec![(&"far", Timestamp::MAX)]);
     }
 
     #[test]
