@@ -72,6 +72,11 @@ impl EvictionWorld {
         std::mem::take(&mut self.out)
     }
 
+    /// The names of the pods whose eviction was sent since the last look.
+    fn evicted_names(&mut self) -> Vec<String> {
+        self.evictions().into_iter().map(|e| e.name).collect()
+    }
+
     fn evictions(&mut self) -> Vec<EvictPod> {
         self.take()
             .into_iter()
@@ -173,7 +178,7 @@ fn a_pod_bound_after_the_taint_gets_its_whole_toleration() {
     w.tick(3606);
     assert_eq!(w.ctl.deadline(&key("skewed")), Some(ts(3607)));
     w.tick(3607);
-    assert_eq!(w.evictions().iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["late", "skewed"]);
+    assert_eq!(w.evicted_names(), vec!["late", "skewed"]);
 }
 
 #[test]
@@ -806,13 +811,13 @@ fn a_new_skew_moves_every_pending_deadline_both_ways() {
     w.tick(34);
     assert!(w.take().is_empty(), "not early by the server's clock");
     w.tick(35);
-    assert_eq!(w.evictions().iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["a"]);
+    assert_eq!(w.evicted_names(), vec!["a"]);
     // The skew shrinks to 1 s at 62: b's deadline (61) has passed, and it goes at once.
     w.set_skew(1_000, 62);
     assert_eq!(w.ctl.deadline(&key("b")), Some(ts(61)));
     assert_eq!(w.ctl.next_wakeup(), Some(ts(61)));
     w.tick(62);
-    assert_eq!(w.evictions().iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["b"]);
+    assert_eq!(w.evicted_names(), vec!["b"]);
     // A negative skew (our clock behind) counts as none.
     w.set_pod(pod("c").on("n1").tolerations(vec![toleration("k", Some(90))]).build(), 63);
     w.set_skew(-3_000, 63);
@@ -835,7 +840,7 @@ fn an_eviction_in_flight_that_a_larger_skew_makes_early_is_called_off() {
     assert_eq!(w.ctl.deadline(&key("p")), Some(ts(13)));
     assert_eq!(w.ctl.deadline(&key("q")), Some(ts(103)), "untracked timers move too");
     w.tick(13);
-    assert_eq!(w.evictions().iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["p"]);
+    assert_eq!(w.evicted_names(), vec!["p"]);
 }
 
 #[test]
