@@ -273,6 +273,18 @@ pub struct LifecycleMetrics {
     pub pods_marked_not_ready: Counter,
     pub update_node_health: prometheus_client::metrics::histogram::Histogram,
     pub update_all_nodes_health: prometheus_client::metrics::histogram::Histogram,
+    /// 1 while no node is judged silent because the Lease cache is behind a live read.
+    pub lease_cache_stale: Gauge,
+    /// Holds begun (the controller task adds what the state counted since its last look).
+    pub lease_cache_holds: Counter,
+    /// Live reads of a silent node's Lease, by what they found.
+    pub lease_checks: Family<ResultLabels, Counter>,
+}
+
+/// What a request found.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
 }
 
 impl Default for LifecycleMetrics {
@@ -290,6 +302,9 @@ impl Default for LifecycleMetrics {
             // Upstream's buckets: 1 ms -> ~15 s, and 10 ms -> ~3 min.
             update_node_health: Histogram::new(exponential_buckets(0.001, 4.0, 8)),
             update_all_nodes_health: Histogram::new(exponential_buckets(0.01, 4.0, 8)),
+            lease_cache_stale: Gauge::default(),
+            lease_cache_holds: Counter::default(),
+            lease_checks: Family::default(),
         }
     }
 }
@@ -341,6 +356,21 @@ impl LifecycleMetrics {
             "nlc_pods_marked_not_ready",
             "Pods whose Ready condition was set to False because their node stopped being ready",
             m.pods_marked_not_ready.clone(),
+        );
+        registry.register(
+            "nlc_lease_cache_stale",
+            "1 while no node is judged silent: a live read of a silent node's Lease found a version the Lease watch has not delivered yet (upstream's NodeControllerLeaseCircuitBreaker)",
+            m.lease_cache_stale.clone(),
+        );
+        registry.register(
+            "nlc_lease_cache_holds",
+            "Times the Lease cache was found behind a live read and the judging of every node held",
+            m.lease_cache_holds.clone(),
+        );
+        registry.register(
+            "nlc_lease_checks",
+            "Live reads of a silent node's Lease before it is marked Unknown, by result: current (the cached version), changed (another version), absent (404), failed",
+            m.lease_checks.clone(),
         );
         m
     }
@@ -551,6 +581,7 @@ impl BrakeMetrics {
             Action::SetLabels(_) => "set_labels",
             Action::NodeEvent(_) => "node_event",
             Action::MarkPodNotReady(_) => "mark_pod_not_ready",
+            Action::CheckLease(_) => "check_lease",
             Action::Cancel(_) => "cancel",
         };
         self.dry_run.get_or_create(&ActionLabels { action: name }).inc();

@@ -266,6 +266,33 @@ pub struct MarkPodNotReady {
     pub uid: String,
 }
 
+/// Read a silent node's Lease live before its conditions are marked `Unknown` (upstream 1.37's
+/// `NodeControllerLeaseCircuitBreaker`, docs/spec.md §3): the cached Lease says the kubelet is
+/// silent; the live one says whether the cache is merely stale. Answered by
+/// [`crate::state::Input::LeaseRead`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckLease {
+    /// Names this read, so that an answer that arrives after a newer heartbeat is ignored.
+    pub op: u64,
+    pub node: String,
+    /// The cached Lease's resourceVersion (`None`: the cache has no Lease for the node), for
+    /// the logs.
+    pub cached: Option<String>,
+}
+
+/// What a live read of a node's Lease found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseRead {
+    Found {
+        resource_version: String,
+    },
+    /// No Lease: the node is judged by its status alone, as upstream does.
+    NotFound,
+    /// Any other answer: the node is not judged now (upstream skips it), and read again after
+    /// a backoff.
+    Failed(String),
+}
+
 /// Set labels on a node (upstream's `reconcileNodeLabels`): a merge patch of these labels only.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SetLabels {
@@ -289,6 +316,7 @@ pub enum Action {
     SetLabels(SetLabels),
     NodeEvent(NodeEvent),
     MarkPodNotReady(MarkPodNotReady),
+    CheckLease(CheckLease),
     /// Call off a queued write: it reports [`EvictionResult::Cancelled`] (or
     /// [`MarkResult::Cancelled`]) unless it has already gone ahead.
     Cancel(Op),

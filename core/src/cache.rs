@@ -18,6 +18,9 @@ pub enum WatchEvent<K> {
     /// The object with this key is (still) there, but its new version could not be decoded:
     /// keep what the cache has (a re-list does not remove it), change nothing.
     Keep(String),
+    /// The watch has read up to this resourceVersion (a bookmark, or a list's): nothing
+    /// changed, but the cache is known to be that fresh.
+    Progress(String),
 }
 
 /// What changed, for the decision code downstream.
@@ -41,14 +44,18 @@ struct Relist {
     synced: bool,
 }
 
-/// Whether resourceVersion `new` is newer than `old`. ResourceVersions are opaque, but every
-/// API server in use takes them from etcd revisions, which are integers that only grow; when
-/// either does not parse, the new object is taken.
+/// Compares two resourceVersions as upstream does (`resourceversion.CompareResourceVersion`):
+/// they are opaque, but every API server in use takes them from etcd revisions, integers that
+/// only grow, written without leading zeros; `None` when either is not such a number.
+pub fn compare_resource_versions(a: &str, b: &str) -> Option<std::cmp::Ordering> {
+    let well_formed = |s: &str| !s.is_empty() && !s.starts_with('0') && s.bytes().all(|c| c.is_ascii_digit());
+    (well_formed(a) && well_formed(b)).then(|| a.len().cmp(&b.len()).then_with(|| a.cmp(b)))
+}
+
+/// Whether resourceVersion `new` is newer than `old`; when either is not a number, the new
+/// object is taken.
 fn is_newer(new: &str, old: &str) -> bool {
-    match (new.parse::<u64>(), old.parse::<u64>()) {
-        (Ok(n), Ok(o)) => n > o,
-        _ => true,
-    }
+    !matches!(compare_resource_versions(new, old), Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal))
 }
 
 #[derive(Debug, Default)]
@@ -165,6 +172,7 @@ fn apply<S: Store>(
                 seen.insert(key);
             }
         }
+        WatchEvent::Progress(_) => {}
         WatchEvent::InitDone => {
             if let Some(seen) = relist.seen.take() {
                 for key in store.keys().into_iter().filter(|k| !seen.contains(k)) {
@@ -237,7 +245,18 @@ impl Cache {
         );
     }
 
+    /// A Lease watch event; every resourceVersion it carries moves [`Index::leases_read`] on.
     pub fn apply_lease(&mut self, ev: WatchEvent<SlimLease>, out: &mut Vec<Change>) {
+        let read = match &ev {
+            WatchEvent::InitApply(l) | WatchEvent::Apply(l) | WatchEvent::Delete(l) => Some(&l.resource_version),
+            WatchEvent::Progress(rv) => Some(rv),
+            WatchEvent::Init | WatchEvent::InitDone | WatchEvent::Keep(_) => None,
+        };
+        if let Some(rv) = read.filter(|rv| !rv.is_empty())
+            && self.index.leases_read.as_deref().is_none_or(|old| is_newer(rv, old))
+        {
+            self.index.leases_read = Some(rv.clone());
+        }
         apply(
             &mut ByName(&mut self.index.leases),
             &mut self.leases,

@@ -214,6 +214,9 @@ pub struct World {
     pub rv: u64,
     /// Every effect, in order, with the time it was emitted.
     pub log: Vec<(Timestamp, Action)>,
+    /// The API server's Leases (the watch may not have delivered them): what a live read
+    /// finds, by node.
+    pub live_leases: std::collections::HashMap<String, SlimLease>,
 }
 
 impl World {
@@ -239,8 +242,13 @@ impl World {
         pods: Vec<SlimPod>,
         leases: Vec<(&str, f64)>,
     ) -> Self {
-        let mut w =
-            Self { state: State::new(eviction, Some(NodeLifecycle::new(cfg))), now: ts(0.0), rv: 100, log: vec![] };
+        let mut w = Self {
+            state: State::new(eviction, Some(NodeLifecycle::new(cfg))),
+            now: ts(0.0),
+            rv: 100,
+            log: vec![],
+            live_leases: Default::default(),
+        };
         w.input(Input::Node(WatchEvent::Init));
         for n in nodes {
             w.input(Input::Node(WatchEvent::InitApply(n)));
@@ -253,10 +261,11 @@ impl World {
         w.input(Input::Pod(WatchEvent::InitDone));
         w.input(Input::Lease(WatchEvent::Init));
         for (name, renewed) in leases {
-            w.input(Input::Lease(WatchEvent::InitApply(SlimLease {
-                name: name.into(),
-                renew_time: Some(ts(renewed)),
-            })));
+            w.rv += 1;
+            let lease =
+                SlimLease { name: name.into(), renew_time: Some(ts(renewed)), resource_version: w.rv.to_string() };
+            w.live_leases.insert(name.into(), lease.clone());
+            w.input(Input::Lease(WatchEvent::InitApply(lease)));
         }
         w.input(Input::Lease(WatchEvent::InitDone));
         w
@@ -305,12 +314,38 @@ impl World {
                         None => Some((w.node.clone(), NodeWriteResult::Done(None))),
                     }
                 }
+                Action::CheckLease(c) => {
+                    let answer = self.lease_answer(c);
+                    self.input(answer);
+                    None
+                }
                 _ => None,
             };
             if let Some((node, result)) = result {
                 self.input(Input::NodeWriteResult { node, result });
             }
         }
+    }
+
+    /// Answers the live Lease reads among `out` from [`World::live_leases`], as the executor
+    /// would, in place: what the state then decides joins `out` (writes are not carried out).
+    pub fn answer_lease_reads(&mut self, out: &mut Vec<Action>) {
+        while let Some(i) = out.iter().position(|a| matches!(a, Action::CheckLease(_))) {
+            let Action::CheckLease(c) = out.remove(i) else { continue };
+            let answer = self.lease_answer(&c);
+            self.log.push((self.now, Action::CheckLease(c)));
+            self.state.handle(answer, self.now, out);
+            self.state.after_batch(self.now, out);
+        }
+    }
+
+    /// What a live read of the Lease finds.
+    fn lease_answer(&self, c: &crate::action::CheckLease) -> Input {
+        let result = match self.live_leases.get(&c.node) {
+            Some(l) => crate::action::LeaseRead::Found { resource_version: l.resource_version.clone() },
+            None => crate::action::LeaseRead::NotFound,
+        };
+        Input::LeaseRead { node: c.node.clone(), op: c.op, result }
     }
 
     /// Advances the fake clock to `t` (seconds), firing every timer on the way.
@@ -369,9 +404,19 @@ impl World {
         }
     }
 
+    /// The kubelet renews `name`'s Lease, and the watch delivers it.
     pub fn renew_lease(&mut self, name: &str) {
-        let now = self.now;
-        self.input(Input::Lease(WatchEvent::Apply(SlimLease { name: name.into(), renew_time: Some(now) })));
+        let lease = self.renew_lease_unwatched(name);
+        self.input(Input::Lease(WatchEvent::Apply(lease)));
+    }
+
+    /// The kubelet renews `name`'s Lease, but the watch does not deliver it (a frozen Lease
+    /// watch); the renewal, for the watch to deliver later.
+    pub fn renew_lease_unwatched(&mut self, name: &str) -> SlimLease {
+        self.rv += 1;
+        let lease = SlimLease { name: name.into(), renew_time: Some(self.now), resource_version: self.rv.to_string() };
+        self.live_leases.insert(name.into(), lease.clone());
+        lease
     }
 
     pub fn has_taint(&self, node: &str, key: &str, effect: Effect) -> bool {
@@ -413,6 +458,7 @@ pub fn lifecycle_config() -> LifecycleConfig {
         unhealthy_zone_threshold: 0.55,
         rules: crate::rules::upstream_defaults(),
         mark_pods_not_ready: true,
+        check_leases: true,
     }
 }
 

@@ -1,8 +1,8 @@
 //! Node health (docs/spec.md §3): heartbeat bookkeeping in local observation time and the conditions
 //! written when a kubelet goes silent. PURE.
 //!
-//! A heartbeat is a change of the node's `Ready.lastHeartbeatTime` or a newer Lease
-//! `spec.renewTime`. We record *when we saw it* (`probe`), never compare the kubelet's clock with
+//! A heartbeat is a change of the node's `Ready.lastHeartbeatTime` or a renewal of its Lease
+//! (a new version of it with a `spec.renewTime`). We record *when we saw it* (`probe`), never compare the kubelet's clock with
 //! ours. A node with a `Ready` condition is overdue `--node-monitor-grace-period` after its last
 //! probe; one that never posted `Ready`, `--node-startup-grace-period` after.
 
@@ -12,7 +12,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use crate::action::ConditionWrite;
 use crate::condition;
-use crate::index::SlimNode;
+use crate::index::{SlimLease, SlimNode};
 
 /// Condition types made `Unknown` when a kubelet goes silent, in upstream's order.
 /// `NetworkUnavailable` is left alone (managed at the control-plane level).
@@ -39,14 +39,22 @@ pub struct Probe {
     ready_heartbeat: Option<Timestamp>,
     has_ready: bool,
     lease_renew: Option<Timestamp>,
+    /// The resourceVersion of the Lease last seen.
+    lease_version: Option<String>,
 }
 
 impl Probe {
     /// A node seen for the first time (including every node when the controller starts): a
     /// fresh grace period from now.
-    pub fn new(node: &SlimNode, lease_renew: Option<Timestamp>, now: Timestamp) -> Self {
+    pub fn new(node: &SlimNode, lease: Option<&SlimLease>, now: Timestamp) -> Self {
         let ready = node.condition("Ready");
-        Self { at: now, ready_heartbeat: ready.and_then(|c| c.last_heartbeat), has_ready: ready.is_some(), lease_renew }
+        Self {
+            at: now,
+            ready_heartbeat: ready.and_then(|c| c.last_heartbeat),
+            has_ready: ready.is_some(),
+            lease_renew: lease.and_then(|l| l.renew_time),
+            lease_version: lease.map(|l| l.resource_version.clone()),
+        }
     }
 
     /// Observes a node update; true if it carried a heartbeat (`Ready.lastHeartbeatTime`
@@ -71,21 +79,26 @@ impl Probe {
         self.ready_heartbeat = ready.and_then(|c| c.last_heartbeat);
     }
 
-    /// Observes the node's Lease; true if `renewTime` changed. Upstream counts only a later
-    /// `renewTime`; a kubelet whose clock wrote one far in the future (clamped to the end of
-    /// time) would then never be heard again. Any change is a renewal: watch events of one
-    /// Lease arrive in order, and a re-list repeats the same value, which is no change.
-    pub fn observe_lease(&mut self, renew: Option<Timestamp>, now: Timestamp) -> bool {
-        let newer = match (self.lease_renew, renew) {
-            (_, None) => false,
-            (None, Some(_)) => true,
-            (Some(old), Some(new)) => new != old,
+    /// Observes the node's Lease; true if it was renewed: a new version of it (its
+    /// resourceVersion changed) that carries a `renewTime`. Upstream counts only a later
+    /// `renewTime`; a kubelet whose clock wrote one far in the future would then never be heard
+    /// again, and times past jiff's range all read as the same clamped value, so the time
+    /// itself is not compared. Watch events of one Lease arrive in order, and a re-list repeats
+    /// the same version, which is no renewal. (Only a server that gives no resourceVersion has
+    /// its `renewTime` compared instead.)
+    pub fn observe_lease(&mut self, lease: Option<&SlimLease>, now: Timestamp) -> bool {
+        let Some(lease) = lease.filter(|l| l.renew_time.is_some()) else { return false };
+        let renewed = if lease.resource_version.is_empty() {
+            self.lease_renew != lease.renew_time
+        } else {
+            self.lease_version.as_deref() != Some(lease.resource_version.as_str())
         };
-        if newer {
-            self.lease_renew = renew;
+        if renewed {
+            self.lease_renew = lease.renew_time;
+            self.lease_version = Some(lease.resource_version.clone());
             self.at = self.at.max(now);
         }
-        newer
+        renewed
     }
 
     /// The latest heartbeat the kubelet wrote (its Lease's `renewTime`, its Ready
@@ -220,13 +233,37 @@ mod tests {
         // A new Ready heartbeat (even an older timestamp: skew) is.
         assert!(p.observe_node(&node(vec![cond("Ready", "True", Some(-20_000))]), ts(30)));
         assert_eq!(p.deadline(GRACE), ts(80));
-        // Leases: a changed renewTime counts.
-        assert!(p.observe_lease(Some(ts(5)), ts(40)));
-        assert!(!p.observe_lease(Some(ts(5)), ts(45)));
-        assert!(p.observe_lease(Some(ts(1)), ts(46)), "an earlier renewTime is a renewal too (a kubelet's clock)");
-        assert!(!p.observe_lease(Some(ts(1)), ts(47)), "the same one is not");
+        // Leases: a new version with a renewTime counts.
+        assert!(p.observe_lease(Some(&lease(5, "7")), ts(40)));
+        assert!(!p.observe_lease(Some(&lease(5, "7")), ts(45)), "a re-list repeats the version");
+        assert!(
+            p.observe_lease(Some(&lease(1, "8")), ts(46)),
+            "an earlier renewTime is a renewal too (a kubelet's clock)"
+        );
+        assert!(!p.observe_lease(Some(&lease(1, "8")), ts(47)), "the same one is not");
         assert!(!p.observe_lease(None, ts(48)));
+        assert!(!p.observe_lease(Some(&SlimLease { renew_time: None, ..lease(1, "9") }), ts(48)));
         assert_eq!(p.deadline(GRACE), ts(96));
+    }
+
+    fn lease(renewed: i64, rv: &str) -> SlimLease {
+        SlimLease { name: "n".into(), renew_time: Some(ts(renewed)), resource_version: rv.into() }
+    }
+
+    /// Times past jiff's range read as one clamped value: a kubelet that writes them (Go takes
+    /// them up to 9999-12-31T23:59:59Z) is still heard at each renewal.
+    #[test]
+    fn renewals_are_new_versions_whatever_their_time() {
+        let clamped = |rv: &str| SlimLease { renew_time: Some(Timestamp::MAX), ..lease(0, rv) };
+        let mut p = Probe::new(&node(vec![cond("Ready", "True", Some(0))]), Some(&clamped("10")), ts(0));
+        for (i, at) in [(11, 10), (12, 20), (13, 30), (14, 40), (15, 50), (16, 60)] {
+            assert!(p.observe_lease(Some(&clamped(&i.to_string())), ts(at)), "renewal {i}");
+        }
+        assert!(!p.overdue(GRACE, ts(100)), "heard at 60: not overdue before 110");
+        // No resourceVersion at all: the renewTime is compared.
+        let mut p = Probe::new(&node(vec![]), Some(&lease(1, "")), ts(0));
+        assert!(!p.observe_lease(Some(&lease(1, "")), ts(5)));
+        assert!(p.observe_lease(Some(&lease(2, "")), ts(6)));
     }
 
     #[test]

@@ -198,11 +198,14 @@ impl From<&Pod> for SlimPod {
     }
 }
 
-/// A node's Lease, reduced to its heartbeat.
+/// A node's Lease, reduced to its heartbeat: its `renewTime`, and its `resourceVersion`, which
+/// tells a renewal from a repeat (a `renewTime` past jiff's range reads clamped, the same for
+/// every renewal) and is what the live Lease check compares (docs/spec.md §3).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlimLease {
     pub name: String,
     pub renew_time: Option<Timestamp>,
+    pub resource_version: String,
 }
 
 impl From<&Lease> for SlimLease {
@@ -210,6 +213,7 @@ impl From<&Lease> for SlimLease {
         Self {
             name: l.metadata.name.clone().unwrap_or_default(),
             renew_time: l.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0),
+            resource_version: l.metadata.resource_version.clone().unwrap_or_default(),
         }
     }
 }
@@ -221,6 +225,10 @@ pub struct Index {
     /// Boxed: a map keeps room for up to twice its entries, and a pointer is what that room costs.
     pub pods: HashMap<PodKey, Box<SlimPod>>,
     pub leases: HashMap<String, SlimLease>,
+    /// The newest resourceVersion the Lease watch has delivered (an object's, a bookmark's or a
+    /// list's): how far the Lease cache has read, which the live Lease check's hold waits for
+    /// (upstream's `LastStoreSyncResourceVersion`).
+    pub leases_read: Option<String>,
     /// The node's name is the one its pods share.
     by_node: HashMap<Arc<str>, HashSet<PodKey>>,
     /// Interned toleration lists.

@@ -36,6 +36,12 @@ pub enum Input {
         node: String,
         result: NodeWriteResult,
     },
+    /// The executor's report on a [`crate::action::CheckLease`].
+    LeaseRead {
+        node: String,
+        op: u64,
+        result: crate::action::LeaseRead,
+    },
     /// The pause ConfigMap changed (docs/spec.md §11).
     Pause(Pause),
 }
@@ -127,6 +133,11 @@ enum Report {
         key: PodKey,
         op: u64,
         result: MarkResult,
+    },
+    LeaseRead {
+        node: String,
+        op: u64,
+        result: crate::action::LeaseRead,
     },
     /// `own_write`: the cache took in the node as our write returned it (it carries no
     /// heartbeat).
@@ -257,6 +268,7 @@ impl State {
                 return Some(Report::Eviction { key, uid, op, result });
             }
             Input::MarkResult { key, op, result } => return Some(Report::Mark { key, op, result }),
+            Input::LeaseRead { node, op, result } => return Some(Report::LeaseRead { node, op, result }),
             Input::NodeWriteResult { node, result } => {
                 // The node as our write returned it carries no heartbeat; the node as read after
                 // a conflict is an ordinary observation.
@@ -294,6 +306,10 @@ impl State {
                 c.eviction(|ev, cx| ev.eviction_result(&key, &uid, op, &result, cx, out));
             }
             Some(Report::Mark { key, op, result }) => c.lifecycle(|lc, cx| lc.mark_result(&key, op, &result, cx, out)),
+            Some(Report::LeaseRead { node, op, result }) if active => {
+                c.lifecycle(|lc, cx| lc.lease_read(&node, op, &result, cx, out));
+            }
+            Some(Report::LeaseRead { .. }) => {}
             Some(Report::NodeWrite { node, result, own_write }) => node_write = Some((node, result, own_write)),
             None => {}
         }
@@ -402,6 +418,15 @@ impl State {
             Action::MarkPodNotReady(m) => {
                 Some(Input::MarkResult { key: m.key.clone(), op: m.op, result: MarkResult::Done })
             }
+            // Shadow mode reads nothing: the cached Lease stands for the live one.
+            Action::CheckLease(c) => Some(Input::LeaseRead {
+                node: c.node.clone(),
+                op: c.op,
+                result: match self.cache.index.leases.get(&c.node) {
+                    Some(l) => crate::action::LeaseRead::Found { resource_version: l.resource_version.clone() },
+                    None => crate::action::LeaseRead::NotFound,
+                },
+            }),
             Action::SetLabels(_) | Action::PodEvent(_) | Action::NodeEvent(_) | Action::Cancel(_) => None,
         }
     }

@@ -219,6 +219,7 @@ fn spawn(
         second_writers,
         brakes_shown: None,
         nodes_changed: true,
+        lease_holds: 0,
     };
     let stop = rt.shutdown();
     rt.spawn("controller", task.run(stop));
@@ -375,6 +376,8 @@ struct Task {
     brakes_shown: Option<Pause>,
     /// A turn since the last count saw a node event.
     nodes_changed: bool,
+    /// The Lease cache holds the state had counted at the last look.
+    lease_holds: u64,
 }
 
 impl Task {
@@ -483,6 +486,14 @@ impl Task {
             self.metrics.eviction.next_deadline.set(next);
             self.metrics.eviction.pending.set(ev.pending() as i64);
             self.metrics.eviction.held.set(ev.held() as i64);
+        }
+        if let Some(lc) = &self.state.lifecycle {
+            let report = lc.lease_cache(&self.state.cache.index);
+            let m = &self.metrics.lifecycle;
+            m.lease_cache_stale.set(i64::from(report.waiting_for.is_some()));
+            // A new state (a pause of everything, a new term) counts from 0 again.
+            m.lease_cache_holds.inc_by(report.trips.saturating_sub(self.lease_holds.min(report.trips)));
+            self.lease_holds = report.trips;
         }
         self.update_gate();
         let pause = self.state.pause();

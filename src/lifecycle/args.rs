@@ -63,6 +63,11 @@ pub struct LifecycleArgs {
     /// `KernelDeadlock=True:example.com/kernel-deadlock:NoExecute`.
     #[arg(long = "taint-rule", value_parser = rules::parse_rule_flag, env = "NLC_TAINT_RULES", value_delimiter = ',')]
     pub taint_rules: Vec<RuleSpec>,
+    /// Read a silent node's Lease live before marking it Unknown, and judge no node silent while
+    /// the Lease cache is behind what the read found (upstream 1.37's feature gate
+    /// NodeControllerLeaseCircuitBreaker, on by default there; here on every supported version).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_NODE_CONTROLLER_LEASE_CIRCUIT_BREAKER")]
+    pub node_controller_lease_circuit_breaker: bool,
     /// Accept a NoExecute rule on the healthy state of a built-in condition (e.g.
     /// `Ready=True:...:NoExecute`), which taints every healthy node NoExecute: refused without it.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ALLOW_NO_EXECUTE_ON_HEALTHY_NODES")]
@@ -114,6 +119,7 @@ impl LifecycleArgs {
             config: _,
             taint_rules,
             allow_no_execute_on_healthy_nodes,
+            node_controller_lease_circuit_breaker,
         } = self;
         check_duration("--node-monitor-period", node_monitor_period, Duration::from_millis(100), HOUR)?;
         check_duration("--node-monitor-grace-period", node_monitor_grace_period, SECOND, DAY)?;
@@ -156,6 +162,7 @@ impl LifecycleArgs {
             unhealthy_zone_threshold,
             rules,
             mark_pods_not_ready,
+            check_leases: node_controller_lease_circuit_breaker,
         });
         Ok(Config { decisions, mark_pods_not_ready_qps, node_taint_qps, node_taint_burst, config_file })
     }

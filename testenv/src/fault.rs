@@ -41,6 +41,13 @@ pub enum Fault {
     Reset,
     /// Hold it, unanswered, until the rule is removed (then forward it).
     Hold,
+    /// Forward it, but pass none of its answer's bytes on while the rule is installed (then
+    /// what was held): for answers under way when the rule is added (a watch stream frozen
+    /// mid-flight) and for those that start while it is there. The connection stays open.
+    Freeze,
+    /// The same, for answers already under way when the rule is added only: a new request
+    /// (a watch started again) goes through.
+    FreezeUnderWay,
 }
 
 /// A rule: requests whose method is `method` (empty: any) and whose path and query contain every
@@ -82,6 +89,21 @@ struct Installed {
 struct Rules {
     next: u64,
     list: Vec<Installed>,
+}
+
+impl Rules {
+    /// The first installed freeze that holds an answer to `method` `pq` whose request came when
+    /// `started` was the newest rule id; what to wait on until it goes.
+    fn freeze(&self, method: &str, pq: &str, started: u64) -> Option<(Arc<tokio::sync::Notify>, Arc<AtomicBool>)> {
+        self.list
+            .iter()
+            .find(|i| match i.rule.fault {
+                Fault::Freeze => i.rule.matches(method, pq),
+                Fault::FreezeUnderWay => i.id > started && i.rule.matches(method, pq),
+                _ => false,
+            })
+            .map(|i| (i.removed.clone(), i.gone.clone()))
+    }
 }
 
 /// A handle on an installed rule: how often it fired; dropping it does not remove it.
@@ -261,12 +283,19 @@ async fn handle(
 ) -> Response<Body> {
     let pq = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
     let method = req.method().as_str().to_owned();
-    let fired = {
+    let (fired, started) = {
         let r = rules.lock().unwrap_or_else(|p| p.into_inner());
-        r.list.iter().find(|i| i.rule.matches(&method, &pq) && chance() < i.rule.p).map(|i| {
+        let frozen = |f: &Fault| matches!(f, Fault::Freeze | Fault::FreezeUnderWay);
+        for i in r.list.iter().filter(|i| frozen(&i.rule.fault) && i.rule.matches(&method, &pq)) {
+            i.hits.fetch_add(1, Ordering::Relaxed);
+        }
+        let fired =
+            r.list.iter().find(|i| !frozen(&i.rule.fault) && i.rule.matches(&method, &pq) && chance() < i.rule.p);
+        let fired = fired.map(|i| {
             i.hits.fetch_add(1, Ordering::Relaxed);
             (i.rule.fault.clone(), i.removed.clone(), i.gone.clone())
-        })
+        });
+        (fired, r.next)
     };
     match fired {
         Some((Fault::Status(code), _, _)) => {
@@ -283,21 +312,43 @@ async fn handle(
             // An error from the service makes hyper drop the connection without an answer.
             return reset();
         }
-        Some((Fault::Hold, removed, gone)) => {
-            while !gone.load(Ordering::SeqCst) {
-                let notified = removed.notified();
-                if gone.load(Ordering::SeqCst) {
-                    break;
-                }
-                notified.await;
-            }
-        }
-        None => {}
+        Some((Fault::Hold, removed, gone)) => until_removed(&removed, &gone).await,
+        Some((Fault::Freeze | Fault::FreezeUnderWay, ..)) | None => {}
     }
     match forward(req, &client_tls, &upstream, &pq, &pooled).await {
-        Ok(r) => r,
+        Ok(r) => r.map(|body| freezable(body, rules, method, pq, started)),
         Err(_) => reset(),
     }
+}
+
+/// Waits until the rule whose `removed` and `gone` these are has been removed.
+async fn until_removed(removed: &tokio::sync::Notify, gone: &AtomicBool) {
+    while !gone.load(Ordering::SeqCst) {
+        let notified = removed.notified();
+        if gone.load(Ordering::SeqCst) {
+            break;
+        }
+        notified.await;
+    }
+}
+
+/// An answer's body that passes nothing on (its end included) while a freeze rule holds it
+/// ([`Fault::Freeze`], [`Fault::FreezeUnderWay`]), looked at before each frame.
+fn freezable(body: Body, rules: Arc<Mutex<Rules>>, method: String, pq: String, started: u64) -> Body {
+    let frames = futures::stream::unfold(Some(body), move |body| {
+        let (rules, method, pq) = (rules.clone(), method.clone(), pq.clone());
+        async move {
+            let mut body = body?;
+            let frame = body.frame().await;
+            loop {
+                let freeze = rules.lock().unwrap_or_else(|p| p.into_inner()).freeze(&method, &pq, started);
+                let Some((removed, gone)) = freeze else { break };
+                until_removed(&removed, &gone).await;
+            }
+            frame.map(|f| (f, Some(body)))
+        }
+    });
+    BodyExt::boxed(http_body_util::StreamBody::new(frames))
 }
 
 /// A response whose body fails at once: hyper aborts the connection, with no answer.

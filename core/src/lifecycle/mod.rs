@@ -28,6 +28,7 @@
 //! (what a node's taints should become, and the gate), `zones` (zone states, limiters and
 //! queues, the all-zones outage), `marks` (MarkPodsNotReady).
 
+mod consistency;
 pub mod labels;
 pub mod limiter;
 mod marks;
@@ -40,7 +41,9 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use crate::action::{Action, MarkResult, NodeEvent, NodeEventKind, NodeWriteResult, SetConditions, SetTaints};
+use crate::action::{
+    Action, CheckLease, LeaseRead, MarkResult, NodeEvent, NodeEventKind, NodeWriteResult, SetConditions, SetTaints,
+};
 use crate::condition;
 use crate::eviction::Ctx;
 use crate::health::{self, Grace, Probe};
@@ -49,6 +52,8 @@ use crate::rules::TaintRule;
 use crate::taints::{TaintId, TaintIdentity};
 use crate::time::after;
 use crate::zone::Rates;
+pub use consistency::LeaseCacheReport;
+use consistency::LeaseHold;
 use marks::Marks;
 use nodes::Nodes;
 use plan::Judge;
@@ -66,6 +71,9 @@ pub struct Config {
     pub rules: Vec<TaintRule>,
     /// Upstream's MarkPodsNotReady.
     pub mark_pods_not_ready: bool,
+    /// Read a silent node's Lease live before marking it `Unknown`, and hold while the Lease
+    /// cache is behind (upstream 1.37's `NodeControllerLeaseCircuitBreaker`; [`consistency`]).
+    pub check_leases: bool,
 }
 
 /// First delay and cap of the per-node backoff after a failed write (and of MarkPodsNotReady
@@ -80,6 +88,8 @@ pub struct NodeLifecycle {
     nodes: Nodes,
     zones: Zones,
     marks: Marks,
+    /// No node is judged silent while the Lease cache is behind a live read.
+    hold: LeaseHold,
     next_pass: Option<Timestamp>,
     synced: bool,
 }
@@ -95,10 +105,11 @@ impl NodeLifecycle {
         }
         Self {
             zones: Zones::new(cfg.rates, cfg.unhealthy_zone_threshold),
-            nodes: Nodes::new(cfg.grace),
+            nodes: Nodes::new(cfg.grace, cfg.check_leases),
             cfg,
             managed,
             marks: Marks::default(),
+            hold: LeaseHold::default(),
             next_pass: None,
             synced: false,
         }
@@ -117,9 +128,15 @@ impl NodeLifecycle {
         self.zones.reports()
     }
 
-    /// Whether `node`'s grace period has run out.
+    /// Whether `node` is silent: its grace period has run out (and a live read of its Lease
+    /// confirmed it).
     pub fn overdue(&self, node: &str, now: Timestamp) -> bool {
         self.nodes.overdue(node, now)
+    }
+
+    /// Where the Lease cache stands against the live reads ([`consistency`]).
+    pub fn lease_cache(&self, index: &crate::index::Index) -> LeaseCacheReport {
+        self.hold.report(index.leases_read.as_deref())
     }
 
     fn judge(&self) -> Judge<'_> {
@@ -147,8 +164,7 @@ impl NodeLifecycle {
 
     fn register(&mut self, node: &SlimNode, cx: Ctx<'_>, out: &mut Vec<Action>) {
         reconcile_labels(node, None, out);
-        let lease = cx.index.leases.get(&node.name).and_then(|l| l.renew_time);
-        self.nodes.register(node, lease, cx.now);
+        self.nodes.register(node, cx.index.leases.get(&node.name), cx.now);
         if node.selected {
             out.push(Action::NodeEvent(NodeEvent {
                 node: node.name.clone(),
@@ -210,8 +226,7 @@ impl NodeLifecycle {
 
     /// A node Lease was created or renewed.
     pub fn lease_changed(&mut self, name: &str, cx: Ctx<'_>, out: &mut Vec<Action>) {
-        let renew = cx.index.leases.get(name).and_then(|l| l.renew_time);
-        if self.nodes.observe_lease(name, renew, cx.now) {
+        if self.nodes.observe_lease(cx.index.leases.get(name), cx.now) {
             self.zones.invalidate();
             self.reconcile(name, cx, out);
         }
@@ -237,6 +252,39 @@ impl NodeLifecycle {
     /// backoff while the node is still not ready.
     pub fn mark_result(&mut self, key: &PodKey, op: u64, result: &MarkResult, cx: Ctx<'_>, out: &mut Vec<Action>) {
         self.marks.mark_result(key, op, result, cx.now, out);
+    }
+
+    /// The executor's report on a [`CheckLease`]: the live Lease is the cached one (or there is
+    /// none): the node is silent, and judged so at once; another version: the cache is behind,
+    /// and if the Lease watch has not read that far, no node is judged silent until it has
+    /// ([`consistency`]); a failed read: the node is read again after a backoff, and not judged
+    /// meanwhile (upstream skips it).
+    pub fn lease_read(&mut self, name: &str, op: u64, result: &LeaseRead, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        let read = cx.index.leases_read.as_deref();
+        let confirmed = match result {
+            LeaseRead::NotFound => Some(true),
+            LeaseRead::Found { resource_version } => {
+                if cx.index.leases.get(name).is_some_and(|l| &l.resource_version == resource_version) {
+                    Some(true)
+                } else if self.hold.behind(resource_version, read, cx.now) {
+                    tracing::warn!(
+                        node = name,
+                        "read version: {} is not as new as written version: {resource_version} for group resource leases.coordination.k8s.io; no node is judged silent until the Lease watch has caught up",
+                        read.unwrap_or_default()
+                    );
+                    Some(false)
+                } else {
+                    None
+                }
+            }
+            LeaseRead::Failed(_) => None,
+        };
+        if self.nodes.lease_read(name, op, confirmed, cx.now).is_some() {
+            if confirmed == Some(true) {
+                self.zones.invalidate();
+            }
+            self.reconcile(name, cx, out);
+        }
     }
 
     /// The executor's report on a node write.
@@ -299,6 +347,16 @@ impl NodeLifecycle {
         if !self.synced {
             return;
         }
+        if let Some(since) = self.hold.release(cx.index.leases_read.as_deref()) {
+            let held_ms = since.map_or(0, |s| cx.now.duration_since(s).as_millis().max(0));
+            tracing::info!(
+                read = cx.index.leases_read.as_deref().unwrap_or_default(),
+                held_ms = held_ms as i64,
+                "the Lease cache has caught up; judging nodes again"
+            );
+            self.zones.invalidate();
+            self.reconcile_all(cx, out);
+        }
         if self.zones.is_dirty() {
             self.update_zones(cx, out);
         }
@@ -328,8 +386,13 @@ impl NodeLifecycle {
         let (index, now) = (cx.index, cx.now);
         let Some(node) = index.nodes.get(name) else { return };
         let grace = self.cfg.grace;
-        if !node.selected {
-            self.set_queued(name, &node.zone, false);
+        // A node that is not ours is still counted in its zone, so its silence is confirmed
+        // like any other's; nothing else is done for it.
+        let awaits = self.awaits_lease_read(name, cx, out);
+        if !node.selected || awaits {
+            if !node.selected {
+                self.set_queued(name, &node.zone, false);
+            }
             return;
         }
         if self.judge().effectively_ready(node, now) {
@@ -342,6 +405,9 @@ impl NodeLifecycle {
         if st.probe.overdue(grace, now)
             && let Some(conditions) = health::unknown_conditions(node, now)
         {
+            if self.hold.stale(index.leases_read.as_deref()) {
+                return;
+            }
             // The conditions first; the taints follow from the written conditions, never from
             // a view that a conflicting (fresher) write may contradict.
             let expired_at = st.expired_at.unwrap_or_else(|| st.probe.deadline(grace));
@@ -373,6 +439,25 @@ impl NodeLifecycle {
             }));
         }
         self.set_queued(name, &node.zone, !plan.add_limited.is_empty() && !self.zones.all_disrupted());
+    }
+
+    /// Never judged silent from a stale Lease cache ([`consistency`]): a node whose grace has
+    /// run out has its Lease read live first, once per silence, unless the cache is behind a
+    /// live read already (then no node is judged silent until it has caught up). Whether the
+    /// node waits for such a read (sent now, out, backing off after a failure, or held).
+    fn awaits_lease_read(&mut self, name: &str, cx: Ctx<'_>, out: &mut Vec<Action>) -> bool {
+        let Some(st) = self.nodes.get(name) else { return false };
+        if !st.probe.overdue(self.cfg.grace, cx.now) || self.nodes.confirmed(st) {
+            return false;
+        }
+        if !st.busy(cx.now)
+            && !self.hold.stale(cx.index.leases_read.as_deref())
+            && let Some(op) = self.nodes.start_lease_read(name)
+        {
+            let cached = cx.index.leases.get(name).map(|l| l.resource_version.clone());
+            out.push(Action::CheckLease(CheckLease { op, node: name.to_owned(), cached }));
+        }
+        true
     }
 
     /// Whether a registered node waits in its zone's queue ([`Zones::set_queued`]).

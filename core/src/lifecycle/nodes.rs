@@ -10,15 +10,28 @@ use jiff::Timestamp;
 use super::{RETRY_BASE, RETRY_CAP};
 use crate::action::NodeWriteResult;
 use crate::health::{Grace, Probe};
-use crate::index::{Index, SlimNode};
+use crate::index::{Index, SlimLease, SlimNode};
 use crate::time::after;
 use crate::timer_queue::TimerQueue;
+
+/// Where the live Lease read of a silent node stands (docs/spec.md §3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LeaseCheck {
+    /// Not read since the node's last heartbeat.
+    Unread,
+    /// A live read, this op, is out.
+    Reading(u64),
+    /// The live Lease was the cached one, or there was none: the silence is real.
+    Confirmed,
+}
 
 #[derive(Debug)]
 pub(super) struct NodeState {
     pub(super) probe: Probe,
     /// A status or taint write is out.
     pub(super) writing: bool,
+    /// Its live Lease read, once its grace period has run out.
+    pub(super) lease: LeaseCheck,
     /// When the grace period ran out, while the node is overdue.
     pub(super) expired_at: Option<Timestamp>,
     /// The status write out turns Ready=True into Unknown: when it lands, the NodeNotReady event
@@ -35,9 +48,15 @@ pub(super) struct NodeState {
 }
 
 impl NodeState {
-    /// Mid-write, or backing off after a failed one.
+    /// Mid-write or mid-read, or backing off after a failed one.
     pub(super) fn busy(&self, now: Timestamp) -> bool {
-        self.writing || self.retry_at.is_some_and(|at| at > now)
+        self.writing || matches!(self.lease, LeaseCheck::Reading(_)) || self.retry_at.is_some_and(|at| at > now)
+    }
+
+    /// A heartbeat: whatever a live read said about the silence before it is moot.
+    fn heard(&mut self) {
+        self.expired_at = None;
+        self.lease = LeaseCheck::Unread;
     }
 }
 
@@ -45,6 +64,11 @@ impl NodeState {
 /// backoff.
 pub(super) struct Nodes {
     grace: Grace,
+    /// A silent node counts as overdue only once a live read of its Lease confirmed the silence
+    /// (`--node-controller-lease-circuit-breaker`).
+    check_leases: bool,
+    /// Names live Lease reads.
+    next_op: u64,
     states: HashMap<String, NodeState>,
     expiry: TimerQueue<String>,
     /// Per-node write backoff.
@@ -52,8 +76,15 @@ pub(super) struct Nodes {
 }
 
 impl Nodes {
-    pub(super) fn new(grace: Grace) -> Self {
-        Self { grace, states: HashMap::new(), expiry: TimerQueue::default(), retries: TimerQueue::default() }
+    pub(super) fn new(grace: Grace, check_leases: bool) -> Self {
+        Self {
+            grace,
+            check_leases,
+            next_op: 0,
+            states: HashMap::new(),
+            expiry: TimerQueue::default(),
+            retries: TimerQueue::default(),
+        }
     }
 
     pub(super) fn get(&self, name: &str) -> Option<&NodeState> {
@@ -75,13 +106,47 @@ impl Nodes {
         names
     }
 
-    /// Whether `name`'s grace period has run out.
+    /// Whether `name` is silent: its grace period has run out, and (unless the check is off) a
+    /// live read of its Lease confirmed that the cache is not merely stale. Until then, its
+    /// conditions count as what the API says.
     pub(super) fn overdue(&self, name: &str, now: Timestamp) -> bool {
-        self.states.get(name).is_some_and(|s| s.probe.overdue(self.grace, now))
+        self.states.get(name).is_some_and(|s| s.probe.overdue(self.grace, now) && self.confirmed(s))
+    }
+
+    /// Whether a silent node may be judged so without a live read of its Lease.
+    pub(super) fn confirmed(&self, st: &NodeState) -> bool {
+        !self.check_leases || st.lease == LeaseCheck::Confirmed
+    }
+
+    /// A live read of `name`'s Lease goes out: its op.
+    pub(super) fn start_lease_read(&mut self, name: &str) -> Option<u64> {
+        let st = self.states.get_mut(name)?;
+        self.next_op += 1;
+        st.lease = LeaseCheck::Reading(self.next_op);
+        Some(self.next_op)
+    }
+
+    /// The answer to live read `op` of `name`'s Lease, `None` for one that no longer matters
+    /// (a heartbeat came in meanwhile); else `confirmed` is recorded, and a failed read backs
+    /// off as a failed write does.
+    pub(super) fn lease_read(&mut self, name: &str, op: u64, confirmed: Option<bool>, now: Timestamp) -> Option<()> {
+        let st = self.states.get_mut(name).filter(|s| s.lease == LeaseCheck::Reading(op))?;
+        match confirmed {
+            Some(true) => st.lease = LeaseCheck::Confirmed,
+            Some(false) => st.lease = LeaseCheck::Unread,
+            None => {
+                st.lease = LeaseCheck::Unread;
+                st.failures = st.failures.saturating_add(1);
+                let at = after(now, crate::time::backoff(RETRY_BASE, RETRY_CAP, st.failures));
+                st.retry_at = Some(at);
+                self.retries.set(name.to_owned(), at);
+            }
+        }
+        Some(())
     }
 
     /// A node first judged: its grace period starts now.
-    pub(super) fn register(&mut self, node: &SlimNode, lease: Option<Timestamp>, now: Timestamp) {
+    pub(super) fn register(&mut self, node: &SlimNode, lease: Option<&SlimLease>, now: Timestamp) {
         let probe = Probe::new(node, lease, now);
         self.expiry.set(node.name.clone(), probe.deadline(self.grace));
         self.states.insert(
@@ -89,6 +154,7 @@ impl Nodes {
             NodeState {
                 probe,
                 writing: false,
+                lease: LeaseCheck::Unread,
                 expired_at: None,
                 flipping: false,
                 failures: 0,
@@ -109,7 +175,7 @@ impl Nodes {
         if own_write {
             st.probe.observe_own_write(node);
         } else if st.probe.observe_node(node, now) {
-            st.expired_at = None;
+            st.heard();
             self.expiry.set(node.name.clone(), st.probe.deadline(self.grace));
             back = was_overdue;
         }
@@ -120,17 +186,19 @@ impl Nodes {
     }
 
     /// A Lease renewal; whether it brought an overdue node back within its grace period.
-    pub(super) fn observe_lease(&mut self, name: &str, renew: Option<Timestamp>, now: Timestamp) -> bool {
-        let Some(st) = self.states.get_mut(name) else { return false };
+    pub(super) fn observe_lease(&mut self, lease: Option<&SlimLease>, now: Timestamp) -> bool {
+        let Some((name, st)) = lease.and_then(|l| self.states.get_mut(&l.name).map(|st| (&l.name, st))) else {
+            return false;
+        };
         let was_overdue = st.probe.overdue(self.grace, now);
-        if !st.probe.observe_lease(renew, now) {
+        if !st.probe.observe_lease(lease, now) {
             return false;
         }
         // The timer is not moved on every renewal (500/s at 5,000 nodes): when it fires it
         // finds the new deadline and re-arms.
-        st.expired_at = None;
+        st.heard();
         if was_overdue {
-            self.expiry.set(name.to_owned(), st.probe.deadline(self.grace));
+            self.expiry.set(name.clone(), st.probe.deadline(self.grace));
         }
         was_overdue
     }
@@ -229,7 +297,7 @@ impl Nodes {
     pub(super) fn fresh_grace(&mut self, now: Timestamp, reset: impl Fn(&mut Probe, Timestamp)) {
         for (name, st) in self.states.iter_mut() {
             reset(&mut st.probe, now);
-            st.expired_at = None;
+            st.heard();
             self.expiry.set(name.clone(), st.probe.deadline(self.grace));
         }
     }

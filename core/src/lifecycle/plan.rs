@@ -116,7 +116,7 @@ impl Gate for NodeLifecycle {
                 && MONITORED_CONDITIONS.contains(&r.condition.as_str())
         });
         if silent_rule
-            && !st.probe.overdue(self.cfg.grace, now)
+            && !self.nodes.overdue(&node.name, now)
             && st.probe.written_heartbeat().zip(taint.time_added).is_some_and(|(beat, added)| beat > added)
         {
             return false;

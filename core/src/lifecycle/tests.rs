@@ -317,6 +317,7 @@ fn a_conflicting_status_write_is_judged_again_on_the_fresh_object() {
     let mut out = vec![];
     w.now = ts(50.0);
     w.state.tick(w.now, &mut out);
+    w.answer_lease_reads(&mut out);
     assert!(out.iter().any(|e| matches!(e, Action::SetConditions(s) if s.node == "n0")), "a status write");
     let mut fresh = w.node("n0").clone();
     if let Some(c) = fresh.conditions.iter_mut().find(|c| c.type_ == "Ready") {
@@ -341,6 +342,7 @@ fn a_conflict_without_a_heartbeat_writes_again_on_the_fresh_object() {
     let mut out = vec![];
     w.now = ts(50.0);
     w.state.tick(w.now, &mut out);
+    w.answer_lease_reads(&mut out);
     // Someone else changed the node (a label), not its heartbeat.
     let mut fresh = w.node("n0").clone();
     w.rv += 1;
@@ -358,6 +360,7 @@ fn conflicts_in_a_row_back_off_after_the_first() {
     let mut out = vec![];
     w.now = ts(50.0);
     w.state.tick(w.now, &mut out);
+    w.answer_lease_reads(&mut out);
     assert!(out.iter().any(|e| matches!(e, Action::SetConditions(s) if s.node == "n0")), "a status write");
     let mut resent = vec![];
     for _ in 0..5 {
@@ -400,6 +403,7 @@ fn failed_node_writes_back_off_per_node_and_a_404_waits_for_a_newer_object() {
     let mut out = vec![];
     w.now = ts(50.0);
     w.state.tick(w.now, &mut out);
+    w.answer_lease_reads(&mut out);
     let count =
         |w: &World| w.log.iter().filter(|(_, e)| matches!(e, Action::SetConditions(s) if s.node == "n0")).count();
     let mut resent = vec![];
@@ -715,4 +719,109 @@ fn beta_labels_are_reconciled_once_per_needed_change_for_our_nodes_only() {
     fixed.label_fixes.clear();
     w.update_node(fixed);
     assert_eq!(asked(&w), 1);
+}
+
+/// Upstream 1.37's `NodeControllerLeaseCircuitBreaker` (kubernetes issue 85221): a Lease watch
+/// that stops delivering makes every node look silent; the live read of the first one finds a
+/// newer Lease, and no node is marked until the watch has delivered it.
+#[test]
+fn a_frozen_lease_watch_marks_no_node_and_a_node_that_really_stopped_is_marked_after() {
+    let names = ["n0", "n1", "n2"];
+    let mut w = World::with_leases(
+        cfg(),
+        eviction(),
+        healthy_zone("n", "a", 3),
+        vec![],
+        vec![("n0", 0.0), ("n1", 0.0), ("n2", 0.0)],
+    );
+    w.heartbeat(&names, 0.0, 30.0);
+    // The watch freezes at 30 s; the kubelets go on renewing (n2 stops at 60 s), and the
+    // renewals wait in the frozen stream.
+    let mut frozen = Vec::new();
+    let mut t = 40.0;
+    while t <= 150.0 {
+        w.advance_to(t);
+        for n in names {
+            if n != "n2" || t <= 60.0 {
+                frozen.push(w.renew_lease_unwatched(n));
+            }
+        }
+        t += 10.0;
+    }
+    w.advance_to(150.0);
+    assert!(w.writes_since(0).is_empty(), "{:?}", w.writes_since(0));
+    let reads = w.log.iter().filter(|(_, a)| matches!(a, Action::CheckLease(_))).count();
+    assert!((1..=3).contains(&reads), "one live read per node at most, then the hold: {reads}");
+    let report = w.lc().lease_cache(&w.state.cache.index);
+    assert!(report.waiting_for.is_some(), "{report:?}");
+    assert_eq!((report.trips, report.since), (1, Some(ts(80.0))));
+    assert!(w.lc().zone_reports().iter().all(|z| z.unhealthy == 0), "zones count no node silent meanwhile");
+    // The watch resumes at 150 s and delivers what it held.
+    for lease in frozen {
+        w.input(Input::Lease(WatchEvent::Apply(lease)));
+    }
+    assert!(w.lc().lease_cache(&w.state.cache.index).waiting_for.is_none());
+    assert!(w.writes_since(0).is_empty(), "every node was heard at 150 s");
+    // n0 and n1 go on; n2, silent since 60 s, is marked a grace period after the watch resumed.
+    let mut t = 160.0;
+    while t < 200.0 {
+        w.advance_to(t);
+        w.renew_lease("n0");
+        w.renew_lease("n1");
+        t += 10.0;
+    }
+    w.advance_to(199.999);
+    assert!(w.writes_since(0).is_empty());
+    w.advance_to(200.0);
+    let writes = w.writes_since(0);
+    assert!(matches!(writes.first(), Some(Action::SetConditions(sc)) if sc.node == "n2"), "{writes:?}");
+    assert!(w.has_taint("n2", keys::UNREACHABLE, Effect::NoExecute));
+    assert!(!w.has_taint("n0", keys::UNREACHABLE, Effect::NoSchedule));
+}
+
+#[test]
+fn a_node_without_a_lease_is_judged_by_its_status_and_failed_reads_back_off() {
+    let mut w = World::new(cfg(), healthy_zone("n", "a", 2), vec![]);
+    w.heartbeat(&["n1"], 0.0, 50.0);
+    // n0 has no Lease anywhere: the live read finds none (upstream's 404), and it is marked.
+    assert!(matches!(w.writes_since(0).first(), Some(Action::SetConditions(sc)) if sc.node == "n0"));
+    let marked = w.writes_since(0).len();
+    let n1 =
+        |w: &World| w.writes_since(marked).iter().any(|a| matches!(a, Action::SetConditions(sc) if sc.node == "n1"));
+    // n1 was heard at 50 s; at 100 s its read fails: not judged, read again after a backoff.
+    w.advance_to(99.9);
+    let mut out = Vec::new();
+    w.now = ts(100.0);
+    w.state.tick(w.now, &mut out);
+    let reads: Vec<u64> = out
+        .iter()
+        .filter_map(|a| match a {
+            Action::CheckLease(c) if c.node == "n1" => Some(c.op),
+            _ => None,
+        })
+        .collect();
+    let [op] = reads[..] else { panic!("{out:?}") };
+    let failed = crate::action::LeaseRead::Failed("503".into());
+    w.input(Input::LeaseRead { node: "n1".into(), op, result: failed });
+    assert!(!w.lc().overdue("n1", w.now), "not judged silent on a failed read");
+    assert!(!n1(&w));
+    let mut again = Vec::new();
+    w.state.tick(ts(100.4), &mut again);
+    assert!(!again.iter().any(|a| matches!(a, Action::CheckLease(_))), "backing off: {again:?}");
+    w.advance_to(100.5);
+    assert!(n1(&w), "read again, and marked");
+}
+
+#[test]
+fn with_the_check_off_a_silent_node_is_marked_from_the_cache_alone() {
+    let mut w = World::with_leases(
+        Config { check_leases: false, ..cfg() },
+        None,
+        healthy_zone("n", "a", 1),
+        vec![],
+        vec![("n0", 0.0)],
+    );
+    w.advance_to(50.0);
+    assert!(!w.log.iter().any(|(_, a)| matches!(a, Action::CheckLease(_))));
+    assert!(matches!(w.writes_since(0).first(), Some(Action::SetConditions(_))));
 }

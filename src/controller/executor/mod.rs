@@ -358,6 +358,15 @@ impl Executor {
                 };
                 tokio::spawn(task.instrument(span));
             }
+            Action::CheckLease(c) => {
+                let inner = inner.clone();
+                let span = tracing::info_span!("check-lease", node = %c.node);
+                let task = async move {
+                    let result = inner.read_lease(&c).await;
+                    let _ = inner.results.send(Input::LeaseRead { node: c.node, op: c.op, result }).await;
+                };
+                tokio::spawn(task.instrument(span));
+            }
             Action::SetLabels(w) => {
                 let inner = inner.clone();
                 let span = tracing::info_span!("set-labels", node = %w.node);

@@ -7,19 +7,22 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
 use kube::api::{GetParams, Patch};
 use kube::core::Request;
-use nlc_core::action::{NodeWriteResult, SetConditions, SetLabels, SetTaints};
+use nlc_core::action::{
+    CheckLease, LeaseRead, NODE_LEASE_NAMESPACE, NodeWriteResult, SetConditions, SetLabels, SetTaints,
+};
 use nlc_core::index::SlimNode;
 use nlc_core::taints;
-use nlc_core::wire::WireNode;
+use nlc_core::wire::{WireLease, WireNode};
 use serde_json::json;
 
 use super::Inner;
 use super::call::CallOutcome;
-use crate::metrics::ZoneLabels;
+use crate::metrics::{ResultLabels, ZoneLabels};
 
 /// Observes the time since its start when dropped (every way out of a status write).
 struct ObserveOnDrop<'a>(&'a prometheus_client::metrics::histogram::Histogram, crate::clock::Stopwatch);
@@ -102,6 +105,37 @@ impl Inner {
                 tracing::warn!(node = %w.node, error = %e, "reconciling labels failed")
             }
         }
+    }
+
+    /// Reads a silent node's Lease live ([`nlc_core::action::CheckLease`]): the core compares
+    /// its resourceVersion with the cache's. Bounded by `--api-write-timeout`, as a write: a
+    /// read that hangs would keep the node from being judged.
+    pub(super) async fn read_lease(&self, c: &CheckLease) -> LeaseRead {
+        let req = Request::new(Lease::url_path(&(), Some(NODE_LEASE_NAMESPACE))).get(&c.node, &GetParams::default());
+        let read = self.read("get", "leases", &c.node, self.lean.slim::<WireLease>(req));
+        let outcome = match tokio::time::timeout(self.cfg.write_timeout, read).await {
+            Ok(outcome) => outcome,
+            Err(_) => CallOutcome::Failed(format!("no answer within --api-write-timeout {:?}", self.cfg.write_timeout)),
+        };
+        let (label, result) = match outcome {
+            CallOutcome::Ok(WireLease(lease, _)) => {
+                let resource_version = lease.metadata.resource_version.unwrap_or_default();
+                let label = if c.cached.as_ref() == Some(&resource_version) { "current" } else { "changed" };
+                if label == "changed" {
+                    tracing::info!(node = %c.node, cached = c.cached.as_deref().unwrap_or_default(), live = %resource_version, "a silent node's Lease is newer than the cache's");
+                }
+                (label, LeaseRead::Found { resource_version })
+            }
+            CallOutcome::Gone => ("absent", LeaseRead::NotFound),
+            CallOutcome::Fenced => ("failed", LeaseRead::Failed("not the leader".into())),
+            CallOutcome::Conflict => ("failed", LeaseRead::Failed("conflict".into())),
+            CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => {
+                tracing::warn!(node = %c.node, error = %e, "reading a silent node's Lease failed; the node is not judged until a read succeeds");
+                ("failed", LeaseRead::Failed(e))
+            }
+        };
+        self.lifecycle_metrics.lease_checks.get_or_create(&ResultLabels { result: label }).inc();
+        result
     }
 
     async fn read_node(&self, name: &str) -> Result<Option<Box<SlimNode>>, String> {
