@@ -595,6 +595,10 @@ pub struct ClockMetrics {
     pub skew: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub precision: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub steps: Counter,
+    /// The compensation in force (`--max-clock-skew-compensation` at most).
+    pub compensation: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// 1 while the skew is beyond the cap.
+    pub capped: Gauge,
 }
 
 impl ClockMetrics {
@@ -614,6 +618,16 @@ impl ClockMetrics {
             "nlc_clock_steps",
             "Steps of the wall clock seen (NTP steps, a VM resumed): each restarts node grace periods and zone limiters, and keeps pending evictions' remaining time",
             m.steps.clone(),
+        );
+        registry.register(
+            "nlc_clock_skew_compensation_seconds",
+            "What every eviction deadline is moved by for the skew: the skew, once several samples agree, at most --max-clock-skew-compensation",
+            m.compensation.clone(),
+        );
+        registry.register(
+            "nlc_clock_skew_capped",
+            "1 while the skew is beyond --max-clock-skew-compensation: deadlines move by the cap only",
+            m.capped.clone(),
         );
         m
     }

@@ -149,9 +149,10 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     }
     loop {
         // The leader's configuration, read again each round: a new leader may run another.
+        let leader = Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease).await;
         let decisions = if controller_config {
-            match Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease).await {
-                Ok(Some(l)) => match leader_decisions(&l, &namespace, &lease) {
+            match &leader {
+                Ok(Some(l)) => match leader_decisions(l, &namespace, &lease) {
                     Some(d) => d?,
                     None => given(format!("Lease {namespace}/{lease} carries no configuration")),
                 },
@@ -163,6 +164,7 @@ pub async fn run(args: StatusArgs) -> Result<()> {
         };
         let mut r = snapshot(&client, &namespace, decisions.lifecycle, decisions.opts, within).await?;
         r.configuration = decisions.source;
+        r.lease_cache = leader.ok().flatten().as_ref().and_then(lease_cache);
         let mut out = std::io::stdout().lock();
         let written = match output {
             OutputFormat::Json if watch => writeln!(out, "{}", json(&r)),
@@ -184,6 +186,12 @@ pub async fn run(args: StatusArgs) -> Result<()> {
             _ = tokio::signal::ctrl_c() => return Ok(()),
         }
     }
+}
+
+/// The leader's Lease cache against its live reads, as it publishes it on its Lease.
+fn lease_cache(lease: &Lease) -> Option<nlc_core::lifecycle::LeaseCacheReport> {
+    let json = lease.metadata.annotations.as_ref()?.get(crate::runtime::leader::LEASE_CACHE_ANNOTATION)?;
+    serde_json::from_str(json).ok()
 }
 
 /// Whether `lease` shows a live leader at `now`: held, and renewed within its duration.

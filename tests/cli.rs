@@ -371,6 +371,8 @@ fn odd_flag_values_are_refused_naming_the_flag() {
         // Taints every healthy node NoExecute.
         (&["--taint-rule", "Ready=True:example.com/oops:NoExecute"], "--taint-rule"),
         (&["--taint-rule", "MemoryPressure=False:example.com/oops:NoExecute"], "--taint-rule"),
+        // node-problem-detector's conditions are True for a problem.
+        (&["--taint-rule", "KernelDeadlock=False:example.com/oops:NoExecute"], "--taint-rule"),
         (&["--api-write-timeout", "0s"], "--api-write-timeout"),
         (&["--webhook-max-connections", "0", "--enable-webhook"], "--webhook-max-connections"),
         (&["--eviction-concurrency", "0"], "--eviction-concurrency"),

@@ -3,7 +3,9 @@
 //! - a forward step of its wall clock (an NTP step, a VM resumed) does not make pending
 //!   evictions due early: each keeps the monotonic time it had left;
 //! - a clock running ahead of the API server's is measured from the `Date` of its answers and
-//!   waited out, so that no eviction is early by the server's clock.
+//!   waited out, so that no eviction is early by the server's clock;
+//! - but only up to `--max-clock-skew-compensation`: an API server an hour behind (its `Date`
+//!   rewritten by the fault proxy) does not hold an eviction back by an hour.
 //!
 //! libfaketime comes from Debian's `faketime` package (CI installs it); without it these tests
 //! fail, naming it.
@@ -99,4 +101,41 @@ async fn a_clock_ahead_of_the_api_servers_is_measured_and_waited_out() {
     let late = secs_between(added + Duration::from_secs(12), at);
     eprintln!("skew measured {skew:.3}s; evicted {late:.3}s after the deadline by the API server's clock");
     assert!((-0.3..=1.5).contains(&late), "evicted {late:.3}s after the deadline (3 s early without the skew)");
+}
+
+#[tokio::test]
+async fn an_api_server_an_hour_behind_delays_an_eviction_by_the_cap_at_most() {
+    use nlc_testenv::fault::{Fault, FaultProxy, Rule};
+    let env = shared();
+    let s = Scope::new(env, "clock-capped").await;
+    let node = s.node("n", json!([])).await;
+    s.pod("p", &node, json!([toleration(KEY, Some(12))]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let proxy = FaultProxy::start(env).await.expect("proxy");
+    proxy.add(Rule::new("", &[], Fault::DateBehind(Duration::from_secs(3600))));
+    let kubeconfig = proxy.kubeconfig(env).expect("kubeconfig");
+    let flags: Vec<&str> = ["--leader-elect-resource-name", "clock-capped", "--max-clock-skew-compensation", "5s"]
+        .into_iter()
+        .chain(FAST_ELECTION.iter().copied())
+        .collect();
+    let c = Controller::start_with_kubeconfig(&kubeconfig, env, &s.scope, &flags).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = c.metrics().await;
+        let skew = metric(&m, "nlc_clock_skew_seconds").unwrap_or(0.0);
+        let compensation = metric(&m, "nlc_clock_skew_compensation_seconds").unwrap_or(0.0);
+        if (skew - 3600.0).abs() < 1.0 && compensation > 0.0 {
+            assert_eq!(compensation, 5.0, "capped:\n{m}");
+            assert_eq!(metric(&m, "nlc_clock_skew_capped"), Some(1.0), "{m}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never compensated: {skew} s, {compensation} s\n{m}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let added = now_s();
+    s.set_taints(&node, json!([no_execute(KEY, added)])).await;
+    let at = evictions.wait("p", Duration::from_secs(40)).await.unwrap_or_else(|| panic!("{}", c.logs()));
+    let late = secs_between(added + Duration::from_secs(12), at);
+    eprintln!("an API server 3600 s behind: evicted {late:.3}s after the deadline (cap 5 s)");
+    assert!((4.7..=5.0 + 1.5).contains(&late), "evicted {late:.3}s after the deadline, the cap is 5 s");
 }

@@ -397,3 +397,88 @@ async fn uninstall_removes_only_the_taints_of_our_own_rules() {
     let after: Vec<String> = before.into_iter().filter(|k| k != "example.com/kernel-deadlock").collect();
     assert_eq!(keys(&node_now(&s, &node).await), after);
 }
+
+/// A renewal is a new version of the Lease, whatever its `renewTime` says: a kubelet whose clock
+/// writes times on the last day of year 9999 (Go takes them; past the range this controller
+/// holds, they all read as one clamped value) is still heard at every renewal.
+#[tokio::test]
+async fn a_lease_renewed_with_times_at_the_end_of_year_9999_keeps_its_node_alive() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{ApiResource, DynamicObject};
+    let env = shared();
+    let s = Scope::new(env, "lc-far-lease").await;
+    let node = make_node(&s, "z1", json!([])).await;
+    // Untyped: these times are past what the test's own types hold.
+    let leases: kube::Api<DynamicObject> =
+        kube::Api::namespaced_with(s.client.clone(), "kube-node-lease", &ApiResource::erase::<Lease>(&()));
+    let far = |i: u32| format!("9999-12-31T23:59:5{}.{:06}Z", i % 10, i);
+    let lease: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": node},
+        "spec": {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": far(0)}
+    }))
+    .expect("lease");
+    leases.create(&Default::default(), &lease).await.expect("create lease");
+    let c = Controller::start(env, &s.scope, &flags(&[])).await;
+    // Renewed every second for three grace periods (3 s each).
+    let started = Instant::now();
+    let mut i = 1;
+    while started.elapsed() < Duration::from_secs(10) {
+        let patch = json!({"spec": {"renewTime": far(i)}});
+        leases.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("renew");
+        i += 1;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let ready = ready_of(&node_now(&s, &node).await).map(|r| r.status);
+        assert_eq!(ready.as_deref(), Some("True"), "marked while its Lease renewed:\n{}", c.logs());
+    }
+    // It stops: marked after its grace period, as any node.
+    let stopped = Timestamp::now();
+    let (_, at) = wait_node(&s, &node, Duration::from_secs(10), |n| ready_of(n).is_some_and(|r| r.status == "Unknown"))
+        .await
+        .unwrap_or_else(|| panic!("never marked Unknown:\n{}", c.logs()));
+    assert!(secs_between(stopped, at) <= 4.5, "{}", c.logs());
+}
+
+/// MarkPodsNotReady writes with the pod's resourceVersion as its precondition, as upstream's
+/// `UpdateStatus` does: a kubelet's fresher `Ready=True`, written while our write was on its way,
+/// makes ours conflict instead of being overwritten.
+#[tokio::test]
+async fn mark_pods_not_ready_never_overwrites_a_fresher_status() {
+    use nlc_testenv::fault::{Fault, FaultProxy, Rule};
+    let env = shared();
+    let s = Scope::new(env, "lc-mark-rv").await;
+    let nodes = [make_node(&s, "z1", json!([])).await, make_node(&s, "z1", json!([])).await];
+    let kubelets = Kubelets::start(&s.client, &nodes).await;
+    s.pod("p", &nodes[0], json!([{"operator": "Exists"}]), json!({})).await;
+    s.mark_running("p").await;
+    let proxy = FaultProxy::start(env).await.expect("proxy");
+    let kubeconfig = proxy.kubeconfig(env).expect("kubeconfig");
+    let c = Controller::start_with_kubeconfig(&kubeconfig, env, &s.scope, &flags(&["--leader-elect=false"])).await;
+    // Our status write of the pod takes 3 s to reach the API server.
+    let slow = proxy.add(Rule::new(
+        "PATCH",
+        &[&format!("/namespaces/{}/pods/p/status", s.ns)],
+        Fault::Delay(Duration::from_secs(3)),
+    ));
+    kubelets.stop(&nodes[0]);
+    let started = Instant::now();
+    while slow.hits() == 0 {
+        assert!(started.elapsed() < Duration::from_secs(15), "never marked:\n{}", c.logs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.remove(&slow);
+    // Meanwhile the kubelet writes the pod's status afresh.
+    let status = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Fresh",
+        "lastTransitionTime": now_s()}]}});
+    s.pods().patch_status("p", &PatchParams::default(), &Patch::Strategic(&status)).await.expect("kubelet status");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = c.metrics().await;
+        let conflicts = metric_sum(&m, "nlc_api_requests_total", &["resource=\"pods/status\"", "code=\"409\""]);
+        if conflicts >= 1.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the late write landed over the fresher status:\n{m}\n{}", c.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -233,3 +233,46 @@ async fn a_frozen_lease_watch_marks_no_node_here_nor_in_kube_controller_manager(
         assert_eq!(kcm.unknown_in_freeze.len(), 3, "kube-controller-manager 1.{minor}: {:?}", kcm.unknown_in_freeze);
     }
 }
+
+/// A Lease watch frozen mid-flight (the stream stays open and says nothing; a new request goes
+/// through) is started again within half the grace period, from its last resourceVersion, and
+/// no node is judged on it meanwhile.
+#[tokio::test]
+async fn a_lease_watch_frozen_mid_flight_is_started_again_within_half_the_grace_period() {
+    let env = nlc_testenv::shared();
+    let s = Scope::new(env, "stalled-watch").await;
+    let nodes = [make_node(&s, "z1", json!([])).await, make_node(&s, "z1", json!([])).await];
+    let _kubelets = Kubelets::start(&s.client, &nodes).await;
+    let proxy = FaultProxy::start(env).await.expect("proxy");
+    let kubeconfig = proxy.kubeconfig(env).expect("kubeconfig");
+    let flags = ["--leader-elect=false", "--node-monitor-grace-period", "10s", "--node-startup-grace-period", "10s"];
+    let c = Controller::start_with_kubeconfig(&kubeconfig, env, &s.scope, &flags).await;
+    for n in &nodes {
+        let lifted =
+            wait_node(&s, n, Duration::from_secs(30), |n| taint_of(n, NOT_READY, "NoSchedule").is_none()).await;
+        assert!(lifted.is_some(), "{}", c.logs());
+    }
+    let frozen =
+        proxy.add(Rule::new("GET", &["/namespaces/kube-node-lease/leases", "watch=true"], Fault::FreezeUnderWay));
+    let started = std::time::Instant::now();
+    while frozen.hits() == 0 {
+        assert!(started.elapsed() < Duration::from_secs(15), "never started again:\n{}", c.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let restarted = started.elapsed().as_secs_f64();
+    assert!(restarted <= GRACE_S / 2.0 + 1.0, "started again {restarted:.2} s into the freeze\n{}", c.logs());
+    // Past a whole grace period since the freeze: nobody was judged on the frozen stream.
+    while started.elapsed() < Duration::from_secs(15) {
+        for n in &nodes {
+            let ready = ready_of(&node_now(&s, n).await).map(|r| r.status);
+            assert_eq!(ready.as_deref(), Some("True"), "{n} judged on a frozen watch:\n{}", c.logs());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let m = c.metrics().await;
+    assert!(metric(&m, "nlc_watch_stalls_total{resource=\"leases\"}").unwrap_or(0.0) >= 1.0, "{m}");
+    let lag = metric(&m, "nlc_watch_lag_seconds{resource=\"leases\"}").expect("the Lease watch's lag");
+    assert!(lag < 2.0, "renewals every 500 ms: {lag} s\n{m}");
+    assert_eq!(metric(&m, "nlc_lease_cache_holds_total"), Some(0.0), "{m}");
+    proxy.remove(&frozen);
+}

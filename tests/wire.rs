@@ -630,7 +630,7 @@ async fn follow(
     let config = Config { timeout: Some(1), ..Config::default() };
     let config = if streaming { config.streaming_lists() } else { config };
     let api = kube::Api::<WirePod>::namespaced(client, &ns);
-    let mut events = std::pin::pin!(stream_as(api, config, format, "pods", WatchMetrics::default()));
+    let mut events = std::pin::pin!(stream_as(api, config, format, "pods", WatchMetrics::default(), None));
     let mut seen = Seen::default();
     while let Some(item) = tokio::time::timeout(Duration::from_secs(30), events.next()).await.expect("an event") {
         let (type_, pod) = match item {
@@ -638,6 +638,8 @@ async fn follow(
                 seen.failures += 1;
                 continue;
             }
+            // Protobuf watches hand on bookmarks, JSON ones (kube-runtime's) keep them.
+            Item::Bookmark(_) => continue,
             Item::Event(Event::Init) => {
                 seen.lists += 1;
                 continue;

@@ -36,6 +36,7 @@ use node_lifecycle_controller::runtime::args::ClientArgs;
 use node_lifecycle_controller::runtime::client::{Skew, client_with_skew};
 use node_lifecycle_controller::runtime::lean::LeanClient;
 use node_lifecycle_controller::runtime::proto_watch::protobuf_watcher;
+use node_lifecycle_controller::runtime::watch::Ev;
 use node_lifecycle_controller::runtime::watch::Format;
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -170,12 +171,12 @@ async fn stream_initial_protobuf(client: &kube::Client, uri: String, path: &str)
 pub async fn watch_pods(client: kube::Client) -> Result<tokio::task::JoinHandle<()>> {
     let api: Api<WirePod> = Api::all(client);
     let config = watcher::Config::default().fields("spec.nodeName!=").streaming_lists();
-    let mut events = protobuf_watcher(api, config, WirePod::from_protobuf);
+    let mut events = protobuf_watcher(api, config, WirePod::from_protobuf, None);
     let started = Instant::now();
     let mut listed = 0usize;
     loop {
         match events.next().await {
-            Some(Ok(watcher::Event::InitDone)) => break,
+            Some(Ok(Ev::Event(watcher::Event::InitDone))) => break,
             Some(Ok(_)) => listed += 1,
             Some(Err(e)) => bail!("the floor's pod watch: {e}"),
             None => bail!("the floor's pod watch ended before its initial list"),

@@ -264,6 +264,10 @@ pub struct MarkPodNotReady {
     pub namespace: String,
     pub name: String,
     pub uid: String,
+    /// The pod's resourceVersion as decided on (`None`: not known): the write's precondition,
+    /// as upstream's `UpdateStatus` has one, so that a fresher status (the kubelet's
+    /// `Ready=True`) is never overwritten; a conflict is retried on the pod as it is then.
+    pub resource_version: Option<String>,
 }
 
 /// Read a silent node's Lease live before its conditions are marked `Unknown` (upstream 1.37's

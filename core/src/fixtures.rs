@@ -148,6 +148,7 @@ pub fn pod(name: &str) -> PodBuilder {
         ready: Some(true),
         bound: None,
         generation: 0,
+        resource_version: 0,
     })
 }
 

@@ -149,6 +149,9 @@ pub struct SlimPod {
     /// `metadata.generation` (0 when the API server does not set it): the `observedGeneration`
     /// of the `DisruptionTarget` condition.
     pub generation: i64,
+    /// `metadata.resourceVersion` as a number (0: none, or not a number): MarkPodsNotReady's
+    /// precondition, so that a kubelet's fresher status is never overwritten.
+    pub resource_version: u64,
 }
 
 impl SlimPod {
@@ -194,6 +197,13 @@ impl From<&Pod> for SlimPod {
             ready: conditions().find(|c| c.type_ == "Ready").map(|c| c.status == condition::TRUE),
             bound: scheduled.or_else(|| p.metadata.creation_timestamp.as_ref().map(|t| t.0)),
             generation: p.metadata.generation.unwrap_or_default(),
+            resource_version: p
+                .metadata
+                .resource_version
+                .as_deref()
+                .filter(|rv| !rv.starts_with('0') && !rv.starts_with('+'))
+                .and_then(|rv| rv.parse().ok())
+                .unwrap_or(0),
         }
     }
 }
@@ -325,6 +335,7 @@ mod tests {
             ready: None,
             bound: None,
             generation: 0,
+            resource_version: 0,
         }
     }
 

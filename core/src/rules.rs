@@ -31,20 +31,21 @@ impl TaintRule {
         Self { condition: condition.into(), status: status.into(), key: key.into(), effect }
     }
 
-    /// A NoExecute rule on the *healthy* state of a built-in condition (`Ready=True`,
-    /// `MemoryPressure=False`, ...): it would taint every healthy node NoExecute and evict
+    /// A NoExecute rule on the *healthy* state of a condition (`Ready=True`; `False` of every
+    /// other: `MemoryPressure=False`, and of the conditions other writers own, which by their
+    /// convention are `True` for a problem: node-problem-detector's `KernelDeadlock`, 1.37's
+    /// alpha `MaintenanceInProgress`): it would taint every healthy node NoExecute and evict
     /// nearly every pod of the cluster.
     pub fn evicts_healthy_nodes(&self) -> bool {
         let healthy = match self.condition.as_str() {
+            UNSCHEDULABLE => return false,
             "Ready" => condition::TRUE,
-            "MemoryPressure" | "DiskPressure" | "PIDPressure" | "NetworkUnavailable" => condition::FALSE,
-            _ => return false,
+            _ => condition::FALSE,
         };
         self.effect == Effect::NoExecute && self.status == healthy
     }
 
-    /// The built-in Ready -> not-ready / unreachable NoExecute pair: swapped at once, removed in
-    /// an all-zones outage.
+    /// The built-in Ready -> not-ready / unreachable NoExecute pair: swapped at once.
     pub fn is_ready_no_execute(&self) -> bool {
         self.condition == "Ready"
             && self.effect == Effect::NoExecute
@@ -223,6 +224,25 @@ mod tests {
             assert!(err.to_string().contains(needle), "{s:?}: {err}");
         }
         assert!(build(false, &[spec("KernelDeadlock", "True", "example.com/kernel-deadlock", "NoExecute")]).is_ok());
+    }
+
+    #[test]
+    fn noexecute_on_a_healthy_condition_is_told_apart() {
+        let rule = |c: &str, s: &str, e: Effect| TaintRule::new(c, s, "example.com/x", e);
+        for (r, evicts) in [
+            (rule("Ready", "True", Effect::NoExecute), true),
+            (rule("Ready", "False", Effect::NoExecute), false),
+            (rule("MemoryPressure", "False", Effect::NoExecute), true),
+            (rule("NetworkUnavailable", "False", Effect::NoExecute), true),
+            (rule("KernelDeadlock", "False", Effect::NoExecute), true),
+            (rule("MaintenanceInProgress", "False", Effect::NoExecute), true),
+            (rule("KernelDeadlock", "True", Effect::NoExecute), false),
+            (rule("KernelDeadlock", "Unknown", Effect::NoExecute), false),
+            (rule("KernelDeadlock", "False", Effect::NoSchedule), false),
+            (rule(UNSCHEDULABLE, "True", Effect::NoExecute), false),
+        ] {
+            assert_eq!(r.evicts_healthy_nodes(), evicts, "{r:?}");
+        }
     }
 
     #[test]

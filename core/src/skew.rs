@@ -75,6 +75,108 @@ impl SkewEstimator {
     }
 }
 
+/// What deadlines are moved by for the skew (docs/spec.md §9): the estimate, capped at
+/// `--max-clock-skew-compensation`; a decrease is taken at once, an increase only once several
+/// samples agree on it, so that one odd answer (an API server whose clock is an hour off, a
+/// proxy's `Date`) cannot hold every eviction back.
+#[derive(Clone, Debug)]
+pub struct Compensation {
+    cap: SignedDuration,
+    applied: SignedDuration,
+    rising: Option<Rising>,
+    capped: bool,
+}
+
+/// An increase seen, not yet taken.
+#[derive(Clone, Copy, Debug)]
+struct Rising {
+    first: SignedDuration,
+    last: Timestamp,
+    samples: u32,
+}
+
+/// Samples an increase must be seen in, [`SAMPLE_EVERY`] apart at least.
+pub const CONSISTENT_SAMPLES: u32 = 3;
+/// Moves smaller than this are not taken (nor are targets this close counted as different).
+const STEP: SignedDuration = SignedDuration::from_millis(100);
+
+impl Compensation {
+    pub fn new(cap: std::time::Duration) -> Self {
+        let cap = SignedDuration::try_from(cap).unwrap_or(SignedDuration::MAX);
+        Self { cap, applied: SignedDuration::ZERO, rising: None, capped: false }
+    }
+
+    /// The compensation in force.
+    pub fn applied(&self) -> SignedDuration {
+        self.applied
+    }
+
+    /// Whether the last estimate was beyond the cap (acted on at the cap).
+    pub fn capped(&self) -> bool {
+        self.capped
+    }
+
+    /// The estimate at `now` (how far our clock is ahead; behind moves no deadline); the new
+    /// compensation when it changes.
+    pub fn observe(&mut self, estimate: SignedDuration, now: Timestamp) -> Option<SignedDuration> {
+        self.capped = estimate > self.cap;
+        let target = estimate.clamp(SignedDuration::ZERO, self.cap);
+        if target.saturating_add(STEP) <= self.applied {
+            self.rising = None;
+            self.applied = target;
+            return Some(target);
+        }
+        if target < self.applied.saturating_add(STEP) {
+            self.rising = None;
+            return None;
+        }
+        let rising = match self.rising {
+            Some(mut r) if (target - r.first).abs() < STEP => {
+                if now.duration_since(r.last) >= SAMPLE_EVERY {
+                    r.samples += 1;
+                    r.last = now;
+                }
+                r
+            }
+            _ => Rising { first: target, last: now, samples: 1 },
+        };
+        if rising.samples >= CONSISTENT_SAMPLES {
+            self.rising = None;
+            self.applied = rising.first.min(target);
+            return Some(self.applied);
+        }
+        self.rising = Some(rising);
+        None
+    }
+}
+
+/// The estimators of several API servers (behind one name, a load balancer may answer from any
+/// of them): one per address, so that their samples are never mixed.
+#[derive(Clone, Debug, Default)]
+pub struct SkewEstimators {
+    by_address: std::collections::BTreeMap<String, SkewEstimator>,
+}
+
+impl SkewEstimators {
+    pub fn observe(&mut self, address: &str, sent: Timestamp, received: Timestamp, date: Timestamp) {
+        if !self.by_address.contains_key(address) {
+            self.by_address.insert(address.to_owned(), SkewEstimator::default());
+        }
+        if let Some(e) = self.by_address.get_mut(address) {
+            e.observe(sent, received, date);
+        }
+    }
+
+    /// The skew to the server our clock is furthest ahead of, among those known to better than
+    /// `precise` (else the most precisely known one): no deadline is early by any of them.
+    pub fn skew(&self, precise: SignedDuration) -> Option<(SignedDuration, SignedDuration)> {
+        let all: Vec<(SignedDuration, SignedDuration)> =
+            self.by_address.values().filter_map(SkewEstimator::skew).collect();
+        let known = all.iter().filter(|(_, p)| *p <= precise).max_by_key(|(s, _)| *s);
+        known.or_else(|| all.iter().min_by_key(|(_, p)| *p)).copied()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +223,48 @@ mod tests {
         let (skew, _) = e.skew().expect("estimate");
         assert!((skew.as_millis() as i64 - hour).abs() <= 100, "{skew:?}");
         assert_eq!(SkewEstimator::default().skew(), None);
+    }
+
+    fn secs(s: i64) -> SignedDuration {
+        SignedDuration::from_secs(s)
+    }
+
+    #[test]
+    fn the_compensation_is_capped_and_rises_only_on_agreeing_samples() {
+        let mut c = Compensation::new(std::time::Duration::from_secs(5));
+        // One odd estimate, then back: nothing moves.
+        assert_eq!(c.observe(secs(3600), at(0)), None);
+        assert!(c.capped());
+        assert_eq!(c.observe(secs(0), at(600)), None);
+        assert!(!c.capped());
+        // Three samples agree (a turn of the loop in between is not a sample): capped at 5 s.
+        assert_eq!(c.observe(secs(3600), at(1000)), None);
+        assert_eq!(c.observe(secs(3600), at(1100)), None, "the same sample");
+        assert_eq!(c.observe(secs(3600), at(1600)), None);
+        assert_eq!(c.observe(secs(3600), at(2200)), Some(secs(5)));
+        assert_eq!(c.applied(), secs(5));
+        // A decrease is taken at once; a negative skew moves nothing.
+        assert_eq!(c.observe(secs(2), at(2300)), Some(secs(2)));
+        assert_eq!(c.observe(secs(-7), at(2400)), Some(SignedDuration::ZERO));
+        assert_eq!(c.observe(SignedDuration::from_millis(50), at(3000)), None, "below a step");
+        // A small skew under the cap, once agreed on: applied as measured.
+        for t in [4000, 4600, 5200] {
+            let _ = c.observe(SignedDuration::from_millis(1500), at(t));
+        }
+        assert_eq!(c.applied(), SignedDuration::from_millis(1500));
+    }
+
+    #[test]
+    fn estimators_are_kept_per_server_and_the_furthest_known_one_counts() {
+        let mut e = SkewEstimators::default();
+        for i in 0..40 {
+            let sent = i * 730;
+            e.observe("10.0.0.1:6443", at(sent), at(sent + 20), date(sent + 10, 0));
+            e.observe("10.0.0.2:6443", at(sent), at(sent + 20), date(sent + 10, 3_600_000));
+        }
+        let (skew, precision) = e.skew(SignedDuration::from_millis(500)).expect("estimate");
+        assert!((skew.as_millis() as i64 - 3_600_000).abs() <= 50, "{skew:?} +/- {precision:?}");
+        assert!(precision <= SignedDuration::from_millis(50), "each server's bounds narrow on their own");
+        assert_eq!(SkewEstimators::default().skew(SignedDuration::from_millis(500)), None);
     }
 }

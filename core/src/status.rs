@@ -37,6 +37,10 @@ pub struct Report {
     /// kube-controller-manager's node lifecycle or taint eviction writes within the window
     /// ([`crate::writers`]), newest first: a second writer.
     pub second_writers: Vec<WriterRow>,
+    /// The leader's Lease cache against its live reads (docs/spec.md §3), as it publishes it on
+    /// its Lease (set by the caller; `None`: not published).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_cache: Option<crate::lifecycle::LeaseCacheReport>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -241,6 +245,7 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
         evictions: evictions.into_iter().map(|(_, r)| r).collect(),
         evicted: Vec::new(),
         second_writers: Vec::new(),
+        lease_cache: None,
     }
 }
 
@@ -275,6 +280,9 @@ pub fn render_text(r: &Report) -> String {
     if r.all_zones_disrupted {
         let _ =
             writeln!(out, "EVERY ZONE IS DOWN: no NoExecute taint is added (the control plane is the likely fault)");
+    }
+    if let Some(line) = r.lease_cache.as_ref().and_then(|c| c.behind()) {
+        let _ = writeln!(out, "LEASE CACHE BEHIND: the leader's Lease cache is {line}");
     }
     let _ = writeln!(out, "\nZONE                      STATE               NODES  NOT READY");
     for z in &r.zones {

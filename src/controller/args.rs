@@ -69,6 +69,12 @@ pub struct ControllerArgs {
     /// client's 295 s read timeout.
     #[arg(long, default_value = "15s", value_parser = parse_duration, env = "NLC_API_WRITE_TIMEOUT")]
     pub api_write_timeout: Duration,
+    /// The most an eviction deadline is moved for this process's clock running ahead of the API
+    /// server's (measured from the `Date` of its answers): beyond it, the skew is alerted on and
+    /// deadlines move by this much only, so that one API server with a wrong clock cannot hold
+    /// every eviction back. 0 turns the compensation off.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, env = "NLC_MAX_CLOCK_SKEW_COMPENSATION")]
+    pub max_clock_skew_compensation: Duration,
     /// Take the initial lists of pods, nodes and Leases as streams (`sendInitialEvents`, the
     /// WatchList feature: less memory at the API server and here); `false` lists them in pages.
     /// Where the API server refuses streams (Kubernetes 1.33 by default) pages are used anyway.
@@ -94,6 +100,7 @@ pub struct Config {
     pub api_write_timeout: Duration,
     pub streaming_lists: bool,
     pub kube_api_content_type: crate::runtime::watch::Format,
+    pub max_clock_skew_compensation: Duration,
 }
 
 impl ControllerArgs {
@@ -108,6 +115,7 @@ impl ControllerArgs {
             api_write_timeout,
             streaming_lists,
             kube_api_content_type,
+            max_clock_skew_compensation,
         } = self;
         Ok(Config {
             selector: node_selector.parse()?,
@@ -124,6 +132,12 @@ impl ControllerArgs {
             )?,
             streaming_lists,
             kube_api_content_type,
+            max_clock_skew_compensation: check_duration(
+                "--max-clock-skew-compensation",
+                max_clock_skew_compensation,
+                Duration::ZERO,
+                Duration::from_secs(3600),
+            )?,
         })
     }
 }

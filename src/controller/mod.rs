@@ -12,6 +12,7 @@ mod writers;
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kube::api::Api;
@@ -46,6 +47,10 @@ pub use nlc_core::action::NODE_LEASE_NAMESPACE;
 /// second).
 const LOOP_STALL: Duration = Duration::from_secs(30);
 
+/// The node grace period the watches' stall bound is half of when node lifecycle does not run
+/// (upstream's `--node-monitor-grace-period` default).
+const DEFAULT_GRACE: Duration = Duration::from_secs(50);
+
 /// `node-lifecycle-controller run`; `configz` is its command line as it takes effect.
 pub async fn run(args: RunArgs, mut configz: crate::runtime::configz::Configz) -> Result<()> {
     let RunArgs { client, admin, controller, leader, eviction, lifecycle, enable_webhook, webhook } = args;
@@ -60,9 +65,12 @@ pub async fn run(args: RunArgs, mut configz: crate::runtime::configz::Configz) -
     let lifecycle = lifecycle.into_config()?;
     let webhook = enable_webhook.then(|| webhook.into_config()).transpose()?;
     configz.config_file = lifecycle.config_file.clone();
-    // The leader publishes what it runs with on its Lease, where `status` reads it.
+    // The leader publishes what it runs with on its Lease, and the state of its Lease cache,
+    // where `status` reads them.
+    let (published, published_rx) = signal::channel(std::collections::BTreeMap::new());
     let leader = leader.map(|mut l| {
         l.annotations.insert(crate::runtime::configz::ANNOTATION.to_owned(), configz.document());
+        l.live = Some(published_rx);
         l
     });
 
@@ -107,7 +115,7 @@ pub async fn run(args: RunArgs, mut configz: crate::runtime::configz::Configz) -
     if let Some(webhook) = webhook {
         crate::webhook::spawn(&mut rt, webhook).await?;
     }
-    spawn(&mut rt, cfg, Placement { leader, namespace }, eviction, lifecycle);
+    spawn(&mut rt, cfg, Placement { leader, namespace, published }, eviction, lifecycle);
     rt.run().await
 }
 
@@ -117,10 +125,12 @@ struct ProtocolLabels {
 }
 
 /// Where the controller's own objects live: its leader election Lease (`None`: no leader
-/// election) and its namespace (that Lease's, also the pause ConfigMap's).
+/// election) and its namespace (that Lease's, also the pause ConfigMap's); and the annotations
+/// the leader keeps current on that Lease.
 struct Placement {
     leader: Option<(crate::runtime::leader::Config, std::os::unix::net::UnixListener)>,
     namespace: String,
+    published: signal::Sender<std::collections::BTreeMap<String, String>>,
 }
 
 /// Adds the controllers to a runtime: metrics, readiness (every cache synced), liveness (the
@@ -143,8 +153,9 @@ fn spawn(
         api_write_timeout,
         streaming_lists,
         kube_api_content_type,
+        max_clock_skew_compensation,
     } = cfg;
-    let Placement { leader, namespace } = placement;
+    let Placement { leader, namespace, published } = placement;
     let metrics = ControllerMetrics::register(rt);
     let second_writers =
         writers::SecondWriters::new(SystemClock.now(), writers::WriterMetrics::register(rt.registry()));
@@ -186,8 +197,16 @@ fn spawn(
         Some(leader) => spawn_leader_election(rt, leader, leading_tx, executor.fence(), clock.clone()),
         None => drop(leading_tx),
     }
-    let lists =
-        Lists { streaming: streaming_lists, format: kube_api_content_type, leases: lifecycle.decisions.is_some() };
+    // A node or node Lease watch silent for half the grace period while nodes exist is stalled
+    // (kubelets renew every 10 s): it is started again before any node could be judged on it.
+    let grace = lifecycle.decisions.as_ref().map_or(DEFAULT_GRACE, |d| d.grace.monitor);
+    let stall = crate::runtime::watch::Stall { after: grace / 2, armed: Arc::new(AtomicBool::new(false)) };
+    let lists = Lists {
+        streaming: streaming_lists,
+        format: kube_api_content_type,
+        leases: lifecycle.decisions.is_some(),
+        stall: stall.clone(),
+    };
     spawn_watches(rt, selector, lists, &tx, &metrics.watch, &second_writers);
     let pause =
         watch::pause(rt.client(), namespace, tx.clone(), metrics.watch.clone(), metrics.brakes.available.clone());
@@ -214,12 +233,14 @@ fn spawn(
         metrics,
         reported_zones: HashSet::new(),
         skew: rt.skew(),
-        applied_skew: jiff::SignedDuration::ZERO,
+        compensation: nlc_core::skew::Compensation::new(max_clock_skew_compensation),
         steps,
         second_writers,
         brakes_shown: None,
         nodes_changed: true,
         lease_holds: 0,
+        lease_cache: LeaseCacheShown { note: rt.ready_note("lease cache"), published, shown: None },
+        stall_armed: stall.armed,
     };
     let stop = rt.shutdown();
     rt.spawn("controller", task.run(stop));
@@ -228,12 +249,14 @@ fn spawn(
 /// How the watches of pods, nodes and node Leases read: streaming initial lists or pages, and the
 /// wire format (`--streaming-lists`, `--kube-api-content-type`); and whether node Leases are
 /// watched at all.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Lists {
     streaming: bool,
     format: crate::runtime::watch::Format,
     /// Node lifecycle runs: it alone reads a Lease (a node's heartbeat).
     leases: bool,
+    /// How long the node and node Lease watches may stay silent while nodes exist.
+    stall: crate::runtime::watch::Stall,
 }
 
 /// Starts the watches feeding `tx`. Every node is watched, so that zone states are judged over
@@ -268,13 +291,19 @@ fn spawn_watches(
     // Streaming initial lists: 16 MB less RSS at 30,000 pods, ready time unchanged within the
     // runs' spread (bench eviction, 3 runs); watch::run falls back to pages where the API server
     // refuses them (1.33).
-    let Lists { streaming, format, leases: watch_leases } = lists;
+    let Lists { streaming, format, leases: watch_leases, stall } = lists;
     let strategy = |c: watcher::Config| if streaming { c.streaming_lists() } else { c };
     let pods = strategy(watcher::Config::default().fields("spec.nodeName!="));
     let all = || strategy(watcher::Config::default());
     let (t, m, w) = (tx.clone(), metrics.clone(), writers.clone());
     let nodes = watch::run(
-        watch::Watched { api: Api::<WireNode>::all(client.clone()), config: all(), format, resource: "nodes" },
+        watch::Watched {
+            api: Api::<WireNode>::all(client.clone()),
+            config: all(),
+            format,
+            resource: "nodes",
+            stall: Some(stall.clone()),
+        },
         move |n: &WireNode| {
             w.node(&n.0);
             SlimNode::new(&n.0, &selector)
@@ -286,7 +315,13 @@ fn spawn_watches(
     spawn_until_shutdown(rt, "watch-nodes", nodes);
     let (t, m, w) = (tx.clone(), metrics.clone(), writers.clone());
     let pods = watch::run(
-        watch::Watched { api: Api::<WirePod>::all(client.clone()), config: pods, format, resource: "pods" },
+        watch::Watched {
+            api: Api::<WirePod>::all(client.clone()),
+            config: pods,
+            format,
+            resource: "pods",
+            stall: None,
+        },
         move |p: &WirePod| {
             w.pod(&p.0);
             SlimPod::from(&p.0)
@@ -313,7 +348,7 @@ fn spawn_watches(
     }
     let api = Api::<WireLease>::namespaced(client, NODE_LEASE_NAMESPACE);
     let lease = |l: &WireLease| SlimLease::from(&l.0);
-    let leases = watch::Watched { api, config: all(), format, resource: "leases" };
+    let leases = watch::Watched { api, config: all(), format, resource: "leases", stall: Some(stall) };
     let leases = watch::run(leases, lease, Input::Lease, t, m);
     spawn_until_shutdown(rt, "watch-leases", leases);
 }
@@ -366,7 +401,8 @@ struct Task {
     metrics: ControllerMetrics,
     reported_zones: HashSet<String>,
     skew: crate::runtime::client::Skew,
-    applied_skew: jiff::SignedDuration,
+    /// What deadlines are moved by for the skew (capped, rising only on agreeing samples).
+    compensation: nlc_core::skew::Compensation,
     steps: StepDetector,
     /// kube-controller-manager's controllers seen writing: their Warning events.
     second_writers: writers::SecondWriters,
@@ -378,6 +414,34 @@ struct Task {
     nodes_changed: bool,
     /// The Lease cache holds the state had counted at the last look.
     lease_holds: u64,
+    lease_cache: LeaseCacheShown,
+    /// Nodes exist: a silent node or node Lease watch is stalled.
+    stall_armed: Arc<AtomicBool>,
+}
+
+/// Where the Lease cache's state is shown besides the metrics: `/readyz?verbose`, and the
+/// leader's Lease for `status`.
+struct LeaseCacheShown {
+    note: signal::Sender<Option<String>>,
+    published: signal::Sender<std::collections::BTreeMap<String, String>>,
+    shown: Option<nlc_core::lifecycle::LeaseCacheReport>,
+}
+
+impl LeaseCacheShown {
+    fn show(&mut self, report: nlc_core::lifecycle::LeaseCacheReport) {
+        // `read` moves with every Lease event: only a change of what is said is shown.
+        let said = |r: &nlc_core::lifecycle::LeaseCacheReport| (r.waiting_for.clone(), r.since, r.trips);
+        if self.shown.as_ref().is_some_and(|old| said(old) == said(&report)) {
+            return;
+        }
+        let _ = self.note.send(report.behind());
+        if let Ok(json) = serde_json::to_string(&report) {
+            self.published.send_modify(|a| {
+                a.insert(crate::runtime::leader::LEASE_CACHE_ANNOTATION.to_owned(), json);
+            });
+        }
+        self.shown = Some(report);
+    }
 }
 
 impl Task {
@@ -458,24 +522,36 @@ impl Task {
         }
     }
 
-    /// The measured skew to the API server: exported, and handed to the state when it is
-    /// known to better than half a second and moved by more than 100 ms.
+    /// The measured skew to the API server: exported, and, once known to better than half a
+    /// second, turned into the compensation handed to the state (capped at
+    /// `--max-clock-skew-compensation`; an increase only once several samples agree).
     fn follow_skew(&mut self, actions: &mut Vec<Action>) {
         let Some((skew, precision)) = self.skew.get() else { return };
         self.metrics.clock.skew.set(skew.as_secs_f64());
         self.metrics.clock.precision.set(precision.as_secs_f64());
-        if precision > jiff::SignedDuration::from_millis(500) {
+        if precision > crate::runtime::client::PRECISE {
             return;
         }
-        if (skew - self.applied_skew).abs() > jiff::SignedDuration::from_millis(100) {
-            if skew.abs() > jiff::SignedDuration::from_secs(1) {
+        let was_capped = self.compensation.capped();
+        let changed = self.compensation.observe(skew, self.clock.now());
+        self.metrics.clock.capped.set(i64::from(self.compensation.capped()));
+        if self.compensation.capped() && !was_capped {
+            tracing::error!(
+                skew_ms = skew.as_millis() as i64,
+                cap_ms = self.compensation.applied().as_millis() as i64,
+                "this process's clock is ahead of the API server's by more than --max-clock-skew-compensation; deadlines move by the cap only (fix the clocks)"
+            );
+        }
+        if let Some(applied) = changed {
+            if applied > jiff::SignedDuration::from_secs(1) {
                 tracing::warn!(
                     skew_ms = skew.as_millis() as i64,
+                    compensation_ms = applied.as_millis() as i64,
                     "this process's clock differs from the API server's by more than a second; evictions wait out the difference"
                 );
             }
-            self.applied_skew = skew;
-            self.state.set_clock_skew(skew, self.clock.now(), actions);
+            self.metrics.clock.compensation.set(applied.as_secs_f64());
+            self.state.set_clock_skew(applied, self.clock.now(), actions);
         }
     }
 
@@ -494,6 +570,7 @@ impl Task {
             // A new state (a pause of everything, a new term) counts from 0 again.
             m.lease_cache_holds.inc_by(report.trips.saturating_sub(self.lease_holds.min(report.trips)));
             self.lease_holds = report.trips;
+            self.lease_cache.show(report);
         }
         self.update_gate();
         let pause = self.state.pause();
@@ -549,6 +626,7 @@ impl Task {
         self.nodes_changed |= nodes_changed;
         self.state.after_batch(self.clock.now(), actions);
         let cache = &self.state.cache;
+        self.stall_armed.store(!cache.index.nodes.is_empty(), Ordering::Relaxed);
         if cache.synced() && !*self.ready.borrow() {
             tracing::info!(
                 nodes = cache.index.nodes.len(),

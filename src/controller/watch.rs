@@ -15,7 +15,7 @@ use nlc_core::cache::WatchEvent;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
-use crate::runtime::watch::{Decoded, Format, Item, WatchMetrics, stream, stream_as};
+use crate::runtime::watch::{Decoded, Format, Item, Stall, WatchMetrics, stream, stream_as};
 
 /// A decoded object's event as the cache takes it; `key` names an object that could not be
 /// decoded.
@@ -55,6 +55,8 @@ pub struct Watched<K: Resource> {
     pub format: Format,
     /// The metrics' and logs' label.
     pub resource: &'static str,
+    /// How long it may stay silent before it is started again.
+    pub stall: Option<Stall>,
 }
 
 /// Runs until the receiver is dropped.
@@ -68,11 +70,18 @@ pub async fn run<K, S, I>(
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + Decoded + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let Watched { api, config, format, resource } = watched;
-    let mut events = std::pin::pin!(stream_as(api, config, format, resource, metrics));
+    let Watched { api, config, format, resource, stall } = watched;
+    let mut events = std::pin::pin!(stream_as(api, config, format, resource, metrics, stall));
     while let Some(item) = events.next().await {
-        let Item::Event(ev) = item else { continue };
-        let Some(ev) = map_event(ev, &key_of::<K>, &slim) else { continue };
+        let ev = match item {
+            Item::Event(ev) => match map_event(ev, &key_of::<K>, &slim) {
+                Some(ev) => ev,
+                None => continue,
+            },
+            // How far the watch has read: the Lease cache's hold waits for it (docs/spec.md §3).
+            Item::Bookmark(rv) => WatchEvent::Progress(rv),
+            Item::Failed(_) => continue,
+        };
         if tx.send(wrap(ev)).await.is_err() {
             return;
         }
@@ -126,6 +135,7 @@ pub async fn pause(
             Item::Event(watcher::Event::InitDone) => listed.take(),
             Item::Event(watcher::Event::Apply(cm)) => Some(read(cm)),
             Item::Event(watcher::Event::Delete(_)) => Some(Pause::None),
+            Item::Bookmark(_) => None,
             Item::Failed(failure) => {
                 if failure.is_forbidden() {
                     available.set(0);

@@ -68,8 +68,9 @@ pub struct LifecycleArgs {
     /// NodeControllerLeaseCircuitBreaker, on by default there; here on every supported version).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_NODE_CONTROLLER_LEASE_CIRCUIT_BREAKER")]
     pub node_controller_lease_circuit_breaker: bool,
-    /// Accept a NoExecute rule on the healthy state of a built-in condition (e.g.
-    /// `Ready=True:...:NoExecute`), which taints every healthy node NoExecute: refused without it.
+    /// Accept a NoExecute rule on a condition's healthy state (`Ready=True`, or `False` of any
+    /// other condition, e.g. `KernelDeadlock=False`), which taints every healthy node NoExecute:
+    /// refused without it.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ALLOW_NO_EXECUTE_ON_HEALTHY_NODES")]
     pub allow_no_execute_on_healthy_nodes: bool,
 }

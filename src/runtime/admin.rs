@@ -25,22 +25,37 @@ use tokio::sync::watch;
 /// A component's name and whether it is ready.
 type Gate = (&'static str, watch::Receiver<bool>);
 
-/// The components whose readiness `/readyz` waits for.
+/// A state shown by `/readyz?verbose` that never fails it: its name, and what it says (`None`:
+/// nothing to say).
+type Note = (&'static str, watch::Receiver<Option<String>>);
+
+/// The components whose readiness `/readyz` waits for, and the states it shows beside them.
 #[derive(Clone, Default)]
-pub struct Readiness(Arc<Mutex<Vec<Gate>>>);
+pub struct Readiness(Arc<Mutex<(Vec<Gate>, Vec<Note>)>>);
 
 impl Readiness {
     /// A new component, not ready until its sender says so.
     pub fn gate(&self, name: &'static str) -> watch::Sender<bool> {
         let (tx, rx) = watch::channel(false);
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push((name, rx));
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).0.push((name, rx));
         tx
     }
 
-    /// Every component, and `not ready` for those that are not.
+    /// A new state that `/readyz?verbose` shows and that never makes it fail (the process can
+    /// serve; it says what holds it back).
+    pub fn note(&self, name: &'static str) -> watch::Sender<Option<String>> {
+        let (tx, rx) = watch::channel(None);
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).1.push((name, rx));
+        tx
+    }
+
+    /// Every component, `not ready` for those that are not; then the notes.
     fn checks(&self) -> Vec<Check> {
-        let gates = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        gates.iter().map(|(name, rx)| (*name, (!*rx.borrow()).then(|| "not ready".to_owned()))).collect()
+        let lists = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let gates =
+            lists.0.iter().map(|(name, rx)| (*name, if *rx.borrow() { Ok(None) } else { Err("not ready".to_owned()) }));
+        let notes = lists.1.iter().map(|(name, rx)| (*name, Ok(rx.borrow().clone())));
+        gates.chain(notes).collect()
     }
 }
 
@@ -75,21 +90,27 @@ impl Liveness {
         hb
     }
 
-    /// Every loop, and why it fails (`None`: it is making progress).
+    /// Every loop, and why it fails.
     fn checks(&self) -> Vec<Check> {
         let beats = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        beats.iter().map(|h| (h.name, h.stalled().map(|d| format!("no progress for {}s", d.as_secs())))).collect()
+        let check = |h: &Heartbeat| match h.stalled() {
+            Some(d) => Err(format!("no progress for {}s", d.as_secs())),
+            None => Ok(None),
+        };
+        beats.iter().map(|h| (h.name, check(h))).collect()
     }
 }
 
-/// One check of a health endpoint: its name, and why it fails (`None`: it passes).
-type Check = (&'static str, Option<String>);
+/// One check of a health endpoint: its name, and whether it passes (with a note to show, if
+/// any) or why it fails.
+type Check = (&'static str, Result<Option<String>, String>);
 
 /// A health endpoint's answer from its checks: 200 when every one passes, 503 otherwise. With
-/// `?verbose`, one line per check as kube components answer it (`[+]name ok`, `[-]name failed:
-/// why`, then `<endpoint> check passed` or `failed`); without, `ok` or `failure`'s one line.
+/// `?verbose`, one line per check as kube components answer it (`[+]name ok`, `[+]name ok:
+/// note`, `[-]name failed: why`, then `<endpoint> check passed` or `failed`); without, `ok` or
+/// `failure`'s one line.
 fn answer(endpoint: &str, uri: &Uri, checks: &[Check], failure: impl FnOnce() -> String) -> (StatusCode, String) {
-    let passed = checks.iter().all(|(_, p)| p.is_none());
+    let passed = checks.iter().all(|(_, c)| c.is_ok());
     let code = if passed { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     let wants_verbose =
         uri.query().is_some_and(|q| q.split('&').any(|kv| kv == "verbose" || kv.starts_with("verbose=")));
@@ -97,10 +118,11 @@ fn answer(endpoint: &str, uri: &Uri, checks: &[Check], failure: impl FnOnce() ->
         return (code, if passed { "ok".to_owned() } else { failure() });
     }
     let mut out = String::new();
-    for (name, problem) in checks {
-        match problem {
-            None => out.push_str(&format!("[+]{name} ok\n")),
-            Some(why) => out.push_str(&format!("[-]{name} failed: {why}\n")),
+    for (name, check) in checks {
+        match check {
+            Ok(None) => out.push_str(&format!("[+]{name} ok\n")),
+            Ok(Some(note)) => out.push_str(&format!("[+]{name} ok: {note}\n")),
+            Err(why) => out.push_str(&format!("[-]{name} failed: {why}\n")),
         }
     }
     out.push_str(&format!("{endpoint} check {}\n", if passed { "passed" } else { "failed" }));
@@ -111,7 +133,9 @@ fn answer(endpoint: &str, uri: &Uri, checks: &[Check], failure: impl FnOnce() ->
 fn failing(checks: &[Check], why: bool) -> String {
     let names: Vec<String> = checks
         .iter()
-        .filter_map(|(name, p)| p.as_ref().map(|p| if why { format!("{name} ({p})") } else { (*name).to_owned() }))
+        .filter_map(|(name, c)| {
+            c.as_ref().err().map(|p| if why { format!("{name} ({p})") } else { (*name).to_owned() })
+        })
         .collect();
     names.join(", ")
 }
@@ -167,23 +191,23 @@ fn probe_routes() -> Router<AdminState> {
 }
 
 async fn healthz(uri: Uri) -> impl IntoResponse {
-    answer("healthz", &uri, &[("ping", None)], String::new)
+    answer("healthz", &uri, &[("ping", Ok(None))], String::new)
 }
 
 /// Not ready while any component is not, and from the moment shutdown begins (so that
 /// endpoints stop sending traffic while the listeners drain).
 async fn readyz(State(s): State<AdminState>, uri: Uri) -> impl IntoResponse {
     let stopping = s.stop.is_signaled();
-    let mut checks: Vec<Check> = vec![("ping", None)];
+    let mut checks: Vec<Check> = vec![("ping", Ok(None))];
     checks.extend(s.readiness.checks());
-    checks.push(("shutdown", stopping.then(|| "shutting down".to_owned())));
+    checks.push(("shutdown", if stopping { Err("shutting down".to_owned()) } else { Ok(None) }));
     answer("readyz", &uri, &checks, || {
         if stopping { "shutting down".to_owned() } else { format!("not ready: {}", failing(&checks, false)) }
     })
 }
 
 async fn livez(State(s): State<AdminState>, uri: Uri) -> impl IntoResponse {
-    let mut checks: Vec<Check> = vec![("ping", None)];
+    let mut checks: Vec<Check> = vec![("ping", Ok(None))];
     checks.extend(s.liveness.checks());
     answer("livez", &uri, &checks, || format!("stalled: {}", failing(&checks, true)))
 }
@@ -245,15 +269,23 @@ mod tests {
 
     #[test]
     fn one_set_of_checks_gives_the_plain_and_the_verbose_answer() {
-        let checks: Vec<Check> = vec![("ping", None), ("nodes", Some("not ready".into())), ("pods", None)];
+        let checks: Vec<Check> = vec![
+            ("ping", Ok(None)),
+            ("nodes", Err("not ready".into())),
+            ("pods", Ok(None)),
+            ("lease cache", Ok(Some("behind".into()))),
+        ];
         let plain: Uri = "/readyz".parse().expect("uri");
         let (code, body) = answer("readyz", &plain, &checks, || format!("not ready: {}", failing(&checks, false)));
         assert_eq!((code, body.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "not ready: nodes"));
         let verbose: Uri = "/readyz?verbose".parse().expect("uri");
         let (_, body) = answer("readyz", &verbose, &checks, String::new);
-        assert_eq!(body, "[+]ping ok\n[-]nodes failed: not ready\n[+]pods ok\nreadyz check failed\n");
+        assert_eq!(
+            body,
+            "[+]ping ok\n[-]nodes failed: not ready\n[+]pods ok\n[+]lease cache ok: behind\nreadyz check failed\n"
+        );
         assert_eq!(failing(&checks, true), "nodes (not ready)");
-        let (code, body) = answer("livez", &plain, &[("ping", None)], String::new);
+        let (code, body) = answer("livez", &plain, &[("ping", Ok(None))], String::new);
         assert_eq!((code, body.as_str()), (StatusCode::OK, "ok"));
     }
 }

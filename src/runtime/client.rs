@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use jiff::SignedDuration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use nlc_core::skew::SkewEstimator;
+use nlc_core::skew::SkewEstimators;
 
 use crate::clock::{Clock as _, SystemClock};
 
@@ -30,18 +30,22 @@ pub async fn config(args: &ClientArgs) -> Result<kube::Config> {
     Ok(config)
 }
 
-/// The clock skew to the API server, estimated from the `Date` of every answer, and the HTTP
-/// version of the last answer (shared by every clone of the client).
+/// The clock skew to the API server, estimated from the `Date` of every answer (one estimate per
+/// server address the connections reach), and the HTTP version of the last answer (shared by
+/// every clone of the client).
 #[derive(Clone, Default)]
 pub struct Skew {
-    estimator: Arc<Mutex<SkewEstimator>>,
+    estimators: Arc<Mutex<SkewEstimators>>,
     version: Arc<Mutex<Option<axum::http::Version>>>,
 }
 
+/// An estimate counts as known to this much (the compensation's rule, docs/spec.md §9).
+pub const PRECISE: SignedDuration = SignedDuration::from_millis(500);
+
 impl Skew {
-    /// How far our clock is ahead of the API server's, and how precisely.
+    /// How far our clock is ahead of the API server furthest behind it, and how precisely.
     pub fn get(&self) -> Option<(SignedDuration, SignedDuration)> {
-        self.estimator.lock().unwrap_or_else(|p| p.into_inner()).skew()
+        self.estimators.lock().unwrap_or_else(|p| p.into_inner()).skew(PRECISE)
     }
 
     /// The HTTP version the API server last answered in (`HTTP/2.0` with `--api-http2` when it
@@ -97,7 +101,13 @@ where
                 .and_then(|v| jiff::fmt::rfc2822::parse(v).ok())
                 .map(|z| z.timestamp());
             if let Some(date) = date {
-                skew.estimator.lock().unwrap_or_else(|p| p.into_inner()).observe(sent, received, date);
+                // The server that answered, where the connection says (not through a proxy).
+                let address = resp
+                    .extensions()
+                    .get::<hyper_util::client::legacy::connect::HttpInfo>()
+                    .map(|i| i.remote_addr().to_string())
+                    .unwrap_or_default();
+                skew.estimators.lock().unwrap_or_else(|p| p.into_inner()).observe(&address, sent, received, date);
             }
             Ok(resp)
         })
@@ -113,22 +123,35 @@ pub async fn client_with_skew(args: &ClientArgs) -> Result<(kube::Client, Skew)>
     config.default_retry = false;
     config.headers.push((axum::http::header::USER_AGENT, axum::http::HeaderValue::from_static(crate::FIELD_MANAGER)));
     let skew = Skew::default();
-    if args.api_http2 {
-        return Ok((http2_client(config, &skew)?, skew));
+    // Through an HTTP proxy (the kubeconfig's proxy-url), kube's own stack, which speaks to it.
+    if config.proxy_url.is_some() && !args.api_http2 {
+        let builder = kube::client::ClientBuilder::try_from(config)?;
+        return Ok((builder.with_layer(&SkewLayer(skew.clone())).build(), skew));
     }
-    let builder = kube::client::ClientBuilder::try_from(config)?;
-    Ok((builder.with_layer(&SkewLayer(skew.clone())).build(), skew))
+    Ok((custom_client(config, &skew, args.api_http2)?, skew))
 }
 
+/// TCP keep-alive on every API connection: idle this long, then a probe this often, and the
+/// connection is given up after this many unanswered. A dead peer (a partition, an API server
+/// whose host died) is seen within 30 s instead of the client's 295 s read timeout: a watch on
+/// it is started again long before any node's grace period could run out on it.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_PROBES: u32 = 3;
+
 /// kube-rs's client stack (base URI, authentication, extra headers; timeouts on the connector)
-/// over a connector that offers `h2` and `http/1.1` by ALPN, with client-go's HTTP/2 settings.
-/// Not `http2_only`: a server (or proxy) that speaks only HTTP/1.1 still works.
-fn http2_client(config: kube::Config, skew: &Skew) -> Result<kube::Client> {
+/// over a connector with TCP keep-alive; with `http2`, one that offers `h2` and `http/1.1` by
+/// ALPN, with client-go's HTTP/2 settings (pings every 30 s, even on an idle connection). Not
+/// `http2_only`: a server (or proxy) that speaks only HTTP/1.1 still works.
+fn custom_client(config: kube::Config, skew: &Skew, http2: bool) -> Result<kube::Client> {
     use kube::client::ConfigExt as _;
     use tower::ServiceBuilder;
 
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
+    http.set_keepalive(Some(KEEPALIVE_IDLE));
+    http.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
+    http.set_keepalive_retries(Some(KEEPALIVE_PROBES));
     let tls = config.rustls_client_config()?;
     let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http();
     let builder = match config.tls_server_name.clone() {
@@ -138,7 +161,12 @@ fn http2_client(config: kube::Config, skew: &Skew) -> Result<kube::Client> {
         }
         None => builder,
     };
-    let mut connector = hyper_timeout::TimeoutConnector::new(builder.enable_all_versions().wrap_connector(http));
+    let https = if http2 {
+        builder.enable_all_versions().wrap_connector(http)
+    } else {
+        builder.enable_http1().wrap_connector(http)
+    };
+    let mut connector = hyper_timeout::TimeoutConnector::new(https);
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);

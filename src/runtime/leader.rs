@@ -60,7 +60,14 @@ pub struct Config {
     pub namespace: String,
     /// Written on the Lease with every write of this process ([`super::configz::ANNOTATION`]).
     pub annotations: std::collections::BTreeMap<String, String>,
+    /// Annotations the process keeps current (the Lease cache's state, [`LEASE_CACHE_ANNOTATION`]),
+    /// written with each renewal.
+    pub live: Option<watch::Receiver<std::collections::BTreeMap<String, String>>>,
 }
+
+/// The Lease annotation carrying the leader's Lease cache against its live reads
+/// ([`nlc_core::lifecycle::LeaseCacheReport`], JSON), which `status` shows.
+pub const LEASE_CACHE_ANNOTATION: &str = "node-lifecycle-controller.io/lease-cache";
 
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -107,7 +114,13 @@ impl LeaderArgs {
             return Ok(None);
         }
         let namespace = own_namespace(leader_elect_resource_namespace);
-        Ok(Some(Config { elector, name: leader_elect_resource_name, namespace, annotations: Default::default() }))
+        Ok(Some(Config {
+            elector,
+            name: leader_elect_resource_name,
+            namespace,
+            annotations: Default::default(),
+            live: None,
+        }))
     }
 }
 
@@ -236,9 +249,10 @@ fn lease_of(cfg: &Config, record: &Record, last: Option<&ObjectMeta>) -> Lease {
         ..ObjectMeta::default()
     });
     metadata.managed_fields = None;
-    if !cfg.annotations.is_empty() {
+    let live = cfg.live.as_ref().map(|l| l.borrow().clone()).unwrap_or_default();
+    if !cfg.annotations.is_empty() || !live.is_empty() {
         let annotations = metadata.annotations.get_or_insert_with(Default::default);
-        annotations.extend(cfg.annotations.iter().map(|(k, v)| (k.clone(), v.clone())));
+        annotations.extend(cfg.annotations.iter().chain(&live).map(|(k, v)| (k.clone(), v.clone())));
     }
     Lease {
         metadata,

@@ -153,6 +153,11 @@ impl Runtime {
         self.readiness.gate(name)
     }
 
+    /// A state `/readyz?verbose` shows without failing on it; send what it says.
+    pub fn ready_note(&self, name: &'static str) -> tokio::sync::watch::Sender<Option<String>> {
+        self.readiness.note(name)
+    }
+
     /// A loop `/livez` watches: it must beat at least every `timeout`.
     pub fn heartbeat(&self, name: &'static str, timeout: Duration) -> Heartbeat {
         self.liveness.heartbeat(name, timeout)

@@ -11,8 +11,10 @@
 //!   `InitDone` after the last) or a streaming list (a watch from `0` with `sendInitialEvents`,
 //!   ended by the bookmark annotated `k8s.io/initial-events-end`); then a watch from the last
 //!   resourceVersion seen (an object's or a bookmark's), with bookmarks and `timeoutSeconds`
-//!   (290 s unless set). A watch that ends, or stays silent for its timeout and 5 s more, is
-//!   started again from that resourceVersion; a `410` re-lists.
+//!   (290 s unless set). A watch that ends, or stays silent for its timeout and 5 s more (or for
+//!   its stall bound, [`super::watch::Stall`], while that is armed: counted), is started again
+//!   from that resourceVersion; a `410` re-lists. Bookmarks are handed on
+//!   ([`super::watch::Ev::Bookmark`]): they say how far the watch has read.
 //! - Requests go through [`kube::Client::send`] (the client's base URI, auth and timeouts) with
 //!   `Accept: application/vnd.kubernetes.protobuf, application/json`, client-go's header for
 //!   built-in kinds. The answer's `Content-Type` decides how it is read: protobuf here; an
@@ -41,6 +43,9 @@ use kube::client::Body;
 use kube::core::{Request, Status};
 use kube::runtime::watcher;
 use nlc_core::wire::proto;
+use prometheus_client::metrics::counter::Counter;
+
+use super::watch::{Ev, Stall};
 
 /// The media type of protobuf bodies.
 pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
@@ -55,17 +60,19 @@ const IDLE_MARGIN: Duration = Duration::from_secs(5);
 /// Decodes one object's protobuf message (a list item, or the `raw` of an event's object).
 pub type Decode<K> = fn(&[u8]) -> K;
 
-/// Watches `api` in protobuf for ever: kube-runtime's watcher, protobuf on the wire.
+/// Watches `api` in protobuf for ever: kube-runtime's watcher, protobuf on the wire; a watch
+/// silent past `stall` (while armed) is started again, counted in its counter.
 pub fn protobuf_watcher<K>(
     api: Api<K>,
     config: watcher::Config,
     decode: Decode<K>,
-) -> BoxStream<'static, watcher::Result<watcher::Event<K>>>
+    stall: Option<(Stall, Counter)>,
+) -> BoxStream<'static, watcher::Result<Ev<K>>>
 where
     K: Resource + Send + 'static,
 {
     let url = api.resource_url().to_owned();
-    let w = Watcher { client: api.into_client(), url, config, decode };
+    let w = Watcher { client: api.into_client(), url, config, decode, stall };
     Box::pin(futures::stream::unfold((w, Phase::Empty), |(w, mut phase)| async move {
         loop {
             let (item, next) = w.step(phase).await;
@@ -82,6 +89,7 @@ struct Watcher<K> {
     url: String,
     config: watcher::Config,
     decode: Decode<K>,
+    stall: Option<(Stall, Counter)>,
 }
 
 /// Where the watcher is (kube-runtime's states).
@@ -108,7 +116,12 @@ enum Phase<K> {
     },
 }
 
-type Step<K> = (Option<watcher::Result<watcher::Event<K>>>, Phase<K>);
+type Step<K> = (Option<watcher::Result<Ev<K>>>, Phase<K>);
+
+/// An event as the step yields it.
+fn event<K>(ev: watcher::Event<K>) -> Option<watcher::Result<Ev<K>>> {
+    Some(Ok(Ev::Event(ev)))
+}
 
 impl<K: Resource> Watcher<K> {
     /// One step: maybe an item, and the next phase.
@@ -118,11 +131,11 @@ impl<K: Resource> Watcher<K> {
             Phase::Paging { continue_token, mut objects, resource_version } => {
                 if let Some(k) = objects.pop_front() {
                     let next = Phase::Paging { continue_token, objects, resource_version };
-                    return (Some(Ok(watcher::Event::InitApply(k))), next);
+                    return (event(watcher::Event::InitApply(k)), next);
                 }
                 match (continue_token, resource_version) {
                     (None, Some(resource_version)) => {
-                        (Some(Ok(watcher::Event::InitDone)), Phase::Listed { resource_version })
+                        (event(watcher::Event::InitDone), Phase::Listed { resource_version })
                     }
                     (continue_token, _) => self.page(continue_token).await,
                 }
@@ -140,10 +153,10 @@ impl<K: Resource> Watcher<K> {
     async fn start(&self) -> Step<K> {
         if self.config.initial_list_strategy == watcher::InitialListStrategy::ListWatch {
             let first = Phase::Paging { continue_token: None, objects: VecDeque::new(), resource_version: None };
-            return (Some(Ok(watcher::Event::Init)), first);
+            return (event(watcher::Event::Init), first);
         }
         match self.watch(true, "0").await {
-            Ok(events) => (Some(Ok(watcher::Event::Init)), Phase::Streaming { events }),
+            Ok(events) => (event(watcher::Event::Init), Phase::Streaming { events }),
             Err(e) => (Some(Err(watcher::Error::WatchStartFailed(e))), Phase::Empty),
         }
     }
@@ -191,7 +204,7 @@ impl<K: Resource> Watcher<K> {
     async fn streaming(&self, mut events: Events) -> Step<K> {
         match events.next(self.decode).await {
             Some(Ok(Frame::Object(Kind::Added | Kind::Modified, k))) => {
-                (Some(Ok(watcher::Event::InitApply(k))), Phase::Streaming { events })
+                (event(watcher::Event::InitApply(k)), Phase::Streaming { events })
             }
             Some(Ok(Frame::Object(Kind::Deleted, _))) => {
                 // The API server sends none during initial events (the streaming-lists KEP).
@@ -200,7 +213,7 @@ impl<K: Resource> Watcher<K> {
             }
             Some(Ok(Frame::Bookmark(b))) if b.initial_events_end => match b.resource_version {
                 Some(resource_version) => {
-                    (Some(Ok(watcher::Event::InitDone)), Phase::Watching { resource_version, events })
+                    (event(watcher::Event::InitDone), Phase::Watching { resource_version, events })
                 }
                 None => (Some(Err(watcher::Error::NoResourceVersion)), Phase::Empty),
             },
@@ -223,16 +236,19 @@ impl<K: Resource> Watcher<K> {
             .clone()
             .filter(|rv| !rv.is_empty())
         {
-            Some(resource_version) => (Some(Ok(event(k))), Phase::Watching { resource_version, events }),
+            Some(resource_version) => (Some(Ok(Ev::Event(event(k)))), Phase::Watching { resource_version, events }),
             None => (Some(Err(watcher::Error::NoResourceVersion)), Phase::Empty),
         };
         match events.next(self.decode).await {
             Some(Ok(Frame::Object(Kind::Added | Kind::Modified, k))) => object(k, watcher::Event::Apply, events),
             Some(Ok(Frame::Object(Kind::Deleted, k))) => object(k, watcher::Event::Delete, events),
-            Some(Ok(Frame::Bookmark(b))) => {
-                let resource_version = b.resource_version.unwrap_or(resource_version);
-                (None, Phase::Watching { resource_version, events })
-            }
+            Some(Ok(Frame::Bookmark(b))) => match b.resource_version {
+                Some(resource_version) => {
+                    let bookmark = Some(Ok(Ev::Bookmark(resource_version.clone())));
+                    (bookmark, Phase::Watching { resource_version, events })
+                }
+                None => (None, Phase::Watching { resource_version, events }),
+            },
             Some(Ok(Frame::Error(s))) => {
                 let next = if s.code == 410 { Phase::Empty } else { Phase::Watching { resource_version, events } };
                 (Some(Err(watcher::Error::WatchError(s))), next)
@@ -260,7 +276,8 @@ impl<K: Resource> Watcher<K> {
             Some(0) => None,
             t => Some(Duration::from_secs(u64::from(t.unwrap_or(WATCH_TIMEOUT))) + IDLE_MARGIN),
         };
-        Ok(Events { body, framer: proto::Framer::new(), idle, broken: false })
+        let stall = self.stall.clone();
+        Ok(Events { body, framer: proto::Framer::new(), idle, stall, url: self.url.clone(), broken: false })
     }
 
     /// Sends `req` asking for protobuf: the body of a 2xx protobuf answer; an error answer as
@@ -353,6 +370,9 @@ struct Events {
     framer: proto::Framer,
     /// How long the stream may stay silent (`None`: for ever).
     idle: Option<Duration>,
+    /// A shorter bound while armed, and the counter of the restarts it causes.
+    stall: Option<(Stall, Counter)>,
+    url: String,
     /// Its framing is lost (a frame over the limit): it ends.
     broken: bool,
 }
@@ -375,12 +395,26 @@ impl Events {
                     return Some(Err(undecodable("a watch stream", &e)));
                 }
             }
+            let stall = self.stall.as_ref().filter(|(s, _)| s.armed()).map(|(s, _)| s.after);
+            let bound = match (self.idle, stall) {
+                (Some(idle), Some(stall)) => Some(idle.min(stall)),
+                (idle, stall) => idle.or(stall),
+            };
             let chunk = std::future::poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx));
-            let chunk = match self.idle {
-                Some(idle) => match tokio::time::timeout(idle, chunk).await {
+            let chunk = match bound {
+                Some(bound) => match tokio::time::timeout(bound, chunk).await {
                     Ok(chunk) => chunk,
                     Err(_) => {
-                        tracing::debug!(idle_s = idle.as_secs(), "watch stream silent for its timeout; restarting");
+                        match &self.stall {
+                            Some((s, stalls)) if s.armed() && stall == Some(bound) => {
+                                stalls.inc();
+                                tracing::warn!(url = %self.url, silent_ms = bound.as_millis() as u64, "watch delivered neither an event nor a bookmark for its stall bound; starting it again from its last resourceVersion");
+                            }
+                            _ => tracing::debug!(
+                                idle_s = bound.as_secs(),
+                                "watch stream silent for its timeout; restarting"
+                            ),
+                        }
                         return None;
                     }
                 },

@@ -131,6 +131,50 @@ pub struct WatchMetrics {
     pub formats: Family<FormatLabels, Gauge>,
     /// Refusals of protobuf that made a watch fall back to JSON, by resource.
     pub protobuf_refused: Family<ResourceLabels, Counter>,
+    /// Watches started again because they delivered nothing for their stall bound, by resource.
+    pub stalls: Family<ResourceLabels, Counter>,
+    /// When each watch last delivered an event or a bookmark.
+    pub lag: WatchLag,
+}
+
+/// `nlc_watch_lag_seconds{resource}`: how long ago each watch last delivered anything (an event
+/// or a bookmark; the API server sends a bookmark about every minute to a quiet watch that asks
+/// for them), read at each scrape.
+#[derive(Clone, Debug, Default)]
+pub struct WatchLag(std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<&'static str, Stopwatch>>>);
+
+impl WatchLag {
+    /// `resource`'s watch delivered something now.
+    pub fn progressed(&self, resource: &'static str) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(resource, Stopwatch::start());
+    }
+}
+
+impl prometheus_client::collector::Collector for WatchLag {
+    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        let lags: Vec<(&'static str, f64)> = self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(r, at)| (*r, at.elapsed().as_secs_f64()))
+            .collect();
+        if lags.is_empty() {
+            return Ok(());
+        }
+        let mut family = encoder.encode_descriptor(
+            "nlc_watch_lag_seconds",
+            "Seconds since each watch last delivered an event or a bookmark, by resource (the API server sends a quiet watch a bookmark about every minute)",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (resource, lag) in lags {
+            let g = prometheus_client::metrics::gauge::ConstGauge::new(lag);
+            g.encode(family.encode_family(&ResourceLabels { resource })?)?;
+        }
+        Ok(())
+    }
 }
 
 impl WatchMetrics {
@@ -163,6 +207,12 @@ impl WatchMetrics {
             "Watches the API server refused protobuf to (406, 415 or a JSON answer) and that read JSON since, by resource",
             m.protobuf_refused.clone(),
         );
+        registry.register(
+            "nlc_watch_stalls",
+            "Watches started again because they delivered neither an event nor a bookmark for their stall bound (half the node grace period, for nodes and node Leases), by resource",
+            m.stalls.clone(),
+        );
+        registry.register_collector(Box::new(m.lag.clone()));
         m
     }
 }
@@ -355,18 +405,45 @@ impl Backoff {
     }
 }
 
-/// What a watch yields: an event, or a failure (already logged, counted and waited out).
+/// What a watch yields: an event, a bookmark (the watch has read up to this resourceVersion;
+/// protobuf watches only: kube-runtime's JSON watcher keeps them to itself), or a failure
+/// (already logged, counted and waited out).
 #[derive(Debug)]
 pub enum Item<K> {
     Event(watcher::Event<K>),
+    Bookmark(String),
     Failed(Failure),
+}
+
+/// What a watcher yields before the loop classifies it: kube-runtime's events, and bookmarks.
+#[derive(Debug)]
+pub enum Ev<K> {
+    Event(watcher::Event<K>),
+    Bookmark(String),
+}
+
+/// A watch that must not stay silent: the longest it may go without an event or a bookmark
+/// while `armed` (for nodes and node Leases: while nodes exist), after which it is started again
+/// (from its last resourceVersion in protobuf; a new list in JSON), counted in
+/// `nlc_watch_stalls_total`.
+#[derive(Clone, Debug)]
+pub struct Stall {
+    pub after: Duration,
+    pub armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Stall {
+    pub fn armed(&self) -> bool {
+        self.armed.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 struct State<K: Resource + Clone + DeserializeOwned + Debug + Send + 'static> {
     api: Api<K>,
     config: watcher::Config,
-    inner: futures::stream::BoxStream<'static, watcher::Result<watcher::Event<K>>>,
+    inner: futures::stream::BoxStream<'static, watcher::Result<Ev<K>>>,
     streaming: bool,
+    stall: Option<Stall>,
     /// The protobuf decoder while this watch reads protobuf; `None`: JSON.
     protobuf: Option<proto_watch::Decode<K>>,
     backoff: Backoff,
@@ -382,9 +459,35 @@ where
     /// Starts the watch again from nothing (a new list), in its current format and strategy.
     fn reopen(&mut self) {
         self.inner = match self.protobuf {
-            Some(decode) => proto_watch::protobuf_watcher(self.api.clone(), self.config.clone(), decode),
-            None => watcher(self.api.clone(), self.config.clone()).boxed(),
+            Some(decode) => {
+                let stalled = self.metrics.stalls.get_or_create(&ResourceLabels { resource: self.resource }).clone();
+                let stall = self.stall.clone().map(|s| (s, stalled));
+                proto_watch::protobuf_watcher(self.api.clone(), self.config.clone(), decode, stall)
+            }
+            None => watcher(self.api.clone(), self.config.clone()).map(|r| r.map(Ev::Event)).boxed(),
         };
+    }
+
+    /// The next item of the watcher; a JSON watch (whose bookmarks are not seen here) that stays
+    /// silent past its stall bound is started again, with a new list.
+    async fn next(&mut self) -> Option<watcher::Result<Ev<K>>> {
+        let bound = self.stall.as_ref().filter(|_| self.protobuf.is_none()).map(|s| s.after);
+        loop {
+            let Some(bound) = bound else { return self.inner.next().await };
+            match tokio::time::timeout(bound, self.inner.next()).await {
+                Ok(item) => return item,
+                Err(_) if self.stall.as_ref().is_some_and(Stall::armed) => {
+                    self.metrics.stalls.get_or_create(&ResourceLabels { resource: self.resource }).inc();
+                    tracing::warn!(
+                        resource = self.resource,
+                        silent_ms = bound.as_millis() as u64,
+                        "watch delivered nothing for its stall bound; listing again"
+                    );
+                    self.reopen();
+                }
+                Err(_) => {}
+            }
+        }
     }
 
     fn format(&self) -> Format {
@@ -410,18 +513,20 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + Decoded + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    stream_as(api, config, Format::Json, resource, metrics)
+    stream_as(api, config, Format::Json, resource, metrics, None)
 }
 
 /// Watches `api` for ever (the stream never ends), in `format` where `K` has a protobuf decoder
-/// (else JSON). `resource` labels the metrics and logs. Long (90 lines) because it is the one
-/// retry loop every watch shares: each failure class next to its backoff and its log, in one place.
+/// (else JSON), started again when it stays silent past `stall`. `resource` labels the metrics
+/// and logs. Long (100 lines) because it is the one retry loop every watch shares: each failure
+/// class next to its backoff and its log, in one place.
 pub fn stream_as<K>(
     api: Api<K>,
     config: watcher::Config,
     format: Format,
     resource: &'static str,
     metrics: WatchMetrics,
+    stall: Option<Stall>,
 ) -> impl Stream<Item = Item<K>> + Send + 'static
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + Decoded + 'static,
@@ -430,19 +535,25 @@ where
     let streaming = config.initial_list_strategy == watcher::InitialListStrategy::StreamingList;
     let protobuf = K::protobuf().filter(|_| format == Format::Protobuf);
     let inner = futures::stream::empty().boxed();
-    let mut state = State { api, config, inner, streaming, protobuf, backoff: Backoff::default(), resource, metrics };
+    let mut state =
+        State { api, config, inner, streaming, stall, protobuf, backoff: Backoff::default(), resource, metrics };
     state.reopen();
     state.set_format(state.format());
     futures::stream::unfold(state, |mut s| async move {
         let labels = ResourceLabels { resource: s.resource };
         loop {
-            let Some(item) = s.inner.next().await else {
+            let Some(item) = s.next().await else {
                 // The watchers never end; if one did, start it again.
                 s.reopen();
                 continue;
             };
             match item {
-                Ok(ev) => {
+                Ok(Ev::Bookmark(rv)) => {
+                    s.metrics.lag.progressed(s.resource);
+                    return Some((Item::Bookmark(rv), s));
+                }
+                Ok(Ev::Event(ev)) => {
+                    s.metrics.lag.progressed(s.resource);
                     s.metrics.events.get_or_create(&labels).inc();
                     match &ev {
                         watcher::Event::Init => {

@@ -48,6 +48,9 @@ pub enum Fault {
     /// The same, for answers already under way when the rule is added only: a new request
     /// (a watch started again) goes through.
     FreezeUnderWay,
+    /// Forward it, and set its answer's `Date` this much earlier: an API server whose clock is
+    /// behind.
+    DateBehind(Duration),
 }
 
 /// A rule: requests whose method is `method` (empty: any) and whose path and query contain every
@@ -283,9 +286,11 @@ async fn handle(
 ) -> Response<Body> {
     let pq = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
     let method = req.method().as_str().to_owned();
-    let (fired, started) = {
+    let (fired, started, behind) = {
         let r = rules.lock().unwrap_or_else(|p| p.into_inner());
-        let frozen = |f: &Fault| matches!(f, Fault::Freeze | Fault::FreezeUnderWay);
+        // Rules that shape the answer rather than the request: they count every request they
+        // match, and leave the first-match rules to the others.
+        let frozen = |f: &Fault| matches!(f, Fault::Freeze | Fault::FreezeUnderWay | Fault::DateBehind(_));
         for i in r.list.iter().filter(|i| frozen(&i.rule.fault) && i.rule.matches(&method, &pq)) {
             i.hits.fetch_add(1, Ordering::Relaxed);
         }
@@ -295,7 +300,11 @@ async fn handle(
             i.hits.fetch_add(1, Ordering::Relaxed);
             (i.rule.fault.clone(), i.removed.clone(), i.gone.clone())
         });
-        (fired, r.next)
+        let behind = r.list.iter().find_map(|i| match i.rule.fault {
+            Fault::DateBehind(d) if i.rule.matches(&method, &pq) => Some(d),
+            _ => None,
+        });
+        (fired, r.next, behind)
     };
     match fired {
         Some((Fault::Status(code), _, _)) => {
@@ -313,11 +322,28 @@ async fn handle(
             return reset();
         }
         Some((Fault::Hold, removed, gone)) => until_removed(&removed, &gone).await,
-        Some((Fault::Freeze | Fault::FreezeUnderWay, ..)) | None => {}
+        Some((Fault::Freeze | Fault::FreezeUnderWay | Fault::DateBehind(_), ..)) | None => {}
     }
     match forward(req, &client_tls, &upstream, &pq, &pooled).await {
-        Ok(r) => r.map(|body| freezable(body, rules, method, pq, started)),
+        Ok(mut r) => {
+            if let Some(d) = behind {
+                shift_date(r.headers_mut(), d);
+            }
+            r.map(|body| freezable(body, rules, method, pq, started))
+        }
         Err(_) => reset(),
+    }
+}
+
+/// Sets the `Date` header `by` earlier (HTTP's format, whole seconds).
+fn shift_date(headers: &mut hyper::HeaderMap, by: Duration) {
+    let Some(date) = headers.get(hyper::header::DATE).and_then(|v| v.to_str().ok()) else { return };
+    let Ok(zoned) = jiff::fmt::rfc2822::parse(date) else { return };
+    let Ok(by) = jiff::SignedDuration::try_from(by) else { return };
+    let Ok(shifted) = zoned.timestamp().checked_sub(by) else { return };
+    let text = shifted.strftime("%a, %d %b %Y %H:%M:%S GMT").to_string();
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&text) {
+        headers.insert(hyper::header::DATE, v);
     }
 }
 

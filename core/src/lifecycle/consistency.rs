@@ -26,8 +26,10 @@ pub(super) struct LeaseHold {
     trips: u64,
 }
 
-/// Where the Lease cache stands against the live reads (`status`, `/readyz?verbose`, metrics).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Where the Lease cache stands against the live reads (`status`, `/readyz?verbose`, metrics;
+/// the leader publishes it on its Lease).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct LeaseCacheReport {
     /// Set while no node is judged silent: the live Lease resourceVersion waited for.
     pub waiting_for: Option<String>,
@@ -36,6 +38,18 @@ pub struct LeaseCacheReport {
     pub since: Option<Timestamp>,
     /// Holds begun since this controller started deciding.
     pub trips: u64,
+}
+
+impl LeaseCacheReport {
+    /// One line for people, when the cache is behind.
+    pub fn behind(&self) -> Option<String> {
+        let wrote = self.waiting_for.as_deref()?;
+        let since = self.since.map_or_else(String::new, |t| format!(" since {t}"));
+        Some(format!(
+            "behind a live read{since} (read version {}, written version {wrote}): no node is judged silent until the Lease watch has caught up",
+            self.read.as_deref().unwrap_or("none")
+        ))
+    }
 }
 
 impl LeaseHold {

@@ -56,6 +56,7 @@ impl Marks {
             namespace: pod.namespace().to_owned(),
             name: pod.name().to_owned(),
             uid: pod.uid.to_string(),
+            resource_version: (pod.resource_version != 0).then(|| pod.resource_version.to_string()),
         }));
     }
 

@@ -15,7 +15,8 @@ use crate::rules::{TaintRule, UNSCHEDULABLE};
 use crate::taints::{Effect, Taint, TaintAdd, TaintId, TaintIdentity};
 
 /// What judging a node's taints needs: the rules, the heartbeats, and whether every zone is in
-/// FullDisruption (the Ready-derived NoExecute taints are then not wanted).
+/// FullDisruption (no NoExecute taint of a rule is then wanted: the built-in pair's nor a custom
+/// condition's).
 pub(super) struct Judge<'a> {
     pub(super) cfg: &'a Config,
     /// The taints the rules set.
@@ -53,7 +54,7 @@ impl Judge<'_> {
         self.cfg
             .rules
             .iter()
-            .filter(|r| !(self.outage && r.is_ready_no_execute()))
+            .filter(|r| !(self.outage && r.effect == Effect::NoExecute))
             .filter(move |r| self.effective_status(node, &r.condition, now) == Some(r.status.as_str()))
     }
 

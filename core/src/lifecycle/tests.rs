@@ -825,3 +825,27 @@ fn with_the_check_off_a_silent_node_is_marked_from_the_cache_alone() {
     assert!(!w.log.iter().any(|(_, a)| matches!(a, Action::CheckLease(_))));
     assert!(matches!(w.writes_since(0).first(), Some(Action::SetConditions(_))));
 }
+
+/// Only the four conditions the kubelet owns are set `Unknown` (upstream); a rule on another
+/// writer's condition keeps following it, and its NoExecute taint is stopped by the all-zones
+/// brake like the built-in ones.
+#[test]
+fn custom_conditions_are_never_set_unknown_and_their_noexecute_stops_when_every_zone_is_down() {
+    let mut c = cfg();
+    c.rules.push(rules::TaintRule::new("KernelDeadlock", "True", "example.com/kernel-deadlock", Effect::NoExecute));
+    let mut n0 = node("n0").zone("a").build();
+    n0.conditions.push(cond("KernelDeadlock", "True", 0.0));
+    n0.conditions.push(cond("MaintenanceInProgress", "False", 0.0));
+    let mut w = World::new(c, vec![n0, node("n1").zone("b").build()], vec![]);
+    w.heartbeat(&["n0", "n1"], 0.0, 20.0);
+    assert!(w.has_taint("n0", "example.com/kernel-deadlock", Effect::NoExecute));
+    // Both go silent: marked Unknown at 70 s, and every zone is down.
+    w.advance_to(80.0);
+    assert!(w.lc().all_zones_disrupted());
+    let status = |t: &str| w.node("n0").condition(t).map(|c| c.status.clone());
+    assert_eq!(status("Ready").as_deref(), Some("Unknown"));
+    assert_eq!(status("KernelDeadlock").as_deref(), Some("True"), "not ours to set Unknown");
+    assert_eq!(status("MaintenanceInProgress").as_deref(), Some("False"));
+    assert!(!w.has_taint("n0", "example.com/kernel-deadlock", Effect::NoExecute), "stopped by the brake");
+    assert!(!w.has_taint("n0", keys::UNREACHABLE, Effect::NoExecute));
+}

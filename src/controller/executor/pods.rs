@@ -281,10 +281,13 @@ impl Inner {
             },
         }
         let pods = Request::new(Pod::url_path(&(), Some(&p.namespace)));
-        let patch = json!({
+        let mut patch = json!({
             "metadata": {"uid": p.uid},
             "status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": self.clock.now()}]}
         });
+        if let Some(rv) = &p.resource_version {
+            patch["metadata"]["resourceVersion"] = json!(rv);
+        }
         match self
             .write(
                 "patch",
