@@ -135,6 +135,10 @@ async fn frozen_lease_watch(env: &ControlPlane, who: Who) -> Outcome {
         let m = c.metrics().await;
         assert_eq!(metric(&m, "nlc_lease_cache_stale"), Some(1.0), "the hold is shown:\n{m}");
         assert!(metric(&m, "nlc_lease_cache_holds_total").unwrap_or(0.0) >= 1.0, "{m}");
+        // /readyz says why nothing is judged, and stays ready (the process can serve).
+        let (code, body) = http_get(c.port, "/readyz?verbose").await.expect("readyz");
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains("[+]lease cache ok: behind a live read since"), "{body}");
     }
     let resumed = Timestamp::now();
     proxy.remove(&freeze);

@@ -108,3 +108,30 @@ async fn far_future_times_are_clamped_with_streaming_lists() {
 async fn far_future_times_are_clamped_with_paged_lists() {
     far_future_times_are_clamped("--streaming-lists=false").await;
 }
+
+/// Every list of the controller's own caches backs off as client-go's reflector does when it
+/// keeps failing, whether the API server refuses it (500) or serves it and the answer breaks
+/// off (a body cut short: before, that read as "no answer" and was retried at once).
+#[tokio::test]
+async fn lists_of_pods_nodes_and_leases_that_keep_failing_back_off_like_the_reflector() {
+    let env = shared();
+    let s = Scope::new(env, "wb-lists").await;
+    let proxy = FaultProxy::start(env).await.expect("proxy");
+    let refused = proxy.add(Rule::new("GET", &["/api/v1/pods"], Fault::Status(500)));
+    let cut_nodes = proxy.add(Rule::new("GET", &["/api/v1/nodes"], Fault::CutBody));
+    let cut_leases = proxy.add(Rule::new("GET", &["/namespaces/kube-node-lease/leases"], Fault::CutBody));
+    let kubeconfig = proxy.kubeconfig(env).expect("kubeconfig");
+    let c = Controller::spawn(&kubeconfig, env, &s.scope, &["--leader-elect=false"], &[]);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for (what, rule) in [("pods, refused", &refused), ("nodes, cut", &cut_nodes), ("leases, cut", &cut_leases)] {
+        let lists = rule.hits();
+        // 800 ms doubling with jitter: at most 4 or 5 tries in 10 s.
+        assert!((1..=6).contains(&lists), "{lists} lists of {what} in 10 s:\n{}", c.logs());
+    }
+    let m = c.metrics().await;
+    for resource in ["pods", "nodes", "leases"] {
+        let answered =
+            metric_sum(&m, "nlc_watch_errors_total", &[&format!("resource=\"{resource}\""), "kind=\"answered\""]);
+        assert!(answered >= 1.0, "{resource}:\n{m}");
+    }
+}

@@ -40,7 +40,7 @@ use tracing::Instrument;
 
 use super::executor::{EvictionEvents, Fence};
 use crate::metrics::ExecutorMetrics;
-use crate::runtime::lean::LeanClient;
+use crate::runtime::lean::{LeanClient, with_timeout};
 
 /// An event to record.
 pub enum QueuedEvent {
@@ -350,6 +350,15 @@ fn fenced() -> kube::Error {
     kube::Error::Service("not the leader: the event was not written".into())
 }
 
+/// An event is best effort: given up after this long (the default `--api-write-timeout`), or at
+/// the leader's lease's bound ([`Fence::write`]).
+const EVENT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A write given up at its deadline.
+fn timed_out() -> kube::Error {
+    kube::Error::Service("no answer by the event's deadline".into())
+}
+
 impl Recorder {
     pub fn new(client: LeanClient, controller: &str, instance: &str, fence: Arc<Fence>, clock: Arc<dyn Clock>) -> Self {
         Self {
@@ -390,14 +399,16 @@ impl Recorder {
                 let patch = serde_json::json!({"count": count, "lastTimestamp": Time(now)});
                 let pp = PatchParams { field_manager: Some(crate::FIELD_MANAGER.into()), ..PatchParams::default() };
                 let req = events.patch(&name, &pp, &Patch::Merge(&patch));
-                self.fence.write(self.client.send_unread(req)).await.ok_or_else(fenced)??;
+                let sent = self.fence.write(EVENT_TIMEOUT, |t| self.client.send_unread(with_timeout(req, t))).await;
+                sent.ok_or_else(fenced)?.ok_or_else(timed_out)??;
                 Series { name, count, last: now }
             }
             None => {
                 let e = self.new_event(ev, regarding, now);
                 let pp = PostParams { field_manager: Some(crate::FIELD_MANAGER.into()), ..PostParams::default() };
                 let req = events.create(&pp, serde_json::to_vec(&e).map_err(kube::Error::SerdeError)?);
-                self.fence.write(self.client.send_unread(req)).await.ok_or_else(fenced)??;
+                let sent = self.fence.write(EVENT_TIMEOUT, |t| self.client.send_unread(with_timeout(req, t))).await;
+                sent.ok_or_else(fenced)?.ok_or_else(timed_out)??;
                 Series { name: e.metadata.name.unwrap_or_default(), count: 1, last: now }
             }
         };

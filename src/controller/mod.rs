@@ -271,10 +271,10 @@ fn spawn_leader_election(
 ) {
     let (cfg, identity) = leader;
     let metrics = crate::runtime::leader::LeaderMetrics::register(rt.registry());
-    let (client, stop) = (rt.client(), rt.shutdown());
+    let (client, stop, watch_metrics) = (rt.client(), rt.shutdown(), rt.watch_metrics());
     rt.spawn("leader-election", async move {
         let _identity = identity;
-        crate::runtime::leader::run(client, cfg, leading, metrics, stop, fence, clock).await
+        crate::runtime::leader::run(client, cfg, leading, metrics, watch_metrics, stop, fence, clock).await
     });
 }
 
@@ -519,6 +519,9 @@ impl Task {
             );
             self.metrics.clock.steps.inc();
             self.state.clock_stepped(step, self.clock.now(), actions);
+            // The lease's bound was measured on the monotonic clock, but what stepped the wall
+            // clock may have stopped this process too: confirm the lease before writing again.
+            self.executor.fence().suspect();
         }
     }
 

@@ -1,39 +1,93 @@
 //! The write fence between this process and the API (see [`Fence`]).
 
 use std::future::Future;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use tokio::sync::{RwLock, watch};
+use tokio::time::Instant;
+
+use crate::clock::Stopwatch;
 
 /// The write fence: open while this process may write. A write holds it (shared) from the
 /// moment it checks it to the moment its answer arrives, so that [`Fence::seal`] can wait for
 /// the writes in flight; once sealed, no write starts again. The leader seals it before it
 /// releases its Lease (or as soon as it knows it has lost it), so that nothing this process sends
 /// can land after another leader's first write.
+///
+/// With leader election it is also a deadline, not only a flag: the leader bounds it by its
+/// lease ([`Fence::bound`]: the last renewal's *send* time plus the renew deadline, before which
+/// no standby can take over). Every write checks, itself, that monotonic now is before the
+/// bound, and its own deadline is the time left to it (at most `--api-write-timeout`), sent to
+/// the API server as `?timeout=` too, so that a write in flight is given up by the time the
+/// lease could be someone else's. A step of the wall clock or a gap in this process's
+/// scheduling makes it suspect ([`Fence::suspect`]): closed until the next renewal confirms the
+/// lease.
 pub struct Fence {
     /// The controller's decision: leading, not paused altogether, not in shadow mode.
     gate: watch::Receiver<bool>,
     sealed: AtomicBool,
     writes: RwLock<()>,
+    /// Until when this process's lease is certainly its own; `None`: unbounded (no leader
+    /// election).
+    until: Mutex<Option<Instant>>,
 }
 
 impl Fence {
     pub fn new(gate: watch::Receiver<bool>) -> Self {
-        Self { gate, sealed: AtomicBool::new(false), writes: RwLock::new(()) }
+        Self { gate, sealed: AtomicBool::new(false), writes: RwLock::new(()), until: Mutex::new(None) }
+    }
+
+    fn until(&self) -> Option<Instant> {
+        *self.until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lease is certainly this process's until `until` (leader election's last renewal).
+    pub fn bound(&self, until: Instant) {
+        *self.until.lock().unwrap_or_else(|p| p.into_inner()) = Some(until);
+    }
+
+    /// Something happened that the lease's bound cannot account for (the wall clock stepped,
+    /// this process was not scheduled for a while): closed until the next renewal bounds it
+    /// again. Nothing changes without leader election.
+    pub fn suspect(&self) {
+        let now = Stopwatch::start().instant();
+        let mut until = self.until.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(u) = until.as_mut() {
+            *u = (*u).min(now);
+        }
+    }
+
+    /// The time left before the bound (`None`: unbounded).
+    pub fn left(&self) -> Option<Duration> {
+        self.until().map(|u| u.saturating_duration_since(Stopwatch::start().instant()))
     }
 
     pub fn is_open(&self) -> bool {
-        !self.sealed.load(Ordering::SeqCst) && *self.gate.borrow()
+        !self.sealed.load(Ordering::SeqCst) && *self.gate.borrow() && self.left() != Some(Duration::ZERO)
     }
 
-    /// Sends `req` if the fence is open (checked right before it is sent), holding the fence
-    /// until it completes; `None` when closed.
-    pub async fn write<T>(&self, req: impl Future<Output = T>) -> Option<T> {
+    /// Sends the request `req` builds for a deadline, if the fence is open (checked right
+    /// before it is sent), holding the fence until it completes or its deadline passes: the
+    /// time left on the lease, at most `limit`. `None` when closed; `Some(None)` when the
+    /// deadline passed first.
+    pub async fn write<T, F: Future<Output = T>>(
+        &self,
+        limit: Duration,
+        req: impl FnOnce(Duration) -> F,
+    ) -> Option<Option<T>> {
         let _held = self.writes.read().await;
         if !self.is_open() {
             return None;
         }
-        Some(req.await)
+        let deadline = self.left().map_or(limit, |left| left.min(limit));
+        Some(tokio::time::timeout(deadline, req(deadline)).await.ok())
+    }
+
+    /// The bound, if there is one: writes in flight are given up by then.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.until()
     }
 
     /// Closes the fence for good and waits, until `deadline`, for the writes in flight. Whether
@@ -62,7 +116,9 @@ mod tests {
         let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
         let slow = {
             let fence = fence.clone();
-            tokio::spawn(async move { fence.write(async { release_rx.await.is_ok() }).await })
+            tokio::spawn(async move {
+                fence.write(Duration::from_secs(60), |_| async { release_rx.await.is_ok() }).await.flatten()
+            })
         };
         tokio::task::yield_now().await;
         // A seal waits for the write in flight, until its deadline.
@@ -75,7 +131,7 @@ mod tests {
         assert!(fence.is_sealed());
         let late = {
             let fence = fence.clone();
-            tokio::spawn(async move { fence.write(async { 1 }).await })
+            tokio::spawn(async move { fence.write(Duration::from_secs(60), |_| async { 1 }).await })
         };
         tokio::task::yield_now().await;
         let _ = release_tx.send(());
@@ -87,10 +143,32 @@ mod tests {
         let fence = Arc::new(Fence::new(gate));
         let stuck = {
             let fence = fence.clone();
-            tokio::spawn(async move { fence.write(std::future::pending::<()>()).await })
+            tokio::spawn(async move { fence.write(Duration::from_secs(60), |_| std::future::pending::<()>()).await })
         };
         tokio::task::yield_now().await;
         assert!(!fence.seal(tokio::time::Instant::now() + Duration::from_secs(1)).await);
         stuck.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_a_lease_every_write_is_bounded_by_the_time_left_on_it() {
+        let (_gate_tx, gate) = watch::channel(true);
+        let fence = Fence::new(gate);
+        let limit = Duration::from_secs(15);
+        // No leader election: the write's own limit.
+        assert_eq!(fence.write(limit, |d| async move { d }).await, Some(Some(limit)));
+        // Three seconds left on the lease: the write gets three, and is given up after them.
+        fence.bound(tokio::time::Instant::now() + Duration::from_secs(3));
+        assert_eq!(fence.write(limit, |d| async move { d }).await, Some(Some(Duration::from_secs(3))));
+        let hung = fence.write(limit, |_| std::future::pending::<()>());
+        assert_eq!(hung.await, Some(None), "given up at the lease's bound");
+        // The bound has passed: closed, whatever the gate says.
+        assert!(!fence.is_open());
+        assert_eq!(fence.write(limit, |d| async move { d }).await, None);
+        // A renewal bounds it again; a suspicion closes it until the next one.
+        fence.bound(tokio::time::Instant::now() + Duration::from_secs(3));
+        assert!(fence.is_open());
+        fence.suspect();
+        assert!(!fence.is_open());
     }
 }

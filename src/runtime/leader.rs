@@ -65,6 +65,9 @@ pub struct Config {
     pub live: Option<watch::Receiver<std::collections::BTreeMap<String, String>>>,
 }
 
+/// A leader that wakes this much later than it asked suspects its lease ([`Fence::suspect`]).
+const SCHEDULING_GAP: Duration = Duration::from_secs(1);
+
 /// The Lease annotation carrying the leader's Lease cache against its live reads
 /// ([`nlc_core::lifecycle::LeaseCacheReport`], JSON), which `status` shows.
 pub const LEASE_CACHE_ANNOTATION: &str = "node-lifecycle-controller.io/lease-cache";
@@ -298,6 +301,9 @@ impl Candidate {
     /// does not exist). `Ok(false)`: another candidate wrote first.
     async fn write(&mut self, record: Record) -> Result<bool> {
         let lease = lease_of(&self.cfg, &record, self.last.as_ref());
+        // The lease runs from when the renewal was sent, not from when its answer came: a
+        // standby counts from when it saw it, which is later still.
+        let sent = self.instant();
         let written = match &self.last {
             Some(_) => self.api.replace(&self.cfg.name, &crate::post_params(), &lease).await,
             None => self.api.create(&crate::post_params(), &lease).await,
@@ -305,8 +311,7 @@ impl Candidate {
         match written {
             Ok(l) => {
                 self.last = Some(l.metadata);
-                let now = self.instant();
-                self.elector.written(record, now);
+                self.elector.written(record, sent);
                 Ok(true)
             }
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
@@ -374,6 +379,9 @@ impl Candidate {
                 return Err(Error::LostLease);
             };
             let stop_at = tokio::time::Instant::from_std(stop_at);
+            // Every write checks this bound itself: no standby can take over before it.
+            fence.bound(stop_at);
+            let slept_from = self.clock.instant();
             let lost = tokio::select! {
                 _ = stop.as_mut() => {
                     self.set_leading(false);
@@ -386,6 +394,14 @@ impl Candidate {
                 }
                 _ = tokio::time::sleep_until(stop_at) => true,
                 _ = tokio::time::sleep(retry) => {
+                    // Woken much later than asked (the process was not scheduled: a stopped
+                    // container, an overloaded node): nothing is written until this renewal
+                    // confirms that the lease is still ours.
+                    let gap = self.clock.instant().saturating_duration_since(slept_from + retry);
+                    if gap > SCHEDULING_GAP {
+                        fence.suspect();
+                        tracing::warn!(gap_ms = gap.as_millis() as u64, "the leader woke late; no write until the lease is renewed");
+                    }
                     match tokio::time::timeout_at(stop_at, self.renew()).await {
                         Ok(Ok(true)) => false,
                         Ok(Ok(false)) => true,
@@ -399,7 +415,9 @@ impl Candidate {
                 }
             };
             if lost {
-                fence.seal(self.clock.instant()).await;
+                // Writes in flight were given their deadline by the lease's bound: wait for them
+                // until then, so that the process does not exit before they are given up.
+                fence.seal(stop_at.max(self.clock.instant())).await;
                 return Err(Error::LostLease);
             }
         }
@@ -420,19 +438,23 @@ impl Candidate {
 
 /// Runs for the life of the process: a standby until it acquires the lease, then the leader
 /// until shutdown (releasing it) or until it loses it (an error, which ends the process).
+#[allow(clippy::too_many_arguments)] // the election's parts, each passed once from the wiring
 pub async fn run(
     client: kube::Client,
     cfg: Config,
     leading: watch::Sender<bool>,
     metrics: LeaderMetrics,
+    watch_metrics: super::watch::WatchMetrics,
     stop: shutdown::Signal,
     fence: Arc<Fence>,
     clock: Arc<dyn Clock>,
 ) -> Result<()> {
-    let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    let api: Api<Lease> = Api::namespaced(client.clone(), &cfg.namespace);
     metrics.set(&cfg.name, false);
-    let changes = watcher(api.clone(), watcher::Config::default().fields(&format!("metadata.name={}", cfg.name)));
-    let mut changes = changes.boxed();
+    // Through the one watch loop (its backoff and metrics); only "it changed" is read.
+    let watched: Api<nlc_core::wire::WireLease> = Api::namespaced(client, &cfg.namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", cfg.name));
+    let mut changes = super::watch::stream(watched, config, "leader-lease", watch_metrics).boxed();
     let stopping = stop.signaled();
     tokio::pin!(stopping);
     let mut c = Candidate { api, elector: Elector::new(cfg.elector.clone()), cfg, last: None, leading, metrics, clock };
@@ -452,10 +474,9 @@ pub async fn run(
             _ = stopping.as_mut() => return Ok(()),
             _ = tokio::time::sleep_until(again) => {}
             event = changes.next() => {
-                if let Some(Err(e)) = event {
+                // A failure was logged and waited out by the watch loop.
+                if let Some(super::watch::Item::Failed(_)) = event {
                     c.metrics.error("watch");
-                    tracing::debug!(error = %e, "watching the leader election lease");
-                    tokio::time::sleep_until(again).await;
                 }
             }
         }

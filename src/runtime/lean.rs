@@ -28,6 +28,20 @@ use super::watch::{Decoded, Format};
 /// A request as [`kube::core::Request`] builds it.
 pub type Built = Result<hyper::Request<Vec<u8>>, kube::core::request::Error>;
 
+/// `req` with `?timeout=` set to `d` (whole milliseconds, at least one): the API server gives the
+/// request up by then, as the client does ([`super::fence::Fence::write`]).
+pub fn with_timeout(req: Built, d: std::time::Duration) -> Built {
+    req.map(|mut r| {
+        let uri = r.uri().to_string();
+        let sep = if uri.contains('?') { '&' } else { '?' };
+        let with = format!("{uri}{sep}timeout={}ms", d.as_millis().max(1));
+        if let Ok(parsed) = with.parse() {
+            *r.uri_mut() = parsed;
+        }
+        r
+    })
+}
+
 /// A client for requests whose answer is read only as far as it is used.
 #[derive(Clone)]
 pub struct LeanClient {

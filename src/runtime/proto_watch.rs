@@ -222,9 +222,17 @@ impl<K: Resource> Watcher<K> {
                 let next = if s.code == 410 { Phase::Empty } else { Phase::Streaming { events } };
                 (Some(Err(watcher::Error::WatchError(s))), next)
             }
-            Some(Err(e)) => (Some(Err(watcher::Error::WatchFailed(e))), Phase::Streaming { events }),
-            // Ended before the list was complete: list again.
-            None => (None, Phase::Empty),
+            // The list broke off while served: a failed list (it backs off as one), listed anew.
+            Some(Err(e)) => (Some(Err(watcher::Error::InitialListFailed(e))), Phase::Empty),
+            // Ended before the list was complete (cut short, or silent past its bound): a failed
+            // list, which backs off as one before the next.
+            None => {
+                let cut = std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the streamed list ended before it was complete",
+                );
+                (Some(Err(watcher::Error::InitialListFailed(kube::Error::ReadEvents(cut)))), Phase::Empty)
+            }
         }
     }
 

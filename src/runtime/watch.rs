@@ -333,13 +333,31 @@ pub fn classify(e: &watcher::Error) -> Failure {
         };
     }
     match e {
-        watcher::Error::InitialListFailed(c) | watcher::Error::WatchStartFailed(c) | watcher::Error::WatchFailed(c)
-            if unanswered(c) =>
-        {
-            Failure::Unreachable
-        }
+        // A list the API server began to serve and that broke (a body cut short) cost it a LIST:
+        // it backs off as the reflector does; only a list no server answered retries fast.
+        watcher::Error::InitialListFailed(c) if connect_failed(c) => Failure::Unreachable,
+        watcher::Error::InitialListFailed(_) => Failure::Answered { code: 0 },
+        watcher::Error::WatchStartFailed(c) | watcher::Error::WatchFailed(c) if unanswered(c) => Failure::Unreachable,
         _ => Failure::Answered { code: 0 },
     }
+}
+
+/// Whether the request never reached a server: no connection could be made (refused, no route,
+/// a connect timeout).
+fn connect_failed(e: &kube::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    for _ in 0..16 {
+        let Some(err) = source else { return false };
+        if err.downcast_ref::<hyper_util::client::legacy::Error>().is_some_and(|h| h.is_connect())
+            || err.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                matches!(io.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::HostUnreachable)
+            })
+        {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// Whether the API server refused protobuf: `406 Not Acceptable`, `415 Unsupported Media Type`,

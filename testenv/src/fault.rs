@@ -51,6 +51,9 @@ pub enum Fault {
     /// Forward it, and set its answer's `Date` this much earlier: an API server whose clock is
     /// behind.
     DateBehind(Duration),
+    /// Forward it, pass its answer's head on, then (200 ms later) break its body (the
+    /// connection is aborted mid-answer): a list the API server served, cut short.
+    CutBody,
 }
 
 /// A rule: requests whose method is `method` (empty: any) and whose path and query contain every
@@ -322,6 +325,12 @@ async fn handle(
             return reset();
         }
         Some((Fault::Hold, removed, gone)) => until_removed(&removed, &gone).await,
+        Some((Fault::CutBody, ..)) => {
+            return match forward(req, &client_tls, &upstream, &pq, &pooled).await {
+                Ok(r) => r.map(cut),
+                Err(_) => reset(),
+            };
+        }
         Some((Fault::Freeze | Fault::FreezeUnderWay | Fault::DateBehind(_), ..)) | None => {}
     }
     match forward(req, &client_tls, &upstream, &pq, &pooled).await {
@@ -345,6 +354,17 @@ fn shift_date(headers: &mut hyper::HeaderMap, by: Duration) {
     if let Ok(v) = hyper::header::HeaderValue::from_str(&text) {
         headers.insert(hyper::header::DATE, v);
     }
+}
+
+/// No body, then an error: hyper aborts the connection once the head is out.
+fn cut(body: Body) -> Body {
+    drop(body);
+    // A moment for the head to reach the client before the connection breaks.
+    let broken = futures::stream::once(async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Err::<hyper::body::Frame<Bytes>, BoxError>("body cut by the test's fault proxy".into())
+    });
+    BodyExt::boxed(http_body_util::StreamBody::new(broken))
 }
 
 /// Waits until the rule whose `removed` and `gone` these are has been removed.

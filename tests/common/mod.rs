@@ -204,38 +204,48 @@ impl Controller {
         extra: &[&str],
         vars: &[(&str, &str)],
     ) -> Self {
-        start_until_ready("controller", Duration::from_secs(30), || {
-            let port = free_port();
-            let log = env.dir.join(format!("controller-{scope}-{port}.log"));
-            let file = std::fs::File::create(&log).expect("log file");
-            // Every controller of a test elects itself on a Lease of the test's own, unless the
-            // test names one.
-            let own_lease = ["--leader-elect-resource-name", scope];
-            let lease: &[&str] = if extra.contains(&"--leader-elect-resource-name") { &[] } else { &own_lease };
-            // Each process its own identity (one host runs them all), unless the test gives one.
-            let own_instance = format!("{scope}-{port}");
-            let own_instance = ["--instance", own_instance.as_str()];
-            let instance: &[&str] = if extra.contains(&"--instance") { &[] } else { &own_instance };
-            let child = tokio::process::Command::new(BIN)
-                .arg("run")
-                .arg("--kubeconfig")
-                .arg(kubeconfig)
-                .args(["--metrics-bind-address", &format!("127.0.0.1:{port}")])
-                .args(plain_metrics(extra))
-                .args(["--node-selector", &format!("nlc-test={scope}")])
-                .args(["--log-level", "info,node_lifecycle_controller=debug"])
-                .args(lease)
-                .args(instance)
-                .args(extra)
-                .envs(vars.iter().copied())
-                .stdout(Stdio::null())
-                .stderr(Stdio::from(file))
-                .kill_on_drop(true)
-                .spawn()
-                .expect("spawn controller");
-            Self { child, port, scope: scope.to_owned(), log }
-        })
-        .await
+        start_until_ready("controller", Duration::from_secs(30), || Self::spawn(kubeconfig, env, scope, extra, vars))
+            .await
+    }
+
+    /// Starts the controller without waiting for it to be ready (for a test whose caches
+    /// cannot sync).
+    pub fn spawn(
+        kubeconfig: &std::path::Path,
+        env: &ControlPlane,
+        scope: &str,
+        extra: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Self {
+        let port = free_port();
+        let log = env.dir.join(format!("controller-{scope}-{port}.log"));
+        let file = std::fs::File::create(&log).expect("log file");
+        // Every controller of a test elects itself on a Lease of the test's own, unless the
+        // test names one.
+        let own_lease = ["--leader-elect-resource-name", scope];
+        let lease: &[&str] = if extra.contains(&"--leader-elect-resource-name") { &[] } else { &own_lease };
+        // Each process its own identity (one host runs them all), unless the test gives one.
+        let own_instance = format!("{scope}-{port}");
+        let own_instance = ["--instance", own_instance.as_str()];
+        let instance: &[&str] = if extra.contains(&"--instance") { &[] } else { &own_instance };
+        let child = tokio::process::Command::new(BIN)
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--metrics-bind-address", &format!("127.0.0.1:{port}")])
+            .args(plain_metrics(extra))
+            .args(["--node-selector", &format!("nlc-test={scope}")])
+            .args(["--log-level", "info,node_lifecycle_controller=debug"])
+            .args(lease)
+            .args(instance)
+            .args(extra)
+            .envs(vars.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(file))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn controller");
+        Self { child, port, scope: scope.to_owned(), log }
     }
 
     pub fn logs(&self) -> String {

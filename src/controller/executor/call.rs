@@ -41,23 +41,27 @@ impl Inner {
         self.classify(verb, resource, name, req.await)
     }
 
-    /// A write: fenced, and bounded by `--api-write-timeout`.
-    pub(super) async fn write<T>(
+    /// A write: fenced, and bounded by `--api-write-timeout` and by the time left on the
+    /// leader's lease ([`Fence::write`]); `req` builds the request for that deadline (which it
+    /// sends as `?timeout=`, [`crate::runtime::lean::with_timeout`]).
+    pub(super) async fn write<T, F: Future<Output = kube::Result<T>>>(
         &self,
         verb: &'static str,
         resource: &'static str,
         name: &str,
-        req: impl Future<Output = kube::Result<T>>,
+        req: impl FnOnce(std::time::Duration) -> F,
     ) -> CallOutcome<T> {
-        match tokio::time::timeout(self.cfg.write_timeout, self.fence.write(req)).await {
-            Ok(Some(result)) => self.classify(verb, resource, name, result),
-            Ok(None) => CallOutcome::Fenced,
-            Err(_) => {
+        match self.fence.write(self.cfg.write_timeout, req).await {
+            Some(Some(result)) => self.classify(verb, resource, name, result),
+            None => CallOutcome::Fenced,
+            Some(None) => {
                 self.exec_metrics.requests.get_or_create(&RequestLabels { verb, resource, code: 0 }).inc();
                 self.exec_metrics.timeouts.inc();
                 let after = self.cfg.write_timeout;
                 tracing::warn!(verb, resource, name, timeout_ms = after.as_millis() as u64, "request timed out");
-                CallOutcome::Failed(format!("no answer within --api-write-timeout {after:?}"))
+                CallOutcome::Failed(format!(
+                    "no answer within --api-write-timeout {after:?} or the time left on the leader's lease"
+                ))
             }
         }
     }

@@ -23,6 +23,7 @@ use serde_json::json;
 use super::Inner;
 use super::call::CallOutcome;
 use crate::metrics::{ResultLabels, ZoneLabels};
+use crate::runtime::lean::with_timeout;
 
 /// Observes the time since its start when dropped (every way out of a status write).
 struct ObserveOnDrop<'a>(&'a prometheus_client::metrics::histogram::Histogram, crate::clock::Stopwatch);
@@ -71,7 +72,7 @@ impl Inner {
         let started = crate::clock::Stopwatch::start();
         let _observe = ObserveOnDrop(&self.lifecycle_metrics.update_node_health, started);
         let req = nodes().patch_subresource("status", &w.node, &crate::patch_params(), &Patch::Strategic(&patch));
-        match self.write("patch", "nodes/status", &w.node, self.lean.slim::<WireNode>(req)).await {
+        match self.write("patch", "nodes/status", &w.node, |t| self.lean.slim::<WireNode>(with_timeout(req, t))).await {
             CallOutcome::Ok(WireNode(node, _)) => {
                 let delay = self.clock.now().duration_since(w.expired_at).as_secs_f64().max(0.0);
                 self.lifecycle_metrics.detection_delay.observe(delay);
@@ -97,7 +98,7 @@ impl Inner {
             w.labels.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
         let patch = json!({"metadata": {"labels": labels}});
         let req = nodes().patch(&w.node, &crate::patch_params(), &Patch::Merge(&patch));
-        match self.write("patch", "nodes", &w.node, self.lean.send_unread(req)).await {
+        match self.write("patch", "nodes", &w.node, |t| self.lean.send_unread(with_timeout(req, t))).await {
             CallOutcome::Ok(()) => tracing::info!(node = %w.node, labels = ?w.labels, "beta OS/arch labels reconciled"),
             CallOutcome::Gone | CallOutcome::Fenced => {}
             CallOutcome::Conflict => tracing::warn!(node = %w.node, "reconciling labels: conflict"),
@@ -181,7 +182,7 @@ impl Inner {
             let list: Vec<k8s_openapi::api::core::v1::Taint> = next.iter().map(Into::into).collect();
             let patch = json!({"metadata": {"resourceVersion": rv}, "spec": {"taints": list}});
             let req = nodes().patch(&w.node, &crate::patch_params(), &Patch::Merge(&patch));
-            match self.write("patch", "nodes", &w.node, self.lean.slim::<WireNode>(req)).await {
+            match self.write("patch", "nodes", &w.node, |t| self.lean.slim::<WireNode>(with_timeout(req, t))).await {
                 CallOutcome::Ok(WireNode(node, _)) => {
                     if let Some(zone) = &w.counted_zone {
                         self.lifecycle_metrics.evictions.get_or_create(&ZoneLabels { zone: zone.clone() }).inc();

@@ -24,6 +24,7 @@ use super::{Cancel, Inner, NodeReadMode, lock};
 /// is retried.
 const MAX_MARKED: usize = 100_000;
 use crate::metrics::{ReasonLabels, RequestLabels};
+use crate::runtime::lean::with_timeout;
 
 pub use nlc_core::action::{DELETION_BY_TAINT_MANAGER, DISRUPTION_TARGET, TAINT_MANAGER_MESSAGE};
 
@@ -133,17 +134,10 @@ impl Inner {
         }
         let patch = json!({"metadata": {"uid": ev.uid}, "status": {"conditions": [condition]}});
         match self
-            .write(
-                "patch",
-                "pods/status",
-                &ev.name,
-                self.lean.send_unread(pods.patch_subresource(
-                    "status",
-                    &ev.name,
-                    &crate::patch_params(),
-                    &Patch::Strategic(&patch),
-                )),
-            )
+            .write("patch", "pods/status", &ev.name, |t| {
+                let req = pods.patch_subresource("status", &ev.name, &crate::patch_params(), &Patch::Strategic(&patch));
+                self.lean.send_unread(with_timeout(req, t))
+            })
             .await
         {
             CallOutcome::Ok(_) => {
@@ -183,7 +177,8 @@ impl Inner {
 
     async fn delete(&self, pods: &Request, ev: &EvictPod) -> EvictionResult {
         let dp = Self::delete_params(ev);
-        match self.write("delete", "pods", &ev.name, self.lean.send_unread(pods.delete(&ev.name, &dp))).await {
+        let delete = |t| self.lean.send_unread(with_timeout(pods.delete(&ev.name, &dp), t));
+        match self.write("delete", "pods", &ev.name, delete).await {
             CallOutcome::Ok(_) => EvictionResult::Done { deleted: true },
             // Gone, or the UID precondition failed (409): another pod now has the name.
             CallOutcome::Gone | CallOutcome::Conflict => EvictionResult::Done { deleted: false },
@@ -195,7 +190,9 @@ impl Inner {
     async fn evict_api(&self, pods: &Request, ev: &EvictPod) -> EvictionResult {
         let params = EvictParams { delete_options: Some(Self::delete_params(ev)), post_options: crate::post_params() };
         match self
-            .write("create", "pods/eviction", &ev.name, self.lean.send_unread(pods.evict(&ev.name, &params)))
+            .write("create", "pods/eviction", &ev.name, |t| {
+                self.lean.send_unread(with_timeout(pods.evict(&ev.name, &params), t))
+            })
             .await
         {
             CallOutcome::Ok(_) => EvictionResult::Done { deleted: true },
@@ -289,17 +286,10 @@ impl Inner {
             patch["metadata"]["resourceVersion"] = json!(rv);
         }
         match self
-            .write(
-                "patch",
-                "pods/status",
-                &p.name,
-                self.lean.send_unread(pods.patch_subresource(
-                    "status",
-                    &p.name,
-                    &crate::patch_params(),
-                    &Patch::Strategic(&patch),
-                )),
-            )
+            .write("patch", "pods/status", &p.name, |t| {
+                let req = pods.patch_subresource("status", &p.name, &crate::patch_params(), &Patch::Strategic(&patch));
+                self.lean.send_unread(with_timeout(req, t))
+            })
             .await
         {
             CallOutcome::Ok(_) => {
