@@ -2,11 +2,18 @@
 //! here, bounded the way kube-apiserver and controller-runtime bound theirs, because any pod
 //! in the cluster can reach the webhook:
 //!
-//! - **Connections**: at most `max_connections` at once; past it a new connection is closed at
-//!   once (never left hanging in the backlog). The TLS handshake gets `header_read_timeout`.
-//! - **Slow clients**: a request head must arrive within `header_read_timeout` of its first
-//!   byte (slowloris), a connection with no request in flight is closed after `idle_timeout`,
-//!   and a request body must arrive within `body_timeout`. hyper's own header timer cannot be
+//! - **Connections**: at most `max_connections` at once, and at most `max_connections_per_source`
+//!   from one address. When the listener is full, a new connection takes the place of the one
+//!   that has waited longest without a request in flight (idle, or still sending its head), as
+//!   Go's and Envoy's overload managers shed idle connections first; only when every connection
+//!   has a request in flight is the new one closed at once (never left hanging in the backlog).
+//!   So idle connections, however many, cannot keep the kubelet's probes or the API server out.
+//!   The TLS handshake gets `header_read_timeout`.
+//! - **Slow clients**: a request head must arrive within `header_read_timeout` of the
+//!   connection's accept (Go's `ReadHeaderTimeout`: a connection that sends nothing is closed
+//!   then, not after the idle timeout) and, on a kept-alive connection, of its first byte
+//!   (slowloris); a connection with no request in flight is closed after `idle_timeout`, and a
+//!   request body must arrive within `body_timeout`. hyper's own header timer cannot be
 //!   used for this: it also runs while a keep-alive connection waits for its next request, so
 //!   it would cut every idle connection after 10 s. A per-connection watchdog measures both
 //!   from the bytes the socket delivers and the requests hyper dispatches.
@@ -65,6 +72,8 @@ pub struct Limits {
     pub max_header_bytes: usize,
     pub max_body_bytes: usize,
     pub max_connections: usize,
+    /// Connections from one source address at once.
+    pub max_connections_per_source: usize,
     pub max_requests_in_flight: usize,
     pub http2: bool,
     /// HTTP/2 only: streams per connection.
@@ -87,6 +96,7 @@ impl Limits {
             max_header_bytes: 64 * 1024,
             max_body_bytes: 64 * 1024,
             max_connections: 64,
+            max_connections_per_source: 16,
             max_requests_in_flight: 32,
             http2: false,
             max_concurrent_streams: 0,
@@ -122,7 +132,7 @@ impl HttpMetrics {
         registry.register("nlc_http_connections", "Open connections, by listener", m.open.clone());
         registry.register(
             "nlc_http_connections_closed",
-            "Connections closed by the server, by listener and reason (header_timeout, idle_timeout, tls_handshake, over_capacity, shutdown)",
+            "Connections closed by the server, by listener and reason (header_timeout, idle_timeout, tls_handshake, evicted: the one waiting longest made way for a new one on a full listener, per_source: its address held its share, over_capacity: full with every connection busy, shutdown)",
             m.closed.clone(),
         );
         registry.register(
@@ -158,13 +168,25 @@ struct Activity {
 const NONE: u64 = u64::MAX;
 
 impl Activity {
+    /// A connection just accepted: its first request head is due within the header timeout
+    /// from now.
     fn new() -> Self {
         Self {
             start: Stopwatch::start(),
-            head_since: AtomicU64::new(NONE),
+            head_since: AtomicU64::new(0),
             idle_since: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
         }
+    }
+
+    /// Since when (ms) the connection has waited without a request in flight, for a head or for
+    /// its next request; `None` while a request is in flight.
+    fn waiting_since(&self) -> Option<u64> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let head = self.head_since.load(Ordering::Acquire);
+        Some(if head != NONE { head } else { self.idle_since.load(Ordering::Acquire) })
     }
 
     fn now(&self) -> u64 {
@@ -202,6 +224,82 @@ impl Activity {
         }
         (now.saturating_sub(self.idle_since.load(Ordering::Acquire)) >= ms(limits.idle_timeout))
             .then_some("idle_timeout")
+    }
+}
+
+/// A listener's open connections, so that a new one can take the place of the one that has
+/// waited longest without a request in flight.
+#[derive(Default)]
+struct Open {
+    conns: std::sync::Mutex<std::collections::HashMap<u64, OpenConn>>,
+    next: AtomicU64,
+}
+
+struct OpenConn {
+    activity: Arc<Activity>,
+    source: std::net::IpAddr,
+    /// Told to close the connection (its place is taken).
+    evict: Arc<tokio::sync::Notify>,
+    /// Told already: it no longer counts, and is not chosen again while it closes.
+    evicted: bool,
+}
+
+/// What to do with a new connection.
+#[derive(Debug, PartialEq)]
+enum Admit {
+    Yes,
+    /// Its source holds its share already.
+    PerSource,
+    /// Full, and every connection has a request in flight.
+    Full,
+}
+
+impl Open {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, OpenConn>> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a connection from `source` may be admitted; when the listener is full, the
+    /// connection that has waited longest without a request in flight is told to close (and
+    /// `evicted` says so).
+    fn admit(&self, source: std::net::IpAddr, limits: &Limits, evicted: impl FnOnce()) -> Admit {
+        let mut conns = self.lock();
+        let live = || conns.values().filter(|c| !c.evicted);
+        if live().filter(|c| c.source == source).count() >= limits.max_connections_per_source.max(1) {
+            return Admit::PerSource;
+        }
+        if live().count() < limits.max_connections.max(1) {
+            return Admit::Yes;
+        }
+        // The one waiting longest, measured on one clock: each connection's own start plus its
+        // offset into it.
+        let victim = conns
+            .iter_mut()
+            .filter(|(_, c)| !c.evicted)
+            .filter_map(|(id, c)| {
+                c.activity.waiting_since().map(|ms| (c.activity.start + Duration::from_millis(ms), *id))
+            })
+            .min_by_key(|(since, _)| *since)
+            .map(|(_, id)| id);
+        match victim.and_then(|id| conns.get_mut(&id)) {
+            Some(c) => {
+                c.evicted = true;
+                c.evict.notify_one();
+                evicted();
+                Admit::Yes
+            }
+            None => Admit::Full,
+        }
+    }
+
+    fn insert(&self, c: OpenConn) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(id, c);
+        id
+    }
+
+    fn remove(&self, id: u64) {
+        self.lock().remove(&id);
     }
 }
 
@@ -349,7 +447,7 @@ impl Server {
             metrics: metrics.clone(),
         };
         let router = router.layer(axum::middleware::from_fn_with_state(gate_state, gate));
-        let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+        let open = Arc::new(Open::default());
         let (closing_tx, closing) = watch::channel(false);
         let mut tasks = JoinSet::new();
         let mut errors = AcceptErrors { delay: Duration::ZERO, last_log: None, suppressed: 0 };
@@ -363,14 +461,30 @@ impl Server {
             tokio::select! {
                 _ = &mut stopping => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => {
+                    Ok((stream, peer)) => {
                         errors.delay = Duration::ZERO;
-                        let Ok(permit) = connections.clone().try_acquire_owned() else {
-                            metrics.closed(name, "over_capacity");
-                            drop(stream);
-                            continue;
-                        };
+                        match open.admit(peer.ip(), &limits, || metrics.closed(name, "evicted")) {
+                            Admit::Yes => {}
+                            Admit::PerSource => {
+                                metrics.closed(name, "per_source");
+                                drop(stream);
+                                continue;
+                            }
+                            Admit::Full => {
+                                metrics.closed(name, "over_capacity");
+                                drop(stream);
+                                continue;
+                            }
+                        }
                         let _ = stream.set_nodelay(true);
+                        let activity = Arc::new(Activity::new());
+                        let evict = Arc::new(tokio::sync::Notify::new());
+                        let id = open.insert(OpenConn {
+                            activity: activity.clone(),
+                            source: peer.ip(),
+                            evict: evict.clone(),
+                            evicted: false,
+                        });
                         let conn = Connection {
                             name,
                             tls: tls.clone(),
@@ -378,11 +492,13 @@ impl Server {
                             limits: limits.clone(),
                             metrics: metrics.clone(),
                             closing: closing.clone(),
+                            evict,
                         };
+                        let open = open.clone();
                         tasks.spawn(
                             async move {
-                                let _permit = permit;
-                                conn.run(stream).await;
+                                conn.run(stream, activity).await;
+                                open.remove(id);
                             }
                             .instrument(tracing::debug_span!("connection")),
                         );
@@ -426,26 +542,39 @@ struct Connection {
     limits: Arc<Limits>,
     metrics: HttpMetrics,
     closing: watch::Receiver<bool>,
+    /// Notified when a new connection takes this one's place.
+    evict: Arc<tokio::sync::Notify>,
 }
 
 impl Connection {
-    async fn run(self, stream: tokio::net::TcpStream) {
+    async fn run(self, stream: tokio::net::TcpStream, activity: Arc<Activity>) {
         let open = self.metrics.open.get_or_create(&ServerLabels { server: self.name }).clone();
         open.inc();
-        let activity = Arc::new(Activity::new());
         let io = Tracked { inner: stream, activity: activity.clone() };
         match self.tls.clone() {
             None => self.http(io, activity, true).await,
-            Some(acceptor) => match tokio::time::timeout(self.limits.header_read_timeout, acceptor.accept(io)).await {
-                Ok(Ok(tls)) => {
-                    let http1 = tls.get_ref().1.alpn_protocol() != Some(b"h2");
-                    activity.head_since.store(NONE, Ordering::Release);
-                    activity.idle_since.store(activity.now(), Ordering::Release);
-                    self.http(tls, activity, http1).await;
+            Some(acceptor) => {
+                let handshake = tokio::time::timeout(self.limits.header_read_timeout, acceptor.accept(io));
+                let evict = self.evict.clone();
+                let done = tokio::select! {
+                    done = handshake => Some(done),
+                    _ = evict.notified() => None,
+                };
+                match done {
+                    Some(Ok(Ok(tls))) => {
+                        let http1 = tls.get_ref().1.alpn_protocol() != Some(b"h2");
+                        // The first request's head is due within the header timeout from now;
+                        // over HTTP/2 only idleness counts.
+                        let now = activity.now();
+                        activity.head_since.store(if http1 { now } else { NONE }, Ordering::Release);
+                        activity.idle_since.store(now, Ordering::Release);
+                        self.http(tls, activity, http1).await;
+                    }
+                    Some(Ok(Err(e))) => tracing::debug!(error = %e, "TLS handshake failed"),
+                    Some(Err(_)) => self.metrics.closed(self.name, "tls_handshake"),
+                    None => {}
                 }
-                Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
-                Err(_) => self.metrics.closed(self.name, "tls_handshake"),
-            },
+            }
         }
         open.dec();
     }
@@ -507,6 +636,8 @@ impl Connection {
                         return;
                     }
                 }
+                // A new connection took this one's place (counted by the listener).
+                _ = self.evict.notified() => return,
                 changed = self.closing.changed(), if !closing => {
                     closing = true;
                     if changed.is_ok() {
@@ -529,10 +660,18 @@ mod tests {
             idle_timeout: Duration::from_secs(90),
             ..Limits::admin()
         };
+        // Fresh: its first head is due within the header timeout from the accept (Go's
+        // ReadHeaderTimeout), whether or not it sends anything.
+        let fresh = Activity::new();
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert_eq!(fresh.expired(&limits, true), None);
+        fresh.read();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(fresh.expired(&limits, true), Some("header_timeout"), "counted from the accept");
         let a = Activity::new();
-        // Fresh and idle: nothing expires before the idle timeout.
-        assert_eq!(a.expired(&limits, true), None);
-        // A head starts arriving and stalls: closed 10 s after its first byte.
+        a.request_started();
+        a.request_ended();
+        // Kept alive: a later head starts arriving and stalls: closed 10 s after its first byte.
         a.read();
         tokio::time::advance(Duration::from_secs(9)).await;
         a.read();
@@ -550,8 +689,54 @@ mod tests {
         assert_eq!(a.expired(&limits, true), Some("idle_timeout"));
         // HTTP/2 reads between requests (pings) are not heads.
         let b = Activity::new();
+        b.head_since.store(NONE, Ordering::Release);
         b.read();
         tokio::time::advance(Duration::from_secs(30)).await;
         assert_eq!(b.expired(&limits, false), None);
+    }
+}
+
+#[cfg(test)]
+mod admit_tests {
+    use super::*;
+
+    fn conn(open: &Open, source: [u8; 4]) -> (u64, Arc<Activity>, Arc<tokio::sync::Notify>) {
+        let activity = Arc::new(Activity::new());
+        let evict = Arc::new(tokio::sync::Notify::new());
+        let id = open.insert(OpenConn {
+            activity: activity.clone(),
+            source: source.into(),
+            evict: evict.clone(),
+            evicted: false,
+        });
+        (id, activity, evict)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_listener_sheds_the_connection_that_waited_longest() {
+        let limits = Limits { max_connections: 3, max_connections_per_source: 2, ..Limits::admin() };
+        let open = Open::default();
+        let attacker = [10, 0, 0, 9];
+        let (_, _, first) = conn(&open, attacker);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let (_, busy, _) = conn(&open, [10, 0, 0, 1]);
+        busy.request_started();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        // The attacker's source holds its share.
+        let (_, _, second) = conn(&open, attacker);
+        assert_eq!(open.admit(attacker.into(), &limits, || {}), Admit::PerSource);
+        // Full: a probe from the node takes the place of the attacker's oldest idle connection.
+        let mut evicted = 0;
+        assert_eq!(open.admit([10, 0, 0, 2].into(), &limits, || evicted += 1), Admit::Yes);
+        assert_eq!(evicted, 1);
+        assert!(futures::FutureExt::now_or_never(first.notified()).is_some(), "the oldest waiting one");
+        assert!(futures::FutureExt::now_or_never(second.notified()).is_none());
+        // Every connection busy: the new one is refused.
+        let busy_open = Open::default();
+        for i in 0..3 {
+            let (_, a, _) = conn(&busy_open, [10, 0, 1, i]);
+            a.request_started();
+        }
+        assert_eq!(busy_open.admit([10, 0, 0, 3].into(), &limits, || {}), Admit::Full);
     }
 }

@@ -78,6 +78,7 @@ impl Runtime {
     /// Builds the client (no request is made yet) and binds the admin addresses; `/configz`
     /// answers `configz`.
     pub async fn build(client: &ClientArgs, admin: &AdminArgs, configz: &configz::Configz) -> Result<Self> {
+        raise_open_files_limit();
         let (client, skew) = client::client_with_skew(client).await?;
         let mut registry = Registry::default();
         let tls = metrics_tls(admin, &client, &mut registry)?;
@@ -356,4 +357,19 @@ async fn bind(flag: &'static str, addr: args::Bind) -> Result<Option<tokio::net:
     let Some(addr) = addr.0 else { return Ok(None) };
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Bind { flag, addr, source })?;
     Ok(Some(listener))
+}
+
+/// Raises the soft limit on open files to the hard limit, as Go's runtime does at start: the
+/// listeners' connection caps are the bound, not a soft limit of 1,024 (a container's default)
+/// that a flood of connections would reach first.
+fn raise_open_files_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let raised = rustix::process::Rlimit { current: limit.maximum, maximum: limit.maximum };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => tracing::debug!(from = ?limit.current, to = ?limit.maximum, "raised the open files limit"),
+            Err(e) => tracing::warn!(error = %e, "could not raise the open files limit"),
+        }
+    }
 }

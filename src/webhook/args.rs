@@ -146,6 +146,10 @@ impl WebhookHttpArgs {
             max_header_bytes: check_count("--webhook-max-header-bytes", webhook_max_header_bytes, 8192, 64 << 20)?,
             max_body_bytes: check_count("--webhook-max-body-bytes", webhook_max_body_bytes, 1024, 64 << 20)?,
             max_connections: check_count("--webhook-max-connections", webhook_max_connections, 1, 1 << 20)?,
+            // Half the listener from one address: the API server (one address per instance)
+            // keeps room, and two sources are needed to fill it (and are then shed, oldest
+            // waiting first).
+            max_connections_per_source: (webhook_max_connections / 2).max(1),
             max_requests_in_flight: check_count(
                 "--webhook-max-requests-in-flight",
                 webhook_max_requests_in_flight,
