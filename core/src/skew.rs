@@ -15,6 +15,8 @@ use jiff::{SignedDuration, Timestamp};
 /// Samples kept, at most one per [`SAMPLE_EVERY`]: two minutes' worth.
 const WINDOW: usize = 240;
 const SAMPLE_EVERY: SignedDuration = SignedDuration::from_millis(500);
+/// A server whose newest sample is this much older than another's no longer counts.
+const FORGET_AFTER: SignedDuration = SignedDuration::from_secs(120);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Bounds {
@@ -55,6 +57,11 @@ impl SkewEstimator {
             self.samples.clear();
             self.samples.extend(newest);
         }
+    }
+
+    /// When the newest sample was taken (our clock).
+    fn newest(&self) -> Option<Timestamp> {
+        self.samples.back().map(|b| b.at)
     }
 
     fn bounds(&self) -> (SignedDuration, SignedDuration) {
@@ -168,10 +175,17 @@ impl SkewEstimators {
     }
 
     /// The skew to the server our clock is furthest ahead of, among those known to better than
-    /// `precise` (else the most precisely known one): no deadline is early by any of them.
+    /// `precise` (else the most precisely known one): no deadline is early by any of them. A
+    /// server not heard from for the estimate's window (replaced, or behind another address
+    /// now) no longer counts.
     pub fn skew(&self, precise: SignedDuration) -> Option<(SignedDuration, SignedDuration)> {
-        let all: Vec<(SignedDuration, SignedDuration)> =
-            self.by_address.values().filter_map(SkewEstimator::skew).collect();
+        let newest = self.by_address.values().filter_map(SkewEstimator::newest).max()?;
+        let all: Vec<(SignedDuration, SignedDuration)> = self
+            .by_address
+            .values()
+            .filter(|e| e.newest().is_some_and(|at| newest.duration_since(at) <= FORGET_AFTER))
+            .filter_map(SkewEstimator::skew)
+            .collect();
         let known = all.iter().filter(|(_, p)| *p <= precise).max_by_key(|(s, _)| *s);
         known.or_else(|| all.iter().min_by_key(|(_, p)| *p)).copied()
     }
@@ -266,5 +280,11 @@ mod tests {
         assert!((skew.as_millis() as i64 - 3_600_000).abs() <= 50, "{skew:?} +/- {precision:?}");
         assert!(precision <= SignedDuration::from_millis(50), "each server's bounds narrow on their own");
         assert_eq!(SkewEstimators::default().skew(SignedDuration::from_millis(500)), None);
+        // The server an hour off is replaced: once it has been silent for the window, only the
+        // other counts.
+        let later = 40 * 730 + 121_000;
+        e.observe("10.0.0.1:6443", at(later), at(later + 20), date(later + 10, 0));
+        let (skew, _) = e.skew(SignedDuration::from_millis(500)).expect("estimate");
+        assert!(skew.abs() <= SignedDuration::from_millis(50), "{skew:?}");
     }
 }

@@ -51,6 +51,10 @@ const LOOP_STALL: Duration = Duration::from_secs(30);
 /// (upstream's `--node-monitor-grace-period` default).
 const DEFAULT_GRACE: Duration = Duration::from_secs(50);
 
+/// The least stall bound of the node watch: past the minute after which the API server sends a
+/// quiet watch a bookmark.
+const QUIET_WATCH: Duration = Duration::from_secs(70);
+
 /// `node-lifecycle-controller run`; `configz` is its command line as it takes effect.
 pub async fn run(args: RunArgs, mut configz: crate::runtime::configz::Configz) -> Result<()> {
     let RunArgs { client, admin, controller, leader, eviction, lifecycle, enable_webhook, webhook } = args;
@@ -197,15 +201,19 @@ fn spawn(
         Some(leader) => spawn_leader_election(rt, leader, leading_tx, executor.fence(), clock.clone()),
         None => drop(leading_tx),
     }
-    // A node or node Lease watch silent for half the grace period while nodes exist is stalled
+    // A node Lease watch silent for half the grace period while nodes exist is stalled
     // (kubelets renew every 10 s): it is started again before any node could be judged on it.
+    // A node watch may be quiet for minutes (a kubelet writes its status on change or every
+    // 5 min), and a quiet watch gets a bookmark only every minute: its bound is past that.
     let grace = lifecycle.decisions.as_ref().map_or(DEFAULT_GRACE, |d| d.grace.monitor);
     let stall = crate::runtime::watch::Stall { after: grace / 2, armed: Arc::new(AtomicBool::new(false)) };
+    let node_stall = crate::runtime::watch::Stall { after: (grace / 2).max(QUIET_WATCH), ..stall.clone() };
     let lists = Lists {
         streaming: streaming_lists,
         format: kube_api_content_type,
         leases: lifecycle.decisions.is_some(),
         stall: stall.clone(),
+        node_stall,
     };
     spawn_watches(rt, selector, lists, &tx, &metrics.watch, &second_writers);
     let pause =
@@ -255,8 +263,10 @@ struct Lists {
     format: crate::runtime::watch::Format,
     /// Node lifecycle runs: it alone reads a Lease (a node's heartbeat).
     leases: bool,
-    /// How long the node and node Lease watches may stay silent while nodes exist.
+    /// How long the node Lease watch may stay silent while nodes exist.
     stall: crate::runtime::watch::Stall,
+    /// The same for the node watch.
+    node_stall: crate::runtime::watch::Stall,
 }
 
 /// Starts the watches feeding `tx`. Every node is watched, so that zone states are judged over
@@ -291,7 +301,7 @@ fn spawn_watches(
     // Streaming initial lists: 16 MB less RSS at 30,000 pods, ready time unchanged within the
     // runs' spread (bench eviction, 3 runs); watch::run falls back to pages where the API server
     // refuses them (1.33).
-    let Lists { streaming, format, leases: watch_leases, stall } = lists;
+    let Lists { streaming, format, leases: watch_leases, stall, node_stall } = lists;
     let strategy = |c: watcher::Config| if streaming { c.streaming_lists() } else { c };
     let pods = strategy(watcher::Config::default().fields("spec.nodeName!="));
     let all = || strategy(watcher::Config::default());
@@ -302,7 +312,7 @@ fn spawn_watches(
             config: all(),
             format,
             resource: "nodes",
-            stall: Some(stall.clone()),
+            stall: Some(node_stall),
         },
         move |n: &WireNode| {
             w.node(&n.0);

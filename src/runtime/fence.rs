@@ -29,33 +29,40 @@ pub struct Fence {
     gate: watch::Receiver<bool>,
     sealed: AtomicBool,
     writes: RwLock<()>,
-    /// Until when this process's lease is certainly its own; `None`: unbounded (no leader
-    /// election).
-    until: Mutex<Option<Instant>>,
+    /// Until when this process's lease is certainly its own (`None`: unbounded, no leader
+    /// election), and when it was last suspected: a renewal sent before that confirms nothing.
+    until: Mutex<(Option<Instant>, Option<Instant>)>,
 }
 
 impl Fence {
     pub fn new(gate: watch::Receiver<bool>) -> Self {
-        Self { gate, sealed: AtomicBool::new(false), writes: RwLock::new(()), until: Mutex::new(None) }
+        Self { gate, sealed: AtomicBool::new(false), writes: RwLock::new(()), until: Mutex::new((None, None)) }
     }
 
     fn until(&self) -> Option<Instant> {
-        *self.until.lock().unwrap_or_else(|p| p.into_inner())
+        self.until.lock().unwrap_or_else(|p| p.into_inner()).0
     }
 
-    /// The lease is certainly this process's until `until` (leader election's last renewal).
-    pub fn bound(&self, until: Instant) {
-        *self.until.lock().unwrap_or_else(|p| p.into_inner()) = Some(until);
+    /// The lease is certainly this process's until `until`, from a renewal (or acquisition)
+    /// written successfully and sent at `sent`; one sent before the last suspicion confirms
+    /// nothing.
+    pub fn bound(&self, until: Instant, sent: Instant) {
+        let mut state = self.until.lock().unwrap_or_else(|p| p.into_inner());
+        if state.1.is_some_and(|suspected| sent < suspected) {
+            return;
+        }
+        state.0 = Some(until);
     }
 
     /// Something happened that the lease's bound cannot account for (the wall clock stepped,
-    /// this process was not scheduled for a while): closed until the next renewal bounds it
-    /// again. Nothing changes without leader election.
+    /// this process was not scheduled for a while): closed until a renewal sent after now bounds
+    /// it again. Nothing changes without leader election.
     pub fn suspect(&self) {
         let now = Stopwatch::start().instant();
-        let mut until = self.until.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(u) = until.as_mut() {
+        let mut state = self.until.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(u) = state.0.as_mut() {
             *u = (*u).min(now);
+            state.1 = Some(now);
         }
     }
 
@@ -158,17 +165,25 @@ mod tests {
         // No leader election: the write's own limit.
         assert_eq!(fence.write(limit, |d| async move { d }).await, Some(Some(limit)));
         // Three seconds left on the lease: the write gets three, and is given up after them.
-        fence.bound(tokio::time::Instant::now() + Duration::from_secs(3));
+        let now = tokio::time::Instant::now();
+        fence.bound(now + Duration::from_secs(3), now);
         assert_eq!(fence.write(limit, |d| async move { d }).await, Some(Some(Duration::from_secs(3))));
         let hung = fence.write(limit, |_| std::future::pending::<()>());
         assert_eq!(hung.await, Some(None), "given up at the lease's bound");
         // The bound has passed: closed, whatever the gate says.
         assert!(!fence.is_open());
         assert_eq!(fence.write(limit, |d| async move { d }).await, None);
-        // A renewal bounds it again; a suspicion closes it until the next one.
-        fence.bound(tokio::time::Instant::now() + Duration::from_secs(3));
+        // A renewal bounds it again; a suspicion closes it until a renewal sent after it.
+        let sent = tokio::time::Instant::now();
+        fence.bound(sent + Duration::from_secs(3), sent);
         assert!(fence.is_open());
+        tokio::time::advance(Duration::from_millis(100)).await;
         fence.suspect();
         assert!(!fence.is_open());
+        fence.bound(sent + Duration::from_secs(3), sent);
+        assert!(!fence.is_open(), "a renewal sent before the suspicion confirms nothing");
+        let later = tokio::time::Instant::now();
+        fence.bound(later + Duration::from_secs(3), later);
+        assert!(fence.is_open());
     }
 }

@@ -303,6 +303,15 @@ impl Open {
     }
 }
 
+/// A connection's place in its listener's registry, given up when dropped.
+struct Registered(Arc<Open>, u64);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.0.remove(self.1);
+    }
+}
+
 /// The socket, noting when bytes arrive.
 struct Tracked<S> {
     inner: S,
@@ -494,11 +503,12 @@ impl Server {
                             closing: closing.clone(),
                             evict,
                         };
-                        let open = open.clone();
+                        let registered = Registered(open.clone(), id);
                         tasks.spawn(
                             async move {
+                                // Out of the registry however the task ends (a panic included).
+                                let _registered = registered;
                                 conn.run(stream, activity).await;
-                                open.remove(id);
                             }
                             .instrument(tracing::debug_span!("connection")),
                         );

@@ -281,6 +281,8 @@ struct Candidate {
     leading: watch::Sender<bool>,
     metrics: LeaderMetrics,
     clock: Arc<dyn Clock>,
+    /// The executor's write fence, bounded by each renewal that lands.
+    fence: Arc<Fence>,
 }
 
 impl Candidate {
@@ -312,6 +314,14 @@ impl Candidate {
             Ok(l) => {
                 self.last = Some(l.metadata);
                 self.elector.written(record, sent);
+                // Every write checks this bound itself: no standby can take over before it. Set
+                // only from a write that landed (a failed renewal leaves the last bound), and
+                // before this process says it leads.
+                if let Some(stop_at) = self.elector.stop_at() {
+                    let (stop_at, sent) =
+                        (tokio::time::Instant::from_std(stop_at), tokio::time::Instant::from_std(sent));
+                    self.fence.bound(stop_at, sent);
+                }
                 Ok(true)
             }
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
@@ -379,8 +389,6 @@ impl Candidate {
                 return Err(Error::LostLease);
             };
             let stop_at = tokio::time::Instant::from_std(stop_at);
-            // Every write checks this bound itself: no standby can take over before it.
-            fence.bound(stop_at);
             let slept_from = self.clock.instant();
             let lost = tokio::select! {
                 _ = stop.as_mut() => {
@@ -457,7 +465,16 @@ pub async fn run(
     let mut changes = super::watch::stream(watched, config, "leader-lease", watch_metrics).boxed();
     let stopping = stop.signaled();
     tokio::pin!(stopping);
-    let mut c = Candidate { api, elector: Elector::new(cfg.elector.clone()), cfg, last: None, leading, metrics, clock };
+    let mut c = Candidate {
+        api,
+        elector: Elector::new(cfg.elector.clone()),
+        cfg,
+        last: None,
+        leading,
+        metrics,
+        clock,
+        fence: fence.clone(),
+    };
     loop {
         let again = tokio::time::Instant::from_std(c.try_acquire().await);
         if c.elector.is_leader() {

@@ -114,6 +114,12 @@ enum Phase<K> {
         resource_version: String,
         events: Events,
     },
+    /// A list is complete: its resourceVersion is handed on as a bookmark (how far the watch has
+    /// read), then `then`.
+    Announce {
+        resource_version: String,
+        then: Box<Phase<K>>,
+    },
 }
 
 type Step<K> = (Option<watcher::Result<Ev<K>>>, Phase<K>);
@@ -135,7 +141,8 @@ impl<K: Resource> Watcher<K> {
                 }
                 match (continue_token, resource_version) {
                     (None, Some(resource_version)) => {
-                        (event(watcher::Event::InitDone), Phase::Listed { resource_version })
+                        let then = Box::new(Phase::Listed { resource_version: resource_version.clone() });
+                        (event(watcher::Event::InitDone), Phase::Announce { resource_version, then })
                     }
                     (continue_token, _) => self.page(continue_token).await,
                 }
@@ -146,6 +153,7 @@ impl<K: Resource> Watcher<K> {
                 Err(e) => (Some(Err(watcher::Error::WatchStartFailed(e))), Phase::Listed { resource_version }),
             },
             Phase::Watching { resource_version, events } => self.watching(resource_version, events).await,
+            Phase::Announce { resource_version, then } => (Some(Ok(Ev::Bookmark(resource_version))), *then),
         }
     }
 
@@ -213,7 +221,8 @@ impl<K: Resource> Watcher<K> {
             }
             Some(Ok(Frame::Bookmark(b))) if b.initial_events_end => match b.resource_version {
                 Some(resource_version) => {
-                    (event(watcher::Event::InitDone), Phase::Watching { resource_version, events })
+                    let then = Box::new(Phase::Watching { resource_version: resource_version.clone(), events });
+                    (event(watcher::Event::InitDone), Phase::Announce { resource_version, then })
                 }
                 None => (Some(Err(watcher::Error::NoResourceVersion)), Phase::Empty),
             },
@@ -223,7 +232,9 @@ impl<K: Resource> Watcher<K> {
                 (Some(Err(watcher::Error::WatchError(s))), next)
             }
             // The list broke off while served: a failed list (it backs off as one), listed anew.
-            Some(Err(e)) => (Some(Err(watcher::Error::InitialListFailed(e))), Phase::Empty),
+            Some(Err(e)) if events.broken => (Some(Err(watcher::Error::InitialListFailed(e))), Phase::Empty),
+            // One event that does not read: reported, and the list goes on past it.
+            Some(Err(e)) => (Some(Err(watcher::Error::WatchFailed(e))), Phase::Streaming { events }),
             // Ended before the list was complete (cut short, or silent past its bound): a failed
             // list, which backs off as one before the next.
             None => {

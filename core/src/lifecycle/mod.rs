@@ -354,6 +354,9 @@ impl NodeLifecycle {
                 held_ms = held_ms as i64,
                 "the Lease cache has caught up; judging nodes again"
             );
+            // A silence confirmed while the cache was behind may have been confirmed on a stale
+            // view: each is read again.
+            self.nodes.unconfirm_all();
             self.zones.invalidate();
             self.reconcile_all(cx, out);
         }
@@ -367,10 +370,10 @@ impl NodeLifecycle {
         if !self.synced {
             return None;
         }
-        [self.nodes.next_wakeup(), self.marks.next_wakeup(), self.zones.next_wakeup(), self.next_pass]
-            .into_iter()
-            .flatten()
-            .min()
+        // While live Lease reads are out the zones' queues wait for their answers (each is an
+        // input), not for a time.
+        let zones = if self.nodes.reading() { None } else { self.zones.next_wakeup() };
+        [self.nodes.next_wakeup(), self.marks.next_wakeup(), zones, self.next_pass].into_iter().flatten().min()
     }
 
     fn reconcile_all(&mut self, cx: Ctx<'_>, out: &mut Vec<Action>) {
@@ -493,8 +496,13 @@ impl NodeLifecycle {
         }
     }
 
-    /// The first NoExecute taints the zones' limiters allow now ([`Zones::drain`]).
+    /// The first NoExecute taints the zones' limiters allow now ([`Zones::drain`]); none while
+    /// live Lease reads are out, so that the zones have counted every node that went silent
+    /// together before the first is tainted (their answers come within milliseconds).
     fn drain_zone_queues(&mut self, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        if self.nodes.reading() {
+            return;
+        }
         let (index, now) = (cx.index, cx.now);
         let judge =
             Judge { cfg: &self.cfg, managed: &self.managed, nodes: &self.nodes, outage: self.zones.all_disrupted() };

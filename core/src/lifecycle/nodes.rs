@@ -53,10 +53,11 @@ impl NodeState {
         self.writing || matches!(self.lease, LeaseCheck::Reading(_)) || self.retry_at.is_some_and(|at| at > now)
     }
 
-    /// A heartbeat: whatever a live read said about the silence before it is moot.
-    fn heard(&mut self) {
+    /// A heartbeat: whatever a live read said about the silence before it is moot. Whether a
+    /// read was out.
+    fn heard(&mut self) -> bool {
         self.expired_at = None;
-        self.lease = LeaseCheck::Unread;
+        matches!(std::mem::replace(&mut self.lease, LeaseCheck::Unread), LeaseCheck::Reading(_))
     }
 }
 
@@ -69,6 +70,8 @@ pub(super) struct Nodes {
     check_leases: bool,
     /// Names live Lease reads.
     next_op: u64,
+    /// Live Lease reads out.
+    reading: usize,
     states: HashMap<String, NodeState>,
     expiry: TimerQueue<String>,
     /// Per-node write backoff.
@@ -81,6 +84,7 @@ impl Nodes {
             grace,
             check_leases,
             next_op: 0,
+            reading: 0,
             states: HashMap::new(),
             expiry: TimerQueue::default(),
             retries: TimerQueue::default(),
@@ -118,10 +122,28 @@ impl Nodes {
         !self.check_leases || st.lease == LeaseCheck::Confirmed
     }
 
+    /// Live Lease reads out: while any is, the zones wait for their answers before a first
+    /// NoExecute taint is let through (upstream judges every node of a pass before its zones).
+    pub(super) fn reading(&self) -> bool {
+        self.reading > 0
+    }
+
+    /// The Lease cache was behind: every silence confirmed from it is read again.
+    pub(super) fn unconfirm_all(&mut self) {
+        for st in self.states.values_mut() {
+            if st.lease == LeaseCheck::Confirmed {
+                st.lease = LeaseCheck::Unread;
+            }
+        }
+    }
+
     /// A live read of `name`'s Lease goes out: its op.
     pub(super) fn start_lease_read(&mut self, name: &str) -> Option<u64> {
         let st = self.states.get_mut(name)?;
         self.next_op += 1;
+        if !matches!(st.lease, LeaseCheck::Reading(_)) {
+            self.reading += 1;
+        }
         st.lease = LeaseCheck::Reading(self.next_op);
         Some(self.next_op)
     }
@@ -131,6 +153,7 @@ impl Nodes {
     /// off as a failed write does.
     pub(super) fn lease_read(&mut self, name: &str, op: u64, confirmed: Option<bool>, now: Timestamp) -> Option<()> {
         let st = self.states.get_mut(name).filter(|s| s.lease == LeaseCheck::Reading(op))?;
+        self.reading = self.reading.saturating_sub(1);
         match confirmed {
             Some(true) => st.lease = LeaseCheck::Confirmed,
             Some(false) => st.lease = LeaseCheck::Unread,
@@ -175,7 +198,9 @@ impl Nodes {
         if own_write {
             st.probe.observe_own_write(node);
         } else if st.probe.observe_node(node, now) {
-            st.heard();
+            if st.heard() {
+                self.reading = self.reading.saturating_sub(1);
+            }
             self.expiry.set(node.name.clone(), st.probe.deadline(self.grace));
             back = was_overdue;
         }
@@ -196,7 +221,9 @@ impl Nodes {
         }
         // The timer is not moved on every renewal (500/s at 5,000 nodes): when it fires it
         // finds the new deadline and re-arms.
-        st.heard();
+        if st.heard() {
+            self.reading = self.reading.saturating_sub(1);
+        }
         if was_overdue {
             self.expiry.set(name.clone(), st.probe.deadline(self.grace));
         }
@@ -208,7 +235,11 @@ impl Nodes {
         let name = name.to_owned();
         self.expiry.cancel(&name);
         self.retries.cancel(&name);
-        self.states.remove(&name).is_some()
+        let removed = self.states.remove(&name);
+        if removed.as_ref().is_some_and(|st| matches!(st.lease, LeaseCheck::Reading(_))) {
+            self.reading = self.reading.saturating_sub(1);
+        }
+        removed.is_some()
     }
 
     /// The executor's report on a write to `name`: `None` for a node not registered, else
@@ -297,7 +328,9 @@ impl Nodes {
     pub(super) fn fresh_grace(&mut self, now: Timestamp, reset: impl Fn(&mut Probe, Timestamp)) {
         for (name, st) in self.states.iter_mut() {
             reset(&mut st.probe, now);
-            st.heard();
+            if st.heard() {
+                self.reading = self.reading.saturating_sub(1);
+            }
             self.expiry.set(name.clone(), st.probe.deadline(self.grace));
         }
     }

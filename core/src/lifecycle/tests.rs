@@ -849,3 +849,52 @@ fn custom_conditions_are_never_set_unknown_and_their_noexecute_stops_when_every_
     assert!(!w.has_taint("n0", "example.com/kernel-deadlock", Effect::NoExecute), "stopped by the brake");
     assert!(!w.has_taint("n0", keys::UNREACHABLE, Effect::NoExecute));
 }
+
+/// Nodes that go silent together are all counted in their zone before the first is tainted:
+/// their live Lease reads come back one by one, and the zone's queue waits for the last.
+/// (Three of four silent is a partial disruption of a small zone: nothing is tainted NoExecute.)
+#[test]
+fn nodes_silent_together_are_counted_in_their_zone_before_any_is_tainted() {
+    let mut w = World::new(cfg(), healthy_zone("n", "a", 4), vec![]);
+    w.heartbeat(&["n0"], 0.0, 120.0);
+    for n in ["n1", "n2", "n3"] {
+        assert_eq!(w.node(n).condition("Ready").map(|c| c.status.as_str()), Some("Unknown"), "{n}");
+        assert!(w.has_taint(n, keys::UNREACHABLE, Effect::NoSchedule));
+        assert!(!w.has_taint(n, keys::UNREACHABLE, Effect::NoExecute), "{n} tainted before its zone counted all");
+    }
+    assert_eq!(w.lc().zone_reports()[0].unhealthy, 3);
+}
+
+/// A silence confirmed while the Lease cache was behind is read again once it has caught up:
+/// the kubelet may have renewed meanwhile.
+#[test]
+fn a_silence_confirmed_during_a_hold_is_read_again_after_it() {
+    let mut w =
+        World::with_leases(cfg(), None, healthy_zone("n", "a", 3), vec![], vec![("n0", 0.0), ("n1", 0.0), ("n2", 0.0)]);
+    w.heartbeat(&["n0", "n1", "n2"], 0.0, 30.0);
+    // The watch freezes; n0's renewals go on unseen, n1's and n2's stop.
+    let mut held = Vec::new();
+    for t in [40.0, 50.0, 60.0, 70.0, 80.0] {
+        w.advance_to(t);
+        held.push(w.renew_lease_unwatched("n0"));
+    }
+    w.advance_to(85.0);
+    assert!(w.lc().lease_cache(&w.state.cache.index).waiting_for.is_some(), "held");
+    assert!(w.writes_since(0).is_empty());
+    let reads_before = w.log.iter().filter(|(_, a)| matches!(a, Action::CheckLease(_))).count();
+    // The watch delivers everything: the hold ends, and n1 and n2 are read again and marked.
+    for l in held {
+        w.input(Input::Lease(WatchEvent::Apply(l)));
+    }
+    let reads = w.log.iter().filter(|(_, a)| matches!(a, Action::CheckLease(_))).count();
+    assert!(reads >= reads_before + 2, "{reads_before} -> {reads}");
+    let marked: Vec<&str> = w
+        .writes_since(0)
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::SetConditions(sc) => Some(sc.node.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(marked, vec!["n1", "n2"]);
+}
