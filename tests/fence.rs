@@ -30,11 +30,7 @@ async fn sigterm_under_an_eviction_storm_leaves_no_write_after_the_new_leaders_f
     // election durations (only the release explains a fast hand-over).
     let paced = ["--leader-elect-resource-name", "fence", "--kube-api-qps", "10", "--kube-api-burst", "2"];
     let a = Controller::start_with_kubeconfig(&a_config, &env, &s.scope, &paced).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !a.leads("fence").await {
-        assert!(std::time::Instant::now() < deadline, "never led:\n{}", a.logs());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    a.until_leads("fence", Duration::from_secs(10)).await;
     let mut b = Controller::start_with_kubeconfig(&b_config, &env, &s.scope, &paced).await;
     for n in &nodes {
         s.set_taints(n, json!([no_execute(KEY, now_s())])).await;
@@ -94,11 +90,7 @@ async fn a_partitioned_leader_under_an_eviction_storm_leaves_no_write_after_the_
         .chain(FAST_ELECTION.iter().copied())
         .collect();
     let mut a = Controller::start_with_kubeconfig(&a_config, &env, &s.scope, &flags).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !a.leads(lease).await {
-        assert!(std::time::Instant::now() < deadline, "never led:\n{}", a.logs());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    a.until_leads(lease, Duration::from_secs(10)).await;
     let mut b = Controller::start_with_kubeconfig(&b_config, &env, &s.scope, &flags).await;
     for n in &nodes {
         s.set_taints(n, json!([no_execute(KEY, now_s())])).await;

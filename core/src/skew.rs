@@ -102,7 +102,7 @@ struct Rising {
     samples: u32,
 }
 
-/// Samples an increase must be seen in, [`SAMPLE_EVERY`] apart at least.
+/// Samples an increase must be seen in, half a second apart at least.
 pub const CONSISTENT_SAMPLES: u32 = 3;
 /// Moves smaller than this are not taken (nor are targets this close counted as different).
 const STEP: SignedDuration = SignedDuration::from_millis(100);

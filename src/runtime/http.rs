@@ -292,10 +292,15 @@ impl Open {
         }
     }
 
-    fn insert(&self, c: OpenConn) -> u64 {
+    /// A connection from `source`, just accepted: its id, its activity, and what tells it to
+    /// make way.
+    fn register(&self, source: std::net::IpAddr) -> (u64, Arc<Activity>, Arc<tokio::sync::Notify>) {
+        let activity = Arc::new(Activity::new());
+        let evict = Arc::new(tokio::sync::Notify::new());
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.lock().insert(id, c);
-        id
+        let conn = OpenConn { activity: activity.clone(), source, evict: evict.clone(), evicted: false };
+        self.lock().insert(id, conn);
+        (id, activity, evict)
     }
 
     fn remove(&self, id: u64) {
@@ -486,14 +491,7 @@ impl Server {
                             }
                         }
                         let _ = stream.set_nodelay(true);
-                        let activity = Arc::new(Activity::new());
-                        let evict = Arc::new(tokio::sync::Notify::new());
-                        let id = open.insert(OpenConn {
-                            activity: activity.clone(),
-                            source: peer.ip(),
-                            evict: evict.clone(),
-                            evicted: false,
-                        });
+                        let (id, activity, evict) = open.register(peer.ip());
                         let conn = Connection {
                             name,
                             tls: tls.clone(),
@@ -711,15 +709,7 @@ mod admit_tests {
     use super::*;
 
     fn conn(open: &Open, source: [u8; 4]) -> (u64, Arc<Activity>, Arc<tokio::sync::Notify>) {
-        let activity = Arc::new(Activity::new());
-        let evict = Arc::new(tokio::sync::Notify::new());
-        let id = open.insert(OpenConn {
-            activity: activity.clone(),
-            source: source.into(),
-            evict: evict.clone(),
-            evicted: false,
-        });
-        (id, activity, evict)
+        open.register(source.into())
     }
 
     #[tokio::test(start_paused = true)]

@@ -285,6 +285,15 @@ impl Controller {
     pub async fn leads(&self, lease: &str) -> bool {
         metric(&self.metrics().await, &format!("leader_election_master_status{{name=\"{lease}\"}}")) == Some(1.0)
     }
+
+    /// Waits up to `timeout` until it leads on `lease`; panics with its log if it does not.
+    pub async fn until_leads(&self, lease: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.leads(lease).await {
+            assert!(Instant::now() < deadline, "never led on {lease}:\n{}", self.logs());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 impl Process for Controller {

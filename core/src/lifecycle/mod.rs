@@ -72,7 +72,7 @@ pub struct Config {
     /// Upstream's MarkPodsNotReady.
     pub mark_pods_not_ready: bool,
     /// Read a silent node's Lease live before marking it `Unknown`, and hold while the Lease
-    /// cache is behind (upstream 1.37's `NodeControllerLeaseCircuitBreaker`; [`consistency`]).
+    /// cache is behind (upstream 1.37's `NodeControllerLeaseCircuitBreaker`; `consistency`).
     pub check_leases: bool,
 }
 
@@ -134,7 +134,7 @@ impl NodeLifecycle {
         self.nodes.overdue(node, now)
     }
 
-    /// Where the Lease cache stands against the live reads ([`consistency`]).
+    /// Where the Lease cache stands against the live reads (`consistency`).
     pub fn lease_cache(&self, index: &crate::index::Index) -> LeaseCacheReport {
         self.hold.report(index.leases_read.as_deref())
     }
@@ -257,7 +257,7 @@ impl NodeLifecycle {
     /// The executor's report on a [`CheckLease`]: the live Lease is the cached one (or there is
     /// none): the node is silent, and judged so at once; another version: the cache is behind,
     /// and if the Lease watch has not read that far, no node is judged silent until it has
-    /// ([`consistency`]); a failed read: the node is read again after a backoff, and not judged
+    /// (`consistency`); a failed read: the node is read again after a backoff, and not judged
     /// meanwhile (upstream skips it).
     pub fn lease_read(&mut self, name: &str, op: u64, result: &LeaseRead, cx: Ctx<'_>, out: &mut Vec<Action>) {
         let read = cx.index.leases_read.as_deref();
@@ -444,7 +444,7 @@ impl NodeLifecycle {
         self.set_queued(name, &node.zone, !plan.add_limited.is_empty() && !self.zones.all_disrupted());
     }
 
-    /// Never judged silent from a stale Lease cache ([`consistency`]): a node whose grace has
+    /// Never judged silent from a stale Lease cache (`consistency`): a node whose grace has
     /// run out has its Lease read live first, once per silence, unless the cache is behind a
     /// live read already (then no node is judged silent until it has caught up). Whether the
     /// node waits for such a read (sent now, out, backing off after a failure, or held).
