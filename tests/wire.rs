@@ -673,6 +673,15 @@ async fn the_watch_loop_yields_the_same_events_in_protobuf_and_in_json() {
     let s = Scope::new(env, "wire-loop").await;
     let node = s.node("n", json!([])).await;
     s.pod("a", &node, json!([]), json!({})).await;
+    // A list at resourceVersion 0 (each follower's, kube-runtime's too) is served from the API
+    // server's watch cache, which may not hold `a` yet: then one follower lists it and another
+    // sees it as a watch event. Wait until the cache has it, so all four list it.
+    let any = kube::api::ListParams::default().match_any();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !s.pods().list(&any).await.expect("list").items.iter().any(|p| p.metadata.name.as_deref() == Some("a")) {
+        assert!(tokio::time::Instant::now() < deadline, "the watch cache never held pod a");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let (tx, mut rx) = tokio::sync::mpsc::channel(8);
     let mut followers = Vec::new();
     for (format, streaming) in
