@@ -16,6 +16,11 @@ use crate::error::Result;
 use crate::runtime::args::{AdminArgs, ClientArgs};
 use crate::runtime::http::{Limits, MAX_BODY_BYTES};
 
+/// The webhook's byte budget for request bodies: six of the largest at once. Measured with 200
+/// of the largest reviews at once (`tests/hostile.rs`): the process peaks at about 100 MiB, in
+/// the chart's 128 Mi limit (bodies, two reviews being built, connection buffers, the caches).
+pub const DEFAULT_BODY_BUDGET_BYTES: usize = 24 << 20;
+
 /// `node-lifecycle-controller webhook`: the webhook alone.
 #[derive(Debug, Args)]
 pub struct WebhookCommand {
@@ -90,11 +95,21 @@ pub struct WebhookHttpArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration, env = "NLC_WEBHOOK_BODY_TIMEOUT")]
     pub webhook_body_timeout: Duration,
     /// Largest request head, in bytes.
-    #[arg(long, default_value_t = 1 << 20, env = "NLC_WEBHOOK_MAX_HEADER_BYTES")]
+    ///
+    /// It is also each connection's read buffer (hyper's), which a fast body fills: 64 KiB, not
+    /// Go's 1 MiB, keeps 1,024 connections' buffers within the memory limit; the API server's
+    /// calls have heads of well under 1 KiB.
+    #[arg(long, default_value_t = 64 << 10, env = "NLC_WEBHOOK_MAX_HEADER_BYTES")]
     pub webhook_max_header_bytes: usize,
     /// Largest request body, in bytes (413 past it); kube-apiserver's own request cap is 3 MiB.
     #[arg(long, default_value_t = MAX_BODY_BYTES, env = "NLC_WEBHOOK_MAX_BODY_BYTES")]
     pub webhook_max_body_bytes: usize,
+    /// Bytes of request bodies held at once over all connections, charged as they arrive and
+    /// held until the answer is made; past it the answer is 429 (an eighth is kept for bodies of
+    /// an ordinary pod's size). Sized so that the webhook stays within the chart's 128 Mi limit
+    /// with every body a largest one.
+    #[arg(long, default_value_t = DEFAULT_BODY_BUDGET_BYTES, env = "NLC_WEBHOOK_MAX_BODY_BUDGET_BYTES")]
+    pub webhook_max_body_budget_bytes: usize,
     /// Open connections at most; past it new ones are closed at once.
     #[arg(long, default_value_t = 1024, env = "NLC_WEBHOOK_MAX_CONNECTIONS")]
     pub webhook_max_connections: usize,
@@ -128,6 +143,7 @@ impl WebhookHttpArgs {
             webhook_max_body_bytes,
             webhook_max_connections,
             webhook_max_requests_in_flight,
+            webhook_max_body_budget_bytes,
             webhook_enable_http2,
             webhook_max_concurrent_streams,
             webhook_shutdown_delay,
@@ -155,6 +171,12 @@ impl WebhookHttpArgs {
                 webhook_max_requests_in_flight,
                 1,
                 1 << 20,
+            )?,
+            body_budget_bytes: check_count(
+                "--webhook-max-body-budget-bytes",
+                webhook_max_body_budget_bytes,
+                webhook_max_body_bytes,
+                1 << 30,
             )?,
             http2: webhook_enable_http2,
             max_concurrent_streams: u32::try_from(check_count(

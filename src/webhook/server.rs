@@ -18,7 +18,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use nlc_core::admission::{Context, Endpoint, Plugins, decide, encode, namespace_of, parse_review};
+use nlc_core::admission::{Context, Endpoint, Plugins, decide, encode, namespace_of, parse_review, review_namespace};
 
 use super::cache::{self, Knowledge, Lookup};
 
@@ -50,16 +50,39 @@ struct AppState {
     metrics: WebhookMetrics,
     ready: Vec<watch::Receiver<bool>>,
     stop: shutdown::Signal,
+    /// Decoding and deciding run off the async workers, this many at once (a review of a few
+    /// megabytes takes milliseconds of CPU and several times its size in memory).
+    deciders: Arc<tokio::sync::Semaphore>,
+}
+
+impl AppState {
+    /// `f` on a blocking thread, once one of the deciders' places is free.
+    async fn blocking<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let _place = self.deciders.acquire().await.ok()?;
+        tokio::task::spawn_blocking(f).await.ok()
+    }
+}
+
+/// How many reviews are decoded or decided at once: one per core.
+fn deciders() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
 /// What a request is decided with, or the HTTP answer that says why it cannot be decided: the
 /// API server then applies the webhook's `failurePolicy` (never a decision on a guess).
-async fn decide_request(s: &AppState, endpoint: Endpoint, body: &[u8]) -> (u16, Vec<u8>) {
-    let req = match parse_review(body) {
-        Ok(r) => r,
-        Err(e) => return (400, e.into_bytes()),
+///
+/// The review's namespace is read first (the rest skipped) and looked up; then the review is
+/// built, decided and answered in one step on a decider's place, so that at most as many built
+/// reviews (several times their body's size) exist at once as there are places.
+async fn decide_request(s: &AppState, endpoint: Endpoint, body: Bytes) -> (u16, Vec<u8>) {
+    let name = {
+        let body = body.clone();
+        match s.blocking(move || review_namespace(&body)).await {
+            Some(Ok(name)) => name,
+            Some(Err(e)) => return (400, e.into_bytes()),
+            None => return (500, b"the review could not be decoded\n".to_vec()),
+        }
     };
-    let name = namespace_of(&req).to_owned();
     let lookup = if name.is_empty() { Lookup::Absent } else { s.knowledge.lookup(&s.client, &name, &s.metrics).await };
     let namespace = match lookup {
         Lookup::Known(info) => Some(info),
@@ -68,17 +91,35 @@ async fn decide_request(s: &AppState, endpoint: Endpoint, body: &[u8]) -> (u16, 
         Lookup::Unknown(why) => return (500, format!("cannot decide without the namespace: {why}\n").into_bytes()),
     };
     let rules = s.knowledge.rules();
-    let cx = Context { namespace: namespace.as_ref(), rules: &rules };
-    let resp = decide(&req, endpoint, &s.plugins, cx);
-    if !resp.allowed {
-        s.metrics.denied(endpoint);
+    let plugins = s.plugins.clone();
+    let decided = s.blocking(move || {
+        let req = match parse_review(&body) {
+            Ok(r) => r,
+            Err(e) => return Err((400, e.into_bytes())),
+        };
+        drop(body);
+        if namespace_of(&req) != name {
+            return Err((400, b"invalid AdmissionReview: its namespace reads two ways\n".to_vec()));
+        }
+        let cx = Context { namespace: namespace.as_ref(), rules: &rules };
+        let resp = decide(&req, endpoint, &plugins, cx);
+        Ok((resp.allowed, encode(resp)))
+    });
+    match decided.await {
+        Some(Ok((allowed, out))) => {
+            if !allowed {
+                s.metrics.denied(endpoint);
+            }
+            out
+        }
+        Some(Err(refused)) => refused,
+        None => (500, b"the review could not be decided\n".to_vec()),
     }
-    encode(resp)
 }
 
 async fn handle(s: AppState, endpoint: Endpoint, body: Bytes) -> Response {
     let start = crate::clock::Stopwatch::start();
-    let (code, out) = decide_request(&s, endpoint, &body).await;
+    let (code, out) = decide_request(&s, endpoint, body).await;
     s.metrics.observe(endpoint, code, start.elapsed());
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let content_type = if code == 200 { "application/json" } else { "text/plain; charset=utf-8" };
@@ -202,6 +243,7 @@ pub async fn start(cfg: Config, h: Handles) -> Result<Vec<(&'static str, BoxFutu
         metrics,
         ready: receivers,
         stop: stop.clone(),
+        deciders: Arc::new(tokio::sync::Semaphore::new(deciders())),
     };
     let (server, reloader) = listen(&cfg, router(state), http, expiry).await?;
     tasks.push((

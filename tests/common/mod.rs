@@ -150,6 +150,15 @@ pub async fn tls_connect(
     port: u16,
     alpn: &[&[u8]],
 ) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    tls_client(ca, None, port, alpn).await
+}
+
+async fn tls_client(
+    ca: &std::path::Path,
+    source: Option<u8>,
+    port: u16,
+    alpn: &[&[u8]],
+) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     use rustls_pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     for c in rustls_pki_types::CertificateDer::pem_file_iter(ca).expect("ca") {
@@ -162,9 +171,27 @@ pub async fn tls_connect(
         .with_root_certificates(roots)
         .with_no_client_auth();
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let tcp = match source {
+        Some(source) => {
+            let socket = tokio::net::TcpSocket::new_v4().ok()?;
+            socket.bind(std::net::SocketAddr::from(([127, 0, 0, source], 0))).ok()?;
+            socket.connect(std::net::SocketAddr::from(([127, 0, 0, 1], port))).await.ok()?
+        }
+        None => tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?,
+    };
     let name = rustls_pki_types::ServerName::try_from("127.0.0.1").ok()?.to_owned();
     tokio_rustls::TlsConnector::from(Arc::new(cfg)).connect(name, tcp).await.ok()
+}
+
+/// [`tls_connect`] from loopback address `127.0.0.<source>` (one address per client, as pods
+/// have).
+pub async fn tls_connect_from(
+    ca: &std::path::Path,
+    source: u8,
+    port: u16,
+    alpn: &[&[u8]],
+) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    tls_client(ca, Some(source), port, alpn).await
 }
 
 /// `GET path` over HTTPS (trusting `ca`) with an optional bearer token: the status and the body.

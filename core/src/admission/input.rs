@@ -136,3 +136,40 @@ impl Review {
         })
     }
 }
+
+/// The one part of a review read before the rest: the namespace it is for (the request's, else
+/// its pod's), so that the namespace can be looked up before the whole review is built.
+#[derive(Deserialize)]
+pub struct NamespaceOnly {
+    #[serde(default)]
+    request: Option<NamespaceRequest>,
+}
+
+#[derive(Deserialize)]
+struct NamespaceRequest {
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    object: Option<NamespaceObject>,
+}
+
+#[derive(Deserialize)]
+struct NamespaceObject {
+    #[serde(default)]
+    metadata: Option<NamespaceMeta>,
+}
+
+#[derive(Deserialize)]
+struct NamespaceMeta {
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+impl NamespaceOnly {
+    pub fn namespace(self) -> String {
+        let r = self.request;
+        let own = r.as_ref().and_then(|r| r.namespace.clone());
+        let pod = r.and_then(|r| r.object?.metadata?.namespace);
+        own.or(pod).unwrap_or_default()
+    }
+}

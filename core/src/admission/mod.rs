@@ -569,6 +569,14 @@ pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest<Pod>, String> {
     review.into_request().map_err(|e| format!("invalid AdmissionReview: {e}"))
 }
 
+/// The namespace a review is for ([`namespace_of`] its request), read without building the
+/// rest: the rest of the document is skipped. `Err` is a 400 message.
+pub fn review_namespace(body: &[u8]) -> Result<String, String> {
+    let review: input::NamespaceOnly =
+        serde_json::from_slice(body).map_err(|e| format!("invalid AdmissionReview: {e}"))?;
+    Ok(review.namespace())
+}
+
 /// The AdmissionReview body of a response, as the API server's Go types write it (the patch as
 /// base64, no empty status for an allowed request).
 #[derive(Serialize)]

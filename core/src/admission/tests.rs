@@ -352,3 +352,24 @@ fn the_api_servers_default_tolerations_are_rewritten_where_the_namespace_sets_it
     let resp = response(&review_body("CREATE", "plain", Some(json!([nr(300), un(300)])), None), &ns);
     assert_eq!(patch_of(&resp), None);
 }
+
+/// The namespace read ahead of the review (to look it up before the review is built) is the one
+/// the built review is for, in every shape.
+#[test]
+fn the_namespace_read_ahead_is_the_reviews() {
+    let pod = |ns: Value| json!({"metadata": {"name": "p", "namespace": ns}, "spec": {"containers": []}});
+    let cases = [
+        json!({"request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE", "namespace": "a", "object": pod(json!("b"))}}),
+        json!({"request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE", "object": pod(json!("b"))}}),
+        json!({"request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE", "namespace": null, "object": pod(Value::Null)}}),
+        json!({"request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "DELETE", "namespace": "c", "object": null}}),
+    ];
+    for (case, want) in cases.iter().zip(["a", "b", "", "c"]) {
+        let body = serde_json::to_vec(case).unwrap_or_default();
+        let built = parse_review(&body).map(|r| namespace_of(&r).to_owned());
+        assert_eq!(review_namespace(&body), built, "{case}");
+        assert_eq!(review_namespace(&body).as_deref(), Ok(want), "{case}");
+    }
+    assert!(review_namespace(b"{\"request\": {\"namespace\": 5}}").is_err());
+    assert!(review_namespace(b"not json").is_err());
+}
