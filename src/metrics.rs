@@ -132,7 +132,7 @@ impl EvictionMetrics {
         );
         registry.register(
             "nlc_pods_tolerations_truncated",
-            "Pods seen with more NoExecute tolerations than the cache keeps (128): a taint none of the kept ones tolerates does not evict them",
+            "Pods seen with more NoExecute tolerations than the cache keeps (128): a taint none of the kept ones tolerates has them read live, and their whole list decides",
             m.truncated.clone(),
         );
         m
@@ -582,6 +582,7 @@ impl BrakeMetrics {
             Action::NodeEvent(_) => "node_event",
             Action::MarkPodNotReady(_) => "mark_pod_not_ready",
             Action::CheckLease(_) => "check_lease",
+            Action::ReadTolerations(_) => "read_tolerations",
             Action::Cancel(_) => "cancel",
         };
         self.dry_run.get_or_create(&ActionLabels { action: name }).inc();

@@ -119,6 +119,50 @@ async fn a_pod_with_thirty_thousand_tolerations_costs_a_bounded_amount_and_is_ne
     assert!(events.iter().any(|(reason, _)| reason == "TolerationsTruncated"), "{events:?}");
 }
 
+/// Past the 128 tolerations the cache keeps, the pod's own list still decides: a pod with 129
+/// tolerations of other keys and, after them, one for the taint with `tolerationSeconds: 3` is
+/// read live and evicted at that deadline (before, it was never evicted for that taint); a pod
+/// the whole list does not tolerate at all goes at once; one it tolerates forever stays.
+#[tokio::test]
+async fn past_the_kept_tolerations_the_whole_list_read_live_decides() {
+    let env = shared();
+    let s = Scope::new(env, "fault-cut-short").await;
+    let node = s.node("n", json!([])).await;
+    let others: Vec<serde_json::Value> =
+        (0..129).map(|i| json!({"key": format!("other-{i}"), "operator": "Exists", "effect": "NoExecute"})).collect();
+    let with = |last: serde_json::Value| {
+        let mut t = others.clone();
+        t.push(last);
+        serde_json::Value::Array(t)
+    };
+    s.pod(
+        "three",
+        &node,
+        with(json!({"key": KEY, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 3})),
+        json!({}),
+    )
+    .await;
+    s.pod("never", &node, with(json!({"key": "unrelated", "operator": "Exists", "effect": "NoExecute"})), json!({}))
+        .await;
+    s.pod("forever", &node, with(json!({"key": KEY, "operator": "Exists", "effect": "NoExecute"})), json!({})).await;
+    let c = Controller::start(env, &s.scope, &["--leader-elect=false"]).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let added = now_s();
+    s.set_taints(&node, json!([no_execute(KEY, added)])).await;
+    let never = evictions.wait("never", Duration::from_secs(10)).await.expect("untolerated: evicted at once");
+    let three = evictions.wait("three", Duration::from_secs(15)).await;
+    let three = three
+        .unwrap_or_else(|| panic!("never evicted for the taint its 130th toleration tolerates for 3 s:\n{}", c.logs()));
+    let after = |t: jiff::Timestamp| (t - added).total(jiff::Unit::Millisecond).unwrap_or(0.0) / 1000.0;
+    eprintln!("evicted at once after {:.2} s; at its 3 s deadline after {:.2} s", after(never), after(three));
+    assert!(after(three) >= 3.0 && after(three) < 6.0, "{} s", after(three));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(evictions.at("forever").is_none(), "evicted for a taint it tolerates forever:\n{}", c.logs());
+    let m = c.metrics().await;
+    assert!(metric_sum(&m, "nlc_api_requests_total", &["verb=\"get\"", "resource=\"pods\""]) >= 3.0, "{m}");
+}
+
 #[tokio::test]
 async fn paced_evictions_wait_in_a_bounded_queue_and_leave_it_when_called_off() {
     let env = shared();

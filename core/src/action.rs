@@ -297,6 +297,31 @@ pub enum LeaseRead {
     Failed(String),
 }
 
+/// Read a pod live whose tolerations the cache cut short ([`crate::index::MAX_KEPT_TOLERATIONS`])
+/// when none of the kept ones tolerates a NoExecute taint of its node: whether a later one does
+/// decides when it is due. Answered by [`crate::state::Input::TolerationsRead`]; the executor
+/// retries a failed read with a backoff until it is answered, the pod is gone, or it does not
+/// lead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadTolerations {
+    /// Names this read, so that an answer for an older one is ignored.
+    pub op: u64,
+    pub key: PodKey,
+    pub uid: String,
+}
+
+/// What a live read of a pod found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TolerationsRead {
+    /// The pod, as read: its resourceVersion and every toleration eviction reads (effect
+    /// `NoExecute` or empty, in order), none cut off.
+    Found { resource_version: u64, tolerations: Vec<crate::taints::Toleration> },
+    /// No such pod (or another pod under its name): its deletion reaches the cache by the watch.
+    Gone,
+    /// Not read (this process stopped leading): read again when the pod is looked at again.
+    Failed(String),
+}
+
 /// Set labels on a node (upstream's `reconcileNodeLabels`): a merge patch of these labels only.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SetLabels {
@@ -321,6 +346,7 @@ pub enum Action {
     NodeEvent(NodeEvent),
     MarkPodNotReady(MarkPodNotReady),
     CheckLease(CheckLease),
+    ReadTolerations(ReadTolerations),
     /// Call off a queued write: it reports [`EvictionResult::Cancelled`] (or
     /// [`MarkResult::Cancelled`]) unless it has already gone ahead.
     Cancel(Op),

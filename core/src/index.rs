@@ -117,9 +117,21 @@ impl From<&Node> for SlimNode {
 /// The most tolerations a cached pod keeps: a tenant's pod with 30,000 distinct tolerations
 /// would otherwise cost 6 MB in every replica. Only the ones eviction reads are kept (effect
 /// `NoExecute` or empty, in order, so that the first match stays the first match); a pod with
-/// more is marked [`SlimPod::truncated`], and a taint none of the kept ones tolerates never
-/// makes it due ([`crate::taints::TaintDue::Unknown`]).
+/// more is marked [`SlimPod::truncated`]; a taint none of the kept ones tolerates
+/// ([`crate::taints::TaintDue::Unknown`]) has the pod read live, and its whole list decides
+/// (`crate::eviction`, [`eviction_tolerations`]).
 pub const MAX_KEPT_TOLERATIONS: usize = 128;
+
+/// Every toleration of `p` that eviction reads (effect `NoExecute` or empty, in order), none cut
+/// off: what a live read of a pod whose list the cache cut short decides on.
+pub fn eviction_tolerations(p: &Pod) -> Vec<Toleration> {
+    p.spec
+        .iter()
+        .flat_map(|s| s.tolerations.iter().flatten())
+        .filter(|t| matches!(t.effect.as_deref(), None | Some("") | Some("NoExecute")))
+        .map(Toleration::from)
+        .collect()
+}
 
 /// A pod as the controllers see it: about 100 bytes and its UID, with everything that pods
 /// have in common shared (the key with the index, the node's name with the node's other pods,

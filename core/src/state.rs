@@ -42,6 +42,12 @@ pub enum Input {
         op: u64,
         result: crate::action::LeaseRead,
     },
+    /// The executor's report on a [`crate::action::ReadTolerations`].
+    TolerationsRead {
+        key: PodKey,
+        op: u64,
+        result: crate::action::TolerationsRead,
+    },
     /// The pause ConfigMap changed (docs/spec.md §11).
     Pause(Pause),
 }
@@ -138,6 +144,11 @@ enum Report {
         node: String,
         op: u64,
         result: crate::action::LeaseRead,
+    },
+    TolerationsRead {
+        key: PodKey,
+        op: u64,
+        result: crate::action::TolerationsRead,
     },
     /// `own_write`: the cache took in the node as our write returned it (it carries no
     /// heartbeat).
@@ -269,6 +280,7 @@ impl State {
             }
             Input::MarkResult { key, op, result } => return Some(Report::Mark { key, op, result }),
             Input::LeaseRead { node, op, result } => return Some(Report::LeaseRead { node, op, result }),
+            Input::TolerationsRead { key, op, result } => return Some(Report::TolerationsRead { key, op, result }),
             Input::NodeWriteResult { node, result } => {
                 // The node as our write returned it carries no heartbeat; the node as read after
                 // a conflict is an ordinary observation.
@@ -310,6 +322,9 @@ impl State {
                 c.lifecycle(|lc, cx| lc.lease_read(&node, op, &result, cx, out));
             }
             Some(Report::LeaseRead { .. }) => {}
+            Some(Report::TolerationsRead { key, op, result }) => {
+                c.eviction(|ev, cx| ev.tolerations_read(&key, op, result, cx, out));
+            }
             Some(Report::NodeWrite { node, result, own_write }) => node_write = Some((node, result, own_write)),
             None => {}
         }
@@ -427,7 +442,13 @@ impl State {
                     None => crate::action::LeaseRead::NotFound,
                 },
             }),
-            Action::SetLabels(_) | Action::PodEvent(_) | Action::NodeEvent(_) | Action::Cancel(_) => None,
+            // Shadow mode reads nothing: a pod whose tolerations were cut short stays undecided
+            // for a taint none of the kept ones tolerates, as before the read existed.
+            Action::ReadTolerations(_)
+            | Action::SetLabels(_)
+            | Action::PodEvent(_)
+            | Action::NodeEvent(_)
+            | Action::Cancel(_) => None,
         }
     }
 }

@@ -79,11 +79,26 @@ impl LeanClient {
         }
     }
 
+    /// Sends `req` (a GET of one object) asking for JSON, and decodes the whole object: for the
+    /// rare read that needs what the slim types leave out.
+    pub async fn whole<K: DeserializeOwned>(&self, req: Built) -> kube::Result<K> {
+        let (_, body) = self.send_accepting(req, HeaderValue::from_static("application/json")).await?;
+        serde_json::from_slice::<K>(&body).map_err(kube::Error::SerdeError)
+    }
+
     /// The answer's `Content-Type` and body; an error answer as [`kube::Error::Api`]. The media
     /// type is only worked out where it is read, not for every write that lands.
     async fn send(&self, req: Built) -> kube::Result<(Option<HeaderValue>, hyper::body::Bytes)> {
+        self.send_accepting(req, self.accept.clone()).await
+    }
+
+    async fn send_accepting(
+        &self,
+        req: Built,
+        accept: HeaderValue,
+    ) -> kube::Result<(Option<HeaderValue>, hyper::body::Bytes)> {
         let mut req = req.map_err(kube::Error::BuildRequest)?.map(Body::from);
-        req.headers_mut().insert(ACCEPT, self.accept.clone());
+        req.headers_mut().insert(ACCEPT, accept);
         let res = self.client.send(req).await?;
         let code = res.status();
         let content_type = res.headers().get(CONTENT_TYPE).cloned();

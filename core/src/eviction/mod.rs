@@ -29,9 +29,11 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 
-use crate::action::{Action, Cause, EvictPod, EvictionMode, EvictionResult, Op, PodEvent, PodEventKind};
+use crate::action::{
+    Action, Cause, EvictPod, EvictionMode, EvictionResult, Op, PodEvent, PodEventKind, ReadTolerations, TolerationsRead,
+};
 use crate::index::{Index, PodKey, SlimNode, SlimPod};
-use crate::taints::{self, MatchOptions, Taint, TaintDue, TaintId, TaintIdentity, keys};
+use crate::taints::{self, MatchOptions, Taint, TaintDue, TaintId, TaintIdentity, Toleration, keys};
 use crate::time::backoff;
 use crate::timer_queue::TimerQueue;
 use crate::uid::Uid;
@@ -147,6 +149,38 @@ struct Tracked {
     told_fallback: bool,
 }
 
+/// A pod whose tolerations the cache cut short, read live because none of the kept ones
+/// tolerates a NoExecute taint of its node (docs/spec.md §1): a few bytes per taint, not the
+/// list.
+#[derive(Clone, Debug)]
+struct Resolved {
+    uid: Uid,
+    /// The last read asked for.
+    op: u64,
+    /// It has not been answered yet.
+    reading: bool,
+    /// What the last answer found (kept while a newer read is out).
+    read: Option<ReadList>,
+}
+
+#[derive(Clone, Debug)]
+struct ReadList {
+    /// The pod's resourceVersion as read: an eviction decided on an older read than the cache's
+    /// pod reads it again first.
+    resource_version: u64,
+    /// The match options the whole list implies ([`MatchOptions::for_tolerations`]).
+    opts: MatchOptions,
+    /// For each NoExecute taint (key, value) of the node when the answer came: the first
+    /// toleration of the whole list that tolerates it, if one does.
+    firsts: Vec<((String, String), Option<Toleration>)>,
+}
+
+impl ReadList {
+    fn first(&self, taint: &Taint) -> Option<&Option<Toleration>> {
+        self.firsts.iter().find(|((k, v), _)| *k == taint.key && *v == taint.value).map(|(_, t)| t)
+    }
+}
+
 /// When one taint makes a pod due. Ordered: `Now` < `At` < `Never`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Due {
@@ -256,6 +290,8 @@ pub struct TaintEviction {
     pair_anchor: Option<HashMap<String, Timestamp>>,
     /// Pods we evicted, until the watch shows them terminating or gone (uid).
     evicted: HashMap<PodKey, String>,
+    /// Pods whose tolerations were cut short, read live ([`Resolved`]).
+    resolved: HashMap<PodKey, Resolved>,
     next_op: u64,
 }
 
@@ -392,6 +428,81 @@ impl TaintEviction {
     pub fn pod_removed(&mut self, key: &PodKey) {
         self.forget(key);
         self.evicted.remove(key);
+        self.resolved.remove(key);
+    }
+
+    /// The executor's answer to a [`ReadTolerations`]: what the whole list says for each
+    /// NoExecute taint of the pod's node is kept (not the list), and the pod is looked at again.
+    pub fn tolerations_read(
+        &mut self,
+        key: &PodKey,
+        op: u64,
+        result: TolerationsRead,
+        cx: Ctx<'_>,
+        out: &mut Vec<Action>,
+    ) {
+        if self.resolved.get(key).is_none_or(|r| r.op != op) {
+            return; // a newer read is out, or the pod is gone
+        }
+        let node = cx.index.pods.get(key).and_then(|p| cx.index.nodes.get(&*p.node_name));
+        match (result, node) {
+            (TolerationsRead::Found { resource_version, tolerations }, Some(node)) => {
+                let opts = self.cfg.match_options.for_tolerations(&tolerations);
+                let firsts = node
+                    .no_execute_taints()
+                    .map(|t| {
+                        let first = taints::first_tolerating(&tolerations, t, opts).map(|j| tolerations[j].clone());
+                        ((t.key.clone(), t.value.clone()), first)
+                    })
+                    .collect();
+                if let Some(r) = self.resolved.get_mut(key) {
+                    r.reading = false;
+                    r.read = Some(ReadList { resource_version, opts, firsts });
+                }
+                self.reconcile(key, Timer::Untouched, cx, out);
+            }
+            (TolerationsRead::Failed(_), Some(_)) => {
+                // Asked again when the pod is next looked at.
+                if let Some(r) = self.resolved.get_mut(key) {
+                    r.reading = false;
+                }
+            }
+            _ => {
+                self.resolved.remove(key);
+            }
+        }
+    }
+
+    /// The live read of `pod`, if it has one for its uid.
+    fn read_list(&self, pod: &SlimPod) -> Option<&ReadList> {
+        if !pod.truncated {
+            return None;
+        }
+        self.resolved.get(&pod.key).filter(|r| r.uid == pod.uid).and_then(|r| r.read.as_ref())
+    }
+
+    /// Whether `pod`, whose tolerations were cut short, has a NoExecute taint on `node` that
+    /// neither its kept tolerations nor its live read decide.
+    fn undecided(&self, pod: &SlimPod, node: &SlimNode) -> bool {
+        let read = self.read_list(pod);
+        node.no_execute_taints().any(|t| {
+            read.is_none_or(|l| l.first(t).is_none())
+                && taints::taint_due(t, &pod.tolerations, self.cfg.match_options, None, None, true) == TaintDue::Unknown
+        })
+    }
+
+    /// Asks for a live read of `pod` unless one is out for it.
+    fn read_tolerations(&mut self, key: &PodKey, pod: &SlimPod, out: &mut Vec<Action>) {
+        self.next_op += 1;
+        let op = self.next_op;
+        match self.resolved.get_mut(key) {
+            Some(r) if r.uid == pod.uid && r.reading => return,
+            Some(r) if r.uid == pod.uid => (r.op, r.reading) = (op, true),
+            _ => {
+                self.resolved.insert(key.clone(), Resolved { uid: pod.uid.clone(), op, reading: true, read: None });
+            }
+        }
+        out.push(Action::ReadTolerations(ReadTolerations { op, key: key.clone(), uid: pod.uid.to_string() }));
     }
 
     /// Timers that are due: re-evaluate each pod now.
@@ -527,6 +638,7 @@ impl TaintEviction {
         now: Timestamp,
     ) -> impl Iterator<Item = (&'a Taint, Due)> + 'a {
         let seen = self.first_seen.get(&node.name);
+        let read = self.read_list(pod);
         node.no_execute_taints().map(move |taint| {
             let (first, steps_then) = seen
                 .and_then(|s| s.iter().find(|(k, _, _)| *k == taint.key))
@@ -537,8 +649,12 @@ impl TaintEviction {
             {
                 anchor = anchor.min(*kept);
             }
-            let due =
-                taints::taint_due(taint, &pod.tolerations, self.cfg.match_options, Some(anchor), bound, pod.truncated);
+            // A pod whose list was cut short: what its live read found for this taint, if it has one.
+            let (list, opts, truncated) = match read.and_then(|l| Some((l.first(taint)?, l.opts))) {
+                Some((first, opts)) => (first.as_slice(), opts, false),
+                None => (&pod.tolerations[..], self.cfg.match_options, pod.truncated),
+            };
+            let due = taints::taint_due(taint, list, opts, Some(anchor), bound, truncated);
             let due = match due {
                 TaintDue::Untolerated | TaintDue::NonPositive { .. } => Due::Now,
                 TaintDue::Unknown | TaintDue::Forever { .. } => Due::Never,
@@ -572,8 +688,11 @@ impl TaintEviction {
             }
         }
         let (_, taint) = best?;
-        let seconds = taints::first_tolerating(&pod.tolerations, taint, self.cfg.match_options)
-            .and_then(|j| pod.tolerations[j].toleration_seconds);
+        let seconds = match self.read_list(pod).and_then(|l| l.first(taint)) {
+            Some(first) => first.as_ref().and_then(|t| t.toleration_seconds),
+            None => taints::first_tolerating(&pod.tolerations, taint, self.cfg.match_options)
+                .and_then(|j| pod.tolerations[j].toleration_seconds),
+        };
         Some((taint.id(), seconds))
     }
 
@@ -657,6 +776,17 @@ impl TaintEviction {
         if self.tracked.get(key).is_some_and(|t| t.uid != pod.uid) {
             self.forget(key);
         }
+        if self.resolved.get(key).is_some_and(|r| r.uid != pod.uid || !pod.truncated) {
+            self.resolved.remove(key);
+        }
+        // Tolerations cut short, and a taint only the rest can decide: read the pod live (it is
+        // not due for that taint meanwhile: never a wrongful eviction).
+        if pod.truncated
+            && !pod.terminating
+            && cx.index.nodes.get(&*pod.node_name).is_some_and(|n| n.selected && self.undecided(pod, n))
+        {
+            self.read_tolerations(key, pod, out);
+        }
         let verdict = self.verdict(key, pod, cx);
         let phase = self.phase(key).or((timer == Timer::Fired).then_some(Phase::Scheduled));
         let (fire, held, held_due) = match verdict {
@@ -689,6 +819,14 @@ impl TaintEviction {
         // Due now but for the gate (whatever a confirmed taint says for later): said once per hold.
         if held_due && self.held_due.insert(key.clone()) {
             out.push(pod_event(pod, PodEventKind::EvictionHeld));
+        }
+        // Due now on a live read older than the cached pod (its tolerations may have changed
+        // past the kept ones): read it again first.
+        if matches!(fire, Fire::Now { .. })
+            && self.read_list(pod).is_some_and(|l| l.resource_version < pod.resource_version)
+        {
+            self.read_tolerations(key, pod, out);
+            return;
         }
         self.act(key, pod, phase, fire, held, cx, out);
     }

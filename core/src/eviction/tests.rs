@@ -858,3 +858,107 @@ fn a_retry_keeps_its_backoff_across_a_skew_change() {
     w.tick(moved.as_second() + 1);
     assert_eq!(w.evictions().len(), 1);
 }
+
+/// A pod whose tolerations the cache cut short ([`crate::index::MAX_KEPT_TOLERATIONS`]): 128
+/// kept that tolerate other keys, and the rest, live, holds the one for `k`.
+fn cut_short(name: &str, rv: u64) -> SlimPod {
+    let mut p = pod(name)
+        .on("n1")
+        .bound_at(0.0)
+        .tolerations((0..crate::index::MAX_KEPT_TOLERATIONS).map(|i| toleration(&format!("other-{i}"), None)).collect())
+        .build();
+    p.truncated = true;
+    p.resource_version = rv;
+    p
+}
+
+fn reads(out: &[Action]) -> Vec<ReadTolerations> {
+    out.iter()
+        .filter_map(|a| match a {
+            Action::ReadTolerations(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+impl EvictionWorld {
+    fn answer(&mut self, r: &ReadTolerations, result: TolerationsRead, now: i64) {
+        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed };
+        self.ctl.tolerations_read(&r.key, r.op, result, cx, &mut self.out);
+    }
+}
+
+/// Past the kept tolerations, a taint none of them tolerates is decided by the whole list read
+/// live: the toleration found there sets the deadline (an eviction-proof pod before); one read
+/// per pod, not per look; nothing is evicted while the read is out.
+#[test]
+fn a_pod_whose_tolerations_were_cut_short_is_decided_on_its_whole_list_read_live() {
+    let mut w = EvictionWorld::new(Config::default());
+    w.set_node(node("n1").build(), 0);
+    w.set_pod(cut_short("p", 10), 0);
+    assert!(reads(&w.take()).is_empty(), "no taint: nothing to read");
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(5.0))]).build(), 5);
+    let out = w.take();
+    let r = reads(&out);
+    assert_eq!(r.len(), 1, "{out:?}");
+    assert!(!out.iter().any(|a| matches!(a, Action::EvictPod(_))), "nothing evicted while the read is out");
+    // Looked at again while the read is out: no second read.
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(5.0)), no_execute("other-1", Some(6.0))]).build(), 6);
+    assert!(reads(&w.take()).is_empty());
+    // The whole list: the 129th tolerates `k` for 30 s.
+    let mut whole: Vec<Toleration> = (0..128).map(|i| toleration(&format!("other-{i}"), None)).collect();
+    whole.push(toleration("k", Some(30)));
+    w.answer(&r[0], TolerationsRead::Found { resource_version: 10, tolerations: whole.clone() }, 7);
+    assert!(w.take().is_empty());
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(35)));
+    w.tick(35);
+    assert_eq!(w.evicted_names(), vec!["p".to_string()]);
+}
+
+#[test]
+fn a_cut_short_pod_tolerated_nowhere_in_its_whole_list_goes_at_once_and_forever_stays() {
+    let mut w = EvictionWorld::new(Config::default());
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(cut_short("gone", 10), 1);
+    w.set_pod(cut_short("stays", 10), 1);
+    let r = reads(&w.take());
+    assert_eq!(r.len(), 2);
+    let whole: Vec<Toleration> = (0..200).map(|i| toleration(&format!("other-{i}"), None)).collect();
+    let mut forever = whole.clone();
+    forever.push(toleration("k", None));
+    for read in &r {
+        let tolerations = if read.key == key("gone") { whole.clone() } else { forever.clone() };
+        w.answer(read, TolerationsRead::Found { resource_version: 10, tolerations }, 2);
+    }
+    assert_eq!(w.evicted_names(), vec!["gone".to_string()]);
+    w.tick(1_000_000);
+    assert!(w.take().is_empty());
+}
+
+/// An answer to an older read, or for a pod recreated under the name, decides nothing; a read
+/// that failed is asked again the next time the pod is looked at; a live read older than the
+/// cached pod is read again before an eviction.
+#[test]
+fn stale_or_failed_reads_never_evict() {
+    let mut w = EvictionWorld::new(Config::default());
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(cut_short("p", 10), 1);
+    let first = reads(&w.take()).remove(0);
+    w.answer(&first, TolerationsRead::Failed("not the leader".into()), 2);
+    assert!(w.take().is_empty());
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0)), no_execute("k2", Some(3.0))]).build(), 3);
+    let second = reads(&w.take()).remove(0);
+    assert_ne!(second.op, first.op);
+    let untolerated: Vec<Toleration> = (0..200).map(|i| toleration(&format!("other-{i}"), None)).collect();
+    w.answer(&first, TolerationsRead::Found { resource_version: 10, tolerations: untolerated.clone() }, 4);
+    assert!(w.take().is_empty(), "an answer to an older read");
+    // The answer is older than the pod the cache holds now: read again first.
+    w.index.upsert_pod(cut_short("p", 11));
+    w.answer(&second, TolerationsRead::Found { resource_version: 10, tolerations: untolerated.clone() }, 5);
+    let out = w.take();
+    let third = reads(&out);
+    assert_eq!(third.len(), 1, "{out:?}");
+    assert!(!out.iter().any(|a| matches!(a, Action::EvictPod(_))));
+    w.answer(&third[0], TolerationsRead::Found { resource_version: 11, tolerations: untolerated }, 6);
+    assert_eq!(w.evicted_names(), vec!["p".to_string()]);
+}

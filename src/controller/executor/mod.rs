@@ -367,6 +367,15 @@ impl Executor {
                 };
                 tokio::spawn(task.instrument(span));
             }
+            Action::ReadTolerations(r) => {
+                let inner = inner.clone();
+                let span = tracing::info_span!("read-tolerations", pod = %r.key);
+                let task = async move {
+                    let result = inner.read_tolerations(&r).await;
+                    let _ = inner.results.send(Input::TolerationsRead { key: r.key, op: r.op, result }).await;
+                };
+                tokio::spawn(task.instrument(span));
+            }
             Action::SetLabels(w) => {
                 let inner = inner.clone();
                 let span = tracing::info_span!("set-labels", node = %w.node);

@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 use kube::api::{DeleteParams, EvictParams, GetParams, Patch, Preconditions};
 use kube::core::Request;
-use nlc_core::action::{EvictPod, EvictionMode, EvictionResult, MarkPodNotReady, MarkResult};
+use nlc_core::action::{
+    EvictPod, EvictionMode, EvictionResult, MarkPodNotReady, MarkResult, ReadTolerations, TolerationsRead,
+};
 use nlc_core::taints::Taint;
 use nlc_core::wire::WireNode;
 use serde_json::json;
@@ -48,6 +50,52 @@ impl Inner {
     fn fail(&self, reason: &'static str, detail: String) -> EvictionResult {
         self.metrics.failures.get_or_create(&ReasonLabels { reason }).inc();
         EvictionResult::Failed(detail)
+    }
+
+    /// Reads a pod live whose tolerations the cache cut short ([`ReadTolerations`]): the whole
+    /// list, as JSON. Paced and bounded as node reads are; a failed read is tried again after
+    /// 1 s, doubling to 30 s, ten times in all, before the core is told (it asks again when it
+    /// next looks at the pod).
+    pub(super) async fn read_tolerations(&self, r: &ReadTolerations) -> TolerationsRead {
+        let (namespace, name) = nlc_core::index::split_pod_key(&r.key);
+        let mut delay = Duration::from_secs(1);
+        let mut last = String::new();
+        for _ in 0..10 {
+            let outcome = {
+                let Ok(_permit) = self.node_permits.acquire().await else {
+                    return TolerationsRead::Failed("executor closed".into());
+                };
+                if let Some(l) = &self.cfg.api_limiter {
+                    l.until_ready().await;
+                }
+                let req = Request::new(Pod::url_path(&(), Some(namespace))).get(name, &GetParams::default());
+                let read = self.read("get", "pods", &r.key, self.lean.whole::<Pod>(req));
+                match tokio::time::timeout(self.cfg.write_timeout, read).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => CallOutcome::Failed(format!(
+                        "no answer within --api-write-timeout {:?}",
+                        self.cfg.write_timeout
+                    )),
+                }
+            };
+            match outcome {
+                CallOutcome::Ok(pod) if pod.metadata.uid.as_deref() == Some(r.uid.as_str()) => {
+                    let resource_version =
+                        pod.metadata.resource_version.as_deref().and_then(|v| v.parse().ok()).unwrap_or_default();
+                    let tolerations = nlc_core::index::eviction_tolerations(&pod);
+                    tracing::info!(pod = %r.key, tolerations = tolerations.len(), "read a pod whose tolerations the cache cut short");
+                    return TolerationsRead::Found { resource_version, tolerations };
+                }
+                CallOutcome::Ok(_) | CallOutcome::Gone => return TolerationsRead::Gone,
+                CallOutcome::Fenced => return TolerationsRead::Failed("not the leader".into()),
+                CallOutcome::Conflict => last = "conflict".into(),
+                CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => last = e,
+            }
+            tracing::warn!(pod = %r.key, error = %last, retry_in_s = delay.as_secs(), "reading a pod whose tolerations the cache cut short failed; it is not evicted for a taint only the rest of its list decides until a read succeeds");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(30));
+        }
+        TolerationsRead::Failed(last)
     }
 
     pub(super) async fn evict(&self, ev: &EvictPod, seq: u64, queued: Instant, cancel: &Cancel) -> EvictionResult {
