@@ -792,3 +792,72 @@ async fn lean_answers_read_alike_in_protobuf_and_in_json() {
     let after = s.pods().get_opt("p").await.expect("read the pod");
     assert!(after.as_ref().is_none_or(|p| p.metadata.deletion_timestamp.is_some()), "not deleted: {after:?}");
 }
+
+/// A protobuf field: `field` with `bytes` (length-delimited) appended to `out`.
+fn pb(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    varint(out, u64::from(field) << 3 | 2);
+    varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+/// One bad byte in a node condition's reason (written in protobuf, which the API server keeps as
+/// it came; a JSON client reads U+FFFD) hides nothing: the controller, watching in protobuf,
+/// still sees the node's later taint and evicts for it, and counts no decode error. (Before, the
+/// whole node was a decode problem and each of its updates was dropped.)
+#[tokio::test]
+async fn a_bad_byte_in_a_condition_reason_hides_no_taint() {
+    let env = shared();
+    let s = Scope::new(env, "wire-utf8").await;
+    let node = s.node("n", json!([])).await;
+    // PUT nodes/n/status in protobuf: Ready=True, its reason "bad\xff".
+    let mut condition = Vec::new();
+    pb(&mut condition, 1, b"Ready");
+    pb(&mut condition, 2, b"True");
+    pb(&mut condition, 5, b"bad\xffreason");
+    let (mut status, mut meta, mut obj, mut type_meta, mut unknown) = (vec![], vec![], vec![], vec![], vec![]);
+    pb(&mut status, 4, &condition);
+    pb(&mut meta, 1, node.as_bytes());
+    // The labels too (the scope's selector): a status update takes the object's metadata.
+    for (k, v) in node_now(&s, &node).await.metadata.labels.unwrap_or_default() {
+        let mut entry = Vec::new();
+        pb(&mut entry, 1, k.as_bytes());
+        pb(&mut entry, 2, v.as_bytes());
+        pb(&mut meta, 11, &entry);
+    }
+    pb(&mut obj, 1, &meta);
+    pb(&mut obj, 3, &status);
+    pb(&mut type_meta, 1, b"v1");
+    pb(&mut type_meta, 2, b"Node");
+    pb(&mut unknown, 1, &type_meta);
+    pb(&mut unknown, 2, &obj);
+    let body = [&b"k8s\0"[..], &unknown].concat();
+    let req = hyper::Request::builder()
+        .method("PUT")
+        .uri(format!("/api/v1/nodes/{node}/status"))
+        .header(ACCEPT, JSON)
+        .header(CONTENT_TYPE, PROTOBUF)
+        .body(Body::from(body))
+        .expect("a request");
+    let res = s.client.send(req).await.expect("sent");
+    assert_eq!(res.status().as_u16(), 200, "{:?}", res.into_body().collect_bytes().await);
+    let read = node_now(&s, &node).await;
+    let reason = ready_of(&read).and_then(|r| r.reason.clone());
+    assert_eq!(reason.as_deref(), Some("bad\u{FFFD}reason"), "the API server kept the byte; JSON reads U+FFFD");
+    s.pod("victim", &node, json!([]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let c = Controller::start(env, &s.scope, &["--leader-elect=false"]).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    s.set_taints(&node, json!([no_execute("example.com/utf8", now_s())])).await;
+    let evicted = evictions.wait("victim", Duration::from_secs(10)).await;
+    assert!(evicted.is_some(), "the taint went unseen:\n{}", c.logs());
+    let m = c.metrics().await;
+    assert_eq!(format_of(&m, "nodes", "protobuf"), Some(1.0), "{m}");
+    assert_eq!(metric_sum(&m, "nlc_decode_errors_total", &[]), 0.0, "{m}");
+}

@@ -30,6 +30,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use kube_core::response::{Status, StatusCause, StatusDetails, StatusSummary};
+use std::borrow::Cow;
 
 /// The prefix of every protobuf body: `k8s\0` (apimachinery
 /// `pkg/runtime/serializer/protobuf/protobuf.go`, `protoEncodingPrefix`).
@@ -100,6 +101,15 @@ impl<'a> Value<'a> {
     pub fn str(self, what: &'static str, field: u32) -> Result<&'a str, Error> {
         let b = self.len(what, field, "a string")?;
         std::str::from_utf8(b).map_err(|_| Error::NotUtf8 { what, field })
+    }
+
+    /// A string as Go's JSON encoder would write it ([`go_lossy`]): never an error for its bytes.
+    pub fn str_lossy(self, what: &'static str, field: u32) -> Result<std::borrow::Cow<'a, str>, Error> {
+        let b = self.len(what, field, "a string")?;
+        Ok(match std::str::from_utf8(b) {
+            Ok(s) => std::borrow::Cow::Borrowed(s),
+            Err(_) => std::borrow::Cow::Owned(go_lossy(b)),
+        })
     }
 
     /// A varint (int32, int64, bool, enum), as its raw 64 bits.
@@ -316,16 +326,36 @@ pub fn bookmark(object: &[u8]) -> Result<Bookmark, Error> {
 }
 
 /// One `map<string, string>` entry: `key = 1, value = 2`, each `""` when absent (protobuf).
-pub(crate) fn map_entry(msg: &[u8]) -> Result<(&str, &str), Error> {
-    let (mut key, mut value) = ("", "");
+pub(crate) fn map_entry(msg: &[u8]) -> Result<(Cow<'_, str>, Cow<'_, str>), Error> {
+    let (mut key, mut value) = (Cow::Borrowed(""), Cow::Borrowed(""));
     for f in Fields::new(msg) {
         match f? {
-            (1, v) => key = v.str("a map entry", 1)?,
-            (2, v) => value = v.str("a map entry", 2)?,
+            (1, v) => key = v.str_lossy("a map entry", 1)?,
+            (2, v) => value = v.str_lossy("a map entry", 2)?,
             _ => {}
         }
     }
     Ok((key, value))
+}
+
+/// `b` with each byte that is not part of valid UTF-8 replaced by U+FFFD, as Go's
+/// `utf8.DecodeRune` (a width of 1 on error) and so encoding/json do it.
+pub fn go_lossy(mut b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len());
+    loop {
+        match std::str::from_utf8(b) {
+            Ok(s) => {
+                out.push_str(s);
+                return out;
+            }
+            Err(e) => {
+                let (valid, rest) = b.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                out.push('\u{FFFD}');
+                b = rest.get(1..).unwrap_or_default();
+            }
+        }
+    }
 }
 
 /// Reads a `metav1.Status` (the `raw` of an error body's or an `ERROR` event's [`Unknown`]) into

@@ -17,9 +17,11 @@
 //!   (`micro_time_proto.go`). An empty message, or Go's zero time, is JSON's `null`. Instants
 //!   outside jiff's range clamp, as [`crate::time::parse_go_time`] clamps JSON's.
 //!
-//! A wrong wire type, bad UTF-8 or a truncated message is noted as its object's problem
+//! A wrong wire type or a truncated message is noted as its object's problem
 //! ([`lenient::note`]) and the field read as absent, as the JSON path does for a field of the
 //! wrong type: the watch skips that one object. managedFields are never a problem (as in JSON).
+//! Bad UTF-8 is not a problem: a string reads as Go's JSON encoder writes it (U+FFFD for each
+//! bad byte, [`proto::go_lossy`]), so as a JSON client sees the same object.
 
 use std::collections::BTreeMap;
 
@@ -78,8 +80,12 @@ fn each<'a>(msg: &'a [u8], mut f: impl FnMut(u32, Value<'a>)) {
     }
 }
 
+/// A string as Go's JSON encoder writes it, so as a JSON client reads the same object: each
+/// byte that is not part of valid UTF-8 is U+FFFD (gogo does not check UTF-8; encoding/json
+/// replaces byte by byte). Never the object's problem: one bad byte in a condition's reason
+/// must not hide a node's taints.
 fn string(v: Value<'_>, what: &'static str, field: u32) -> Option<String> {
-    ok(v.str(what, field)).map(str::to_owned)
+    ok(v.str_lossy(what, field)).map(std::borrow::Cow::into_owned)
 }
 
 fn message<'a>(v: Value<'a>, what: &'static str, field: u32) -> Option<&'a [u8]> {
@@ -173,7 +179,7 @@ fn meta(msg: &[u8]) -> Meta {
         11 => {
             let map = labels.get_or_insert_default();
             if let Some((k, val)) = message(v, WHAT, 11).and_then(|e| ok(proto::map_entry(e))) {
-                map.insert(k.to_owned(), val.to_owned());
+                map.insert(k.into_owned(), val.into_owned());
             }
         }
         17 => {
@@ -729,9 +735,8 @@ mod tests {
 
     #[test]
     fn a_bad_field_is_its_objects_problem_as_in_json() {
-        let cases: [(Msg, Json); 5] = [
+        let cases: [(Msg, Json); 4] = [
             (Msg::new().msg(1, &Msg::new().uint(1, 7)), json!({"metadata": {"name": 7}})),
-            (Msg::new().msg(1, &Msg::new().bytes(1, &[0xff, 0xfe])), json!({"metadata": {"name": 7}})),
             (
                 Msg::new().msg(2, &Msg::new().msg(22, &Msg::new().str(5, "soon"))),
                 json!({"spec": {"tolerations": [{"tolerationSeconds": "soon"}]}}),
@@ -745,9 +750,22 @@ mod tests {
             assert_eq!(p.0, j.0, "{json}");
             assert!(p.1.is_some() && j.1.is_some(), "{json}: {:?}", p.1);
         }
-        // A bad label value and a bad creation time, and a truncated message.
+        // Bad UTF-8 reads as Go's JSON writes it (U+FFFD per bad byte), and is no problem.
         let bad_label = Msg::new().msg(1, &Msg::new().str(1, "n").msg(11, &Msg::new().str(1, "a").bytes(2, &[0xc3])));
-        assert!(WireNode::from_protobuf(&bad_label.0).1.is_some_and(|p| p.contains("UTF-8")));
+        let n = WireNode::from_protobuf(&bad_label.0);
+        assert_eq!(n.1, None);
+        let labels = n.0.metadata.labels.unwrap_or_default();
+        assert_eq!(labels.get("a").map(String::as_str), Some("\u{FFFD}"));
+        for (bytes, go) in [
+            (&b"ok"[..], "ok"),
+            (&[0xe2, 0x82], "\u{FFFD}\u{FFFD}"),
+            (&[b'a', 0xff, b'b', 0xe2, 0x82, 0xac], "a\u{FFFD}b\u{20AC}"),
+            (&[0xed, 0xa0, 0x80], "\u{FFFD}\u{FFFD}\u{FFFD}"),
+            (&[0xf0, 0x9f, 0x98], "\u{FFFD}\u{FFFD}\u{FFFD}"),
+        ] {
+            assert_eq!(proto::go_lossy(bytes), go, "{bytes:?}");
+        }
+        // A bad creation time, and a truncated message.
         let bad_time = Msg::new().msg(1, &Msg::new().msg(8, &Msg::new().str(1, "soon")));
         assert!(WireLease::from_protobuf(&bad_time.0).1.is_some());
         let full: Node = serde_json::from_value(full_node()).expect("node");
