@@ -72,9 +72,10 @@ pub struct WebhookArgs {
     /// node affinity for the pods they match.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_TOLERATION_RULES")]
     pub enable_toleration_rules: bool,
-    /// A pod with more tolerations than this is admitted unchanged, with a warning: the
-    /// plugins' merge is quadratic in them. `/validate` still checks every toleration (in linear
-    /// time), so the cap never lets a pod past the whitelist.
+    /// Past this many tolerations, PodTolerationRestriction's merge of default tolerations (which
+    /// compares every pair, as upstream's does) is skipped, with a warning. Everything linear still
+    /// applies: the whitelist, the default not-ready/unreachable tolerations, extended resources
+    /// and the TolerationRules' node affinity, so the cap lets no pod escape them.
     #[arg(long, default_value_t = nlc_core::admission::MAX_TOLERATIONS, env = "NLC_WEBHOOK_MAX_TOLERATIONS")]
     pub webhook_max_tolerations: usize,
     #[command(flatten)]

@@ -70,8 +70,8 @@ pub struct Plugins {
     pub pod_toleration_restriction: Option<RestrictionConfig>,
     pub extended_resource_toleration: bool,
     pub toleration_rules: bool,
-    /// A pod with more tolerations is admitted unchanged, with a warning
-    /// (`--webhook-max-tolerations`): the mutating plugins' merge is quadratic in them.
+    /// Past this many tolerations PodTolerationRestriction's merge (quadratic in them) is skipped,
+    /// with a warning (`--webhook-max-tolerations`); everything else still applies.
     pub max_tolerations: usize,
 }
 
@@ -240,20 +240,24 @@ pub fn admit(
     let ns = cx.namespace.unwrap_or(&empty);
     let mut tolerations: Vec<Toleration> = pod.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default();
     let mut out = Admission::default();
-    if tolerations.len() > plugins.max_tolerations {
-        out.warnings.push(format!(
-            "the pod has {} tolerations, more than the webhook's --webhook-max-tolerations {}: admitted unchanged (no default tolerations added)",
-            tolerations.len(),
-            plugins.max_tolerations
-        ));
-        out.tolerations = tolerations;
-        return Ok(out);
-    }
+    // Past the cap only PodTolerationRestriction's merge (upstream's MergeTolerations compares
+    // every pair) is skipped; its whitelist, the defaults and the rules' node affinity, each
+    // linear, still apply: a pod cannot escape them by carrying many tolerations.
+    let over_cap = tolerations.len() > plugins.max_tolerations;
     if let Some(global) = plugins.default_toleration_seconds {
         default_toleration_seconds(&mut tolerations, create, ns, global, &mut out);
     }
     if let Some(cluster) = &plugins.pod_toleration_restriction {
-        pod_toleration_restriction(pod, &mut tolerations, create, ns, cluster, &mut out)?;
+        if over_cap {
+            out.warnings.push(format!(
+                "the pod has {} tolerations, more than the webhook's --webhook-max-tolerations {}: PodTolerationRestriction's default tolerations are not merged (its whitelist still applies)",
+                tolerations.len(),
+                plugins.max_tolerations
+            ));
+            restriction::validate(&tolerations, &ns.annotations, cluster)?;
+        } else {
+            pod_toleration_restriction(pod, &mut tolerations, create, ns, cluster, &mut out)?;
+        }
     }
     if plugins.extended_resource_toleration {
         extended_resource_toleration(pod, &mut tolerations, &mut out);

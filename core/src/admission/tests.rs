@@ -373,3 +373,39 @@ fn the_namespace_read_ahead_is_the_reviews() {
     assert!(review_namespace(b"{\"request\": {\"namespace\": 5}}").is_err());
     assert!(review_namespace(b"not json").is_err());
 }
+
+/// Past `--webhook-max-tolerations`, a pod escapes nothing: the rules' node affinity, the
+/// default tolerations and the whitelist still apply; only PodTolerationRestriction's
+/// (quadratic) merge of default tolerations is skipped, with a warning.
+#[test]
+fn past_the_toleration_cap_confinement_still_applies() {
+    let (ns, rules) = (ml_namespace(), dedicated_rules());
+    let plugins = Plugins { max_tolerations: 10, ..all_plugins() };
+    let many: Vec<Value> =
+        (0..11).map(|i| json!({"key": format!("k{i}"), "operator": "Exists", "effect": "NoSchedule"})).collect();
+    let mut pod = gpu_pod(json!({"workload": "training"}));
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.tolerations = serde_json::from_value(Value::Array(many.clone())).ok();
+    }
+    let cx = Context { namespace: Some(&ns), rules: &rules };
+    let d = admit(&pod, "ml", true, &plugins, cx).expect("admitted");
+    assert!(d.affinity.is_some(), "the rule's required node affinity: {d:?}");
+    let keys: Vec<String> = d.tolerations.iter().map(describe).collect();
+    for want in [
+        "node.kubernetes.io/not-ready (exists):NoExecute for 300s",
+        "dedicated=ml:NoSchedule",
+        "example.com/gpu (exists):NoSchedule",
+    ] {
+        assert!(keys.iter().any(|k| k == want), "{want} missing: {keys:?}");
+    }
+    assert!(!keys.iter().any(|k| k == "team=ml:NoSchedule"), "the namespace's defaults are not merged: {keys:?}");
+    assert!(d.warnings.iter().any(|w| w.contains("--webhook-max-tolerations")), "{:?}", d.warnings);
+    // The namespace's whitelist refuses one of them, however many there are.
+    let mut strict = ns.clone();
+    strict.annotations.insert(
+        restriction::WHITELIST_ANNOTATION.to_owned(),
+        r#"[{"key": "k0", "operator": "Exists", "effect": "NoSchedule"}]"#.to_owned(),
+    );
+    let cx = Context { namespace: Some(&strict), rules: &rules };
+    assert!(admit(&pod, "ml", true, &plugins, cx).is_err(), "past the cap, the whitelist still refuses");
+}
