@@ -52,6 +52,14 @@ const LISTS: &[&str] = &[
     r#"[{"key": "a", "operator": "Exists"}, {"key": "node.kubernetes.io", "operator": "Exists"}]"#,
     r#"[{"operator": "Exists", "effect": "NoExecute"}, {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"}, {"key": "a", "operator": "Exists"}]"#,
     r#"[{"key": "a", "operator": "Exists", "key": "b"}]"#,
+    // Go's foldName: only the Kelvin sign and the long s fold into ASCII; a dotless i, a sharp
+    // s, a ring above and a ligature name no field. A later null sets the pointer to nil.
+    "[{\"\u{212A}ey\": \"c\", \"operator\": \"Exists\", \"effect\": \"NoExecute\", \"toleration\u{017F}econds\": 60}]",
+    "[{\"key\": \"c\", \"operator\": \"Exists\", \"effect\": \"NoExecute\", \"toleratıonSeconds\": 60}]",
+    "[{\"key\": \"c\", \"operator\": \"Exists\", \"effect\": \"NoExecute\", \"tolerationßeconds\": 60}]",
+    "[{\"keẙ\": \"a\", \"key\": \"b\", \"operator\": \"Exists\"}]",
+    "[{\"key\": \"b\", \"operator\": \"Equal\", \"value\": \"x\", \"e\u{FB00}fect\": \"NoSchedule\"}]",
+    r#"[{"key": "c", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60, "tolerationSeconds": null}]"#,
     "not json",
 ];
 

@@ -7,10 +7,13 @@
 //! Where serde and Go differ, Go is followed:
 //! - `null` is an empty list (present: it overrides the cluster's setting with nothing), and a
 //!   `null` element is a toleration with every field empty;
-//! - an object's keys match the struct's fields exactly, else case-insensitively (Go's folding:
-//!   `Key`, `KEY` and `kEy` all name `key`; the Kelvin sign and the long s fold to `k` and `s`);
-//!   when several keys name one field, the last one in the document wins;
-//! - unknown keys are ignored; `null` for a field leaves it as it was;
+//! - an object's keys match the struct's fields exactly, else case-insensitively by Go's
+//!   `foldName` (ASCII letters fold to upper case; beyond ASCII, a rune folds to the smallest of
+//!   its `unicode.SimpleFold` orbit, so only the Kelvin sign and the long s reach ASCII, as `K`
+//!   and `S`: `ı`, `ß`, `ẙ` or a ligature name no field); when several keys name one field, the
+//!   last one in the document wins;
+//! - unknown keys are ignored; `null` leaves a string field as it was and sets
+//!   `tolerationSeconds` (a pointer in Go) to nil;
 //! - `tolerationSeconds` must be an integer literal within int64 (`300.0`, `3e2` are refused, as
 //!   Go's `strconv.ParseInt` refuses them); a string field must hold a string.
 
@@ -19,13 +22,16 @@ use std::fmt;
 use k8s_openapi::api::core::v1::Toleration;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-/// Go's key folding for struct field matching.
+/// Go's `foldName`, as far as matching ASCII field names goes: ASCII letters upper-cased; the
+/// two runes whose simple-fold orbit holds an ASCII letter (the Kelvin sign with `k`, the long s
+/// with `s`) folded to it; every other rune kept (its orbit's smallest rune is not ASCII, so it
+/// can match no field name).
 fn fold(s: &str) -> String {
     s.chars()
         .map(|c| match c {
             '\u{212A}' => 'K', // Kelvin sign
             '\u{017F}' => 'S', // long s
-            c => c.to_uppercase().next().unwrap_or(c),
+            c => c.to_ascii_uppercase(),
         })
         .collect()
 }
@@ -62,7 +68,7 @@ impl<'de> DeserializeSeed<'de> for StringField {
 struct SecondsField;
 
 impl<'de> Visitor<'de> for SecondsField {
-    /// `None`: null (the field is left as it was); `Some(None)` never happens.
+    /// `None`: null (Go sets the pointer to nil).
     type Value = Option<i64>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an int64 for Toleration.tolerationSeconds")
@@ -109,11 +115,7 @@ impl<'de> Visitor<'de> for Element {
         let mut t = Toleration::default();
         while let Some(key) = map.next_key::<String>()? {
             match field_of(&key) {
-                Some("tolerationSeconds") => {
-                    if let Some(s) = map.next_value_seed(SecondsField)? {
-                        t.toleration_seconds = Some(s);
-                    }
-                }
+                Some("tolerationSeconds") => t.toleration_seconds = map.next_value_seed(SecondsField)?,
                 Some(field) => {
                     if let Some(v) = map.next_value_seed(StringField(field))? {
                         let slot = match field {
@@ -191,6 +193,17 @@ mod tests {
         // Several keys for one field: the last wins; null leaves the field as it was.
         assert_eq!(tolerations(r#"[{"key": "a", "Key": "b", "operator": "Exists"}]"#), Ok(vec![t("b", "Exists")]));
         assert_eq!(tolerations(r#"[{"key": "a", "key": null, "operator": "Exists"}]"#), Ok(vec![t("a", "Exists")]));
+        // A pointer: a later null sets it to nil.
+        let nil = tolerations(r#"[{"key": "a", "tolerationSeconds": 5, "tolerationSeconds": null}]"#).expect("decodes");
+        assert_eq!(nil[0].toleration_seconds, None);
+        // Only the Kelvin sign and the long s fold into ASCII; dotless i, sharp s, y with a ring
+        // and ligatures name no field (Go's foldName).
+        let long_s = tolerations("[{\"key\": \"a\", \"toleration\u{017F}econds\": 5}]").expect("decodes");
+        assert_eq!(long_s[0].toleration_seconds, Some(5));
+        for odd in ["toleratıonSeconds", "tolerationßeconds", "e\u{FB00}fect", "keẙ"] {
+            let got = tolerations(&format!(r#"[{{"{odd}": 5, "key": "a"}}]"#)).expect("decodes");
+            assert_eq!(got, vec![Toleration { key: Some("a".into()), ..Toleration::default() }], "{odd}");
+        }
         let secs = tolerations(r#"[{"key": "a", "tolerationSeconds": -5}]"#).expect("decodes");
         assert_eq!(secs[0].toleration_seconds, Some(-5));
         for refused in [
