@@ -605,6 +605,46 @@ async fn metrics_are_served_only_to_callers_the_api_server_authorizes() {
         let n = common::metric(&again.1, &line).unwrap_or(0.0);
         assert!(n >= at_least, "{line} = {n}");
     }
+    // Any pod can send tokens: random ones from twenty addresses, for longer than the answers
+    // are cached (10 s). The scraper is answered throughout (reviews are paced per address,
+    // random tokens' answers are cached apart, and a busy reviewer serves an identity's last
+    // answer), and the flood causes a bounded number of reviews.
+    let ca = shared().pki.ca_cert.clone();
+    let flood: Vec<_> = (0..60u32)
+        .map(|i| {
+            let ca = ca.clone();
+            tokio::spawn(async move {
+                for n in 0u64.. {
+                    let token = format!("bogus-{i}-{n}");
+                    let _ =
+                        common::https_get_from(&ca, Some(20 + (i % 20) as u8), metrics, "/metrics", Some(&token)).await;
+                }
+            })
+        })
+        .collect();
+    let flood_started = Instant::now();
+    let mut scrapes = 0;
+    while flood_started.elapsed() < Duration::from_secs(14) {
+        let got = https_get(metrics, "/metrics", Some(&scraper)).await.map(|r| r.0);
+        assert_eq!(got, Some(200), "scrape {scrapes} during the token flood ({:?} in)", flood_started.elapsed());
+        scrapes += 1;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    for f in flood {
+        f.abort();
+    }
+    let after = https_get(metrics, "/metrics", Some(&scraper)).await.expect("https");
+    let count = |result: &str| {
+        common::metric(&after.1, &format!("nlc_metrics_requests_total{{result=\"{result}\"}}")).unwrap_or(0.0)
+    };
+    eprintln!(
+        "{scrapes} scrapes answered during the token flood; unauthenticated {}, busy {}",
+        count("unauthenticated"),
+        count("busy")
+    );
+    // Twenty addresses at five reviews a second (burst twenty) for ~14 s: under 2,000 reviews
+    // (plus the few cached answers served again).
+    assert!(count("unauthenticated") < 2000.0, "{}", after.1);
     let _ = child.kill().await;
     for name in [&ns, &configz_reader] {
         let _ = Api::<ClusterRoleBinding>::all(client.clone()).delete(name, &Default::default()).await;

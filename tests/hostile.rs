@@ -563,7 +563,8 @@ async fn a_namespace_that_cannot_be_read_fails_the_request_so_the_failure_policy
     assert!(metric_sum(&m, "nlc_webhook_namespace_lookups_total", &["outcome=\"fetched\""]) >= 1.0, "{m}");
 
     // Unknown namespaces cannot drive one API read per request: single flight and a negative
-    // cache.
+    // cache. A namespace that does not exist is not validated against the cluster's whitelist
+    // alone (fail-open): the request fails, and the failure policy decides.
     let counting = proxy.add(Rule::new("GET", &["/api/v1/namespaces/nope-"], Fault::Delay(Duration::from_millis(300))));
     let mut asks = Vec::new();
     for _ in 0..20 {
@@ -571,12 +572,35 @@ async fn a_namespace_that_cannot_be_read_fails_the_request_so_the_failure_policy
         asks.push(tokio::spawn(async move { post(port, "/validate", &review("nope-x", json!([]))).await }));
     }
     for a in asks {
-        assert_eq!(a.await.ok().flatten(), Some(200));
+        assert_eq!(a.await.ok().flatten(), Some(500));
     }
     for _ in 0..5 {
-        assert_eq!(post(w.port, "/validate", &review("nope-x", json!([]))).await, Some(200));
+        assert_eq!(post(w.port, "/validate", &review("nope-x", json!([]))).await, Some(500));
     }
     assert!(counting.hits() <= 2, "{} reads for one unknown namespace", counting.hits());
+    // /mutate adds the cluster's defaults only (the API server admits no pod there anyway).
+    assert_eq!(post(w.port, "/mutate", &review("nope-x", json!([]))).await, Some(200));
+
+    // Random names, each read at most once: live reads are paced in total (10/s, burst 20);
+    // the rest fail at once.
+    let started = Instant::now();
+    let asks: Vec<_> = (0..200)
+        .map(|i| {
+            let port = w.port;
+            tokio::spawn(async move { post(port, "/validate", &review(&format!("nope-{i}"), json!([]))).await })
+        })
+        .collect();
+    let mut codes = std::collections::BTreeMap::new();
+    for a in asks {
+        *codes.entry(a.await.ok().flatten()).or_insert(0) += 1;
+    }
+    let took = started.elapsed().as_secs_f64();
+    let reads = counting.hits();
+    eprintln!("200 reviews for random namespaces in {took:.1} s: answers {codes:?}, {reads} live reads");
+    assert_eq!(codes.get(&Some(500)), Some(&200), "{codes:?}");
+    assert!((reads as f64) <= 2.0 + 20.0 + 10.0 * took + 1.0, "{reads} live reads in {took:.1} s");
+    let m = w.metrics().await;
+    assert!(metric_sum(&m, "nlc_webhook_namespace_lookups_total", &["outcome=\"paced\""]) >= 1.0, "{m}");
 }
 
 #[tokio::test]

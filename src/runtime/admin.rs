@@ -212,8 +212,12 @@ async fn livez(State(s): State<AdminState>, uri: Uri) -> impl IntoResponse {
     answer("livez", &uri, &checks, || format!("stalled: {}", failing(&checks, true)))
 }
 
-async fn metrics(State(s): State<AdminState>, headers: HeaderMap) -> axum::response::Response {
-    if let Some(refused) = refused(&s, &headers, "/metrics").await {
+async fn metrics(
+    State(s): State<AdminState>,
+    peer: Option<axum::Extension<super::http::Peer>>,
+    headers: HeaderMap,
+) -> axum::response::Response {
+    if let Some(refused) = refused(&s, peer, &headers, "/metrics").await {
         return refused;
     }
     (
@@ -223,18 +227,28 @@ async fn metrics(State(s): State<AdminState>, headers: HeaderMap) -> axum::respo
         .into_response()
 }
 
-async fn configz(State(s): State<AdminState>, headers: HeaderMap) -> axum::response::Response {
-    if let Some(refused) = refused(&s, &headers, "/configz").await {
+async fn configz(
+    State(s): State<AdminState>,
+    peer: Option<axum::Extension<super::http::Peer>>,
+    headers: HeaderMap,
+) -> axum::response::Response {
+    if let Some(refused) = refused(&s, peer, &headers, "/configz").await {
         return refused;
     }
     ([(header::CONTENT_TYPE, "application/json")], s.configz.to_string()).into_response()
 }
 
 /// The answer to a request for `path` the guard refuses (`None`: allowed, or no guard), counted.
-async fn refused(s: &AdminState, headers: &HeaderMap, path: &'static str) -> Option<axum::response::Response> {
+async fn refused(
+    s: &AdminState,
+    peer: Option<axum::Extension<super::http::Peer>>,
+    headers: &HeaderMap,
+    path: &'static str,
+) -> Option<axum::response::Response> {
     let guard = s.guard.as_ref()?;
     let authorization = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
-    let (result, status, body) = match guard.review(authorization, path).await {
+    let source = peer.map(|axum::Extension(p)| p.0);
+    let (result, status, body) = match guard.review(authorization, path, source).await {
         Ok(super::auth::Verdict::Allowed) => {
             guard.count("allowed");
             return None;

@@ -12,6 +12,14 @@
 //! `403` (neither cached when the API server reported an error with it, as upstream does not
 //! cache errors); the API server unreachable or slow (10 s), or more than four reviews already
 //! in flight: `503`, not cached. Each is counted in `nlc_metrics_requests_total{result}`.
+//!
+//! Any pod can send tokens, so the reviews are bounded in total and per source: at most four
+//! in flight, and [`REVIEWS_PER_SOURCE_PER_SECOND`] from one address. Answers for tokens the API
+//! server does not authenticate are kept apart, in a small cache of their own, so that random
+//! tokens cannot fill the one that holds real identities' answers; and when the reviews are
+//! busy (or the source is over its pace), a token whose last answer named an identity is served
+//! that answer for up to [`STALE_FOR`] (a scraper keeps scraping through a flood; a token
+//! revoked meanwhile is honoured that much longer, only while the flood lasts).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,10 +39,17 @@ const TTL: Duration = Duration::from_secs(10);
 /// At most this many cached answers (a flood of random tokens cannot grow memory past it; when
 /// full of live answers, new ones are not cached, so a scraper's answer is never pushed out).
 const MAX_CACHED: usize = 4096;
+/// At most this many answers for tokens the API server does not authenticate.
+const MAX_NEGATIVE: usize = 256;
 /// At most this many reviews in flight: more callers with uncached tokens are answered 503 at
 /// once, so that a flood of tokens cannot queue requests on the API server in the controller's
 /// name.
 const MAX_REVIEWS: usize = 4;
+/// Reviews one address may cause, per second (burst four times that): a scraper's token is
+/// reviewed once per TTL; an address sending new tokens faster is sending junk.
+pub const REVIEWS_PER_SOURCE_PER_SECOND: u32 = 5;
+/// How long past its TTL an identity's last answer still serves while reviews are busy.
+pub const STALE_FOR: Duration = Duration::from_secs(300);
 /// A review the API server does not answer within this long fails (503, not cached).
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -56,12 +71,22 @@ struct ResultLabels {
 /// The cached answers, by the token's SHA-256, with when they were given.
 type Answers = HashMap<[u8; 32], (Stopwatch, Verdict)>;
 
+type SourceLimiter = governor::RateLimiter<
+    std::net::IpAddr,
+    governor::state::keyed::DefaultKeyedStateStore<std::net::IpAddr>,
+    governor::clock::DefaultClock,
+>;
+
 /// The reviewer of the protected paths (`/metrics`, `/configz`).
 #[derive(Clone)]
 pub struct Delegated {
     client: kube::Client,
+    /// Answers naming an identity (allowed or forbidden).
     cache: Arc<Mutex<Answers>>,
+    /// Answers for tokens not authenticated, apart.
+    negative: Arc<Mutex<HashMap<[u8; 32], Stopwatch>>>,
     reviews: Arc<tokio::sync::Semaphore>,
+    per_source: Arc<SourceLimiter>,
     results: Family<ResultLabels, Counter>,
 }
 
@@ -84,7 +109,16 @@ impl Delegated {
             "Requests to the secure metrics endpoint, by result (allowed, unauthenticated, forbidden, busy, error)",
             results.clone(),
         );
-        Self { client, cache: Arc::default(), reviews: Arc::new(tokio::sync::Semaphore::new(MAX_REVIEWS)), results }
+        let rate = std::num::NonZeroU32::new(REVIEWS_PER_SOURCE_PER_SECOND).unwrap_or(std::num::NonZeroU32::MIN);
+        let burst = rate.saturating_mul(std::num::NonZeroU32::MIN.saturating_add(3));
+        Self {
+            client,
+            cache: Arc::default(),
+            negative: Arc::default(),
+            reviews: Arc::new(tokio::sync::Semaphore::new(MAX_REVIEWS)),
+            per_source: Arc::new(governor::RateLimiter::keyed(governor::Quota::per_second(rate).allow_burst(burst))),
+            results,
+        }
     }
 
     /// Counts a request's result.
@@ -94,7 +128,12 @@ impl Delegated {
 
     /// The verdict on a request for `path` carrying this `Authorization` header value (if
     /// any); `Err` when the API server could not answer.
-    pub async fn review(&self, authorization: Option<&[u8]>, path: &'static str) -> Result<Verdict, ReviewError> {
+    pub async fn review(
+        &self,
+        authorization: Option<&[u8]>,
+        path: &'static str,
+        source: Option<std::net::IpAddr>,
+    ) -> Result<Verdict, ReviewError> {
         let Some(token) = authorization.and_then(bearer) else {
             return Ok(Verdict::Unauthenticated);
         };
@@ -107,22 +146,46 @@ impl Delegated {
         let mut hash = [0u8; 32];
         hash.copy_from_slice(key.as_ref());
         let now = Stopwatch::start();
-        if let Some((at, v)) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(&hash)
+        let last = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(&hash).cloned();
+        if let Some((at, v)) = &last
             && now.since(*at) < TTL
         {
             return Ok(v.clone());
         }
+        if self.negative.lock().unwrap_or_else(|p| p.into_inner()).get(&hash).is_some_and(|at| now.since(*at) < TTL) {
+            return Ok(Verdict::Unauthenticated);
+        }
+        // Busy, or this source over its pace: an identity's last answer, if recent enough.
+        let stale = || last.as_ref().filter(|(at, _)| now.since(*at) < TTL + STALE_FOR).map(|(_, v)| v.clone());
+        if source.is_some_and(|ip| self.per_source.check_key(&ip).is_err()) {
+            return stale().ok_or(ReviewError::Busy);
+        }
         let Ok(_permit) = self.reviews.try_acquire() else {
-            return Err(ReviewError::Busy);
+            return stale().ok_or(ReviewError::Busy);
         };
         let (verdict, cacheable) = tokio::time::timeout(REVIEW_TIMEOUT, self.ask(token, path))
             .await
             .map_err(|_| ReviewError::Timeout(REVIEW_TIMEOUT))??;
+        if !cacheable {
+            return Ok(verdict);
+        }
+        if verdict == Verdict::Unauthenticated {
+            let mut negative = self.negative.lock().unwrap_or_else(|p| p.into_inner());
+            if negative.len() >= MAX_NEGATIVE {
+                negative.retain(|_, at| now.since(*at) < TTL);
+                self.per_source.retain_recent();
+            }
+            if negative.len() < MAX_NEGATIVE {
+                negative.insert(hash, now);
+            }
+            return Ok(verdict);
+        }
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= MAX_CACHED {
-            cache.retain(|_, (at, _)| now.since(*at) < TTL);
+            cache.retain(|_, (at, _)| now.since(*at) < TTL + STALE_FOR);
+            self.per_source.retain_recent();
         }
-        if cacheable && cache.len() < MAX_CACHED {
+        if cache.len() < MAX_CACHED {
             cache.insert(hash, (now, verdict.clone()));
         }
         Ok(verdict)

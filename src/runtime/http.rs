@@ -396,6 +396,10 @@ impl Drop for InFlight {
 #[derive(Clone)]
 struct Conn(Arc<Activity>);
 
+/// The address a request came from (a request extension every handler can read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer(pub std::net::IpAddr);
+
 /// A request being handled (its body in), also when its future is dropped.
 struct Handling(Arc<Activity>);
 
@@ -623,6 +627,7 @@ impl Server {
                         let (id, activity, evict) = open.register(peer.ip());
                         let conn = Connection {
                             name,
+                            peer: peer.ip(),
                             tls: tls.clone(),
                             router: router.clone(),
                             limits: limits.clone(),
@@ -674,6 +679,7 @@ impl Server {
 
 struct Connection {
     name: &'static str,
+    peer: std::net::IpAddr,
     tls: Option<tokio_rustls::TlsAcceptor>,
     router: Router,
     limits: Arc<Limits>,
@@ -738,12 +744,14 @@ impl Connection {
                 .keep_alive_timeout(Duration::from_secs(20));
         }
         let router = self.router.clone();
+        let peer = Peer(self.peer);
         let service = {
             let activity = activity.clone();
             hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
                 activity.request_started();
                 let guard = InFlight(activity.clone());
                 req.extensions_mut().insert(Conn(activity.clone()));
+                req.extensions_mut().insert(peer);
                 let mut router = router.clone();
                 async move {
                     let resp = tower_service::Service::call(&mut router, req.map(Body::new)).await;

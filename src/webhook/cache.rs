@@ -5,7 +5,10 @@
 //! A namespace the cache has not seen (created a moment ago) is read once, whoever asks
 //! (single-flight per name), and a namespace found absent is remembered for a few seconds
 //! (a negative cache), so that requests for unknown namespaces cannot drive one API read each.
-//! When a namespace cannot be known (the read fails or is slow) the answer says so
+//! Live reads are also paced in total ([`NAMESPACE_READS_PER_SECOND`], burst
+//! [`NAMESPACE_READ_BURST`]): random names cannot each drive a read in the webhook's name.
+//! When a namespace cannot be known (the read fails or is slow, or reads are over their pace)
+//! the answer says so
 //! ([`Lookup::Unknown`]) and the request fails, so that the webhook's `failurePolicy` decides,
 //! as upstream's PodTolerationRestriction refuses such a pod: never a decision on a guess.
 
@@ -35,6 +38,10 @@ use crate::runtime::watch::{Item, WatchMetrics, stream};
 pub const NAMESPACE_READ_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a namespace found absent is remembered.
 pub const ABSENT_TTL: Duration = Duration::from_secs(5);
+/// Live namespace reads, in total: a namespace the watch has not delivered yet is rare (it
+/// was created within the watch's latency), so this pace is far above a real cluster's need.
+pub const NAMESPACE_READS_PER_SECOND: u32 = 10;
+pub const NAMESPACE_READ_BURST: u32 = 20;
 
 /// What the webhook knows of a request's namespace.
 #[derive(Clone, Debug, PartialEq)]
@@ -51,13 +58,29 @@ pub enum Lookup {
 type Read = Shared<BoxFuture<'static, Lookup>>;
 
 /// Shared between the watches (writers) and the request handlers (readers).
-#[derive(Default)]
 pub struct Knowledge {
     pub namespaces: RwLock<Namespaces>,
     pub rules: RwLock<Arc<RuleSet>>,
     synced: AtomicBool,
     absent: Mutex<HashMap<String, Stopwatch>>,
     reads: Mutex<HashMap<String, Read>>,
+    /// Paces live reads in total.
+    read_pace: governor::DefaultDirectRateLimiter,
+}
+
+impl Default for Knowledge {
+    fn default() -> Self {
+        let per_second = std::num::NonZeroU32::new(NAMESPACE_READS_PER_SECOND).unwrap_or(std::num::NonZeroU32::MIN);
+        let burst = std::num::NonZeroU32::new(NAMESPACE_READ_BURST).unwrap_or(std::num::NonZeroU32::MIN);
+        Self {
+            namespaces: RwLock::default(),
+            rules: RwLock::default(),
+            synced: AtomicBool::default(),
+            absent: Mutex::default(),
+            reads: Mutex::default(),
+            read_pace: governor::RateLimiter::direct(governor::Quota::per_second(per_second).allow_burst(burst)),
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -110,6 +133,13 @@ impl Knowledge {
             let mut reads = lock(&self.reads);
             match reads.get(name) {
                 Some(r) => (r.clone(), false),
+                None if self.read_pace.check().is_err() => {
+                    drop(reads);
+                    metrics.namespace_lookup("paced");
+                    return Lookup::Unknown(format!(
+                        "namespace {name} is not in the cache, and live namespace reads are over their pace ({NAMESPACE_READS_PER_SECOND}/s)"
+                    ));
+                }
                 None => {
                     let r = read_namespace(self.clone(), client.clone(), name.to_owned()).boxed().shared();
                     reads.insert(name.to_owned(), r.clone());

@@ -86,6 +86,13 @@ async fn decide_request(s: &AppState, endpoint: Endpoint, body: Bytes) -> (u16, 
     let lookup = if name.is_empty() { Lookup::Absent } else { s.knowledge.lookup(&s.client, &name, &s.metrics).await };
     let namespace = match lookup {
         Lookup::Known(info) => Some(info),
+        // The API server admits no pod into a namespace that does not exist, so an absent one
+        // is a race (created after the read) or a forged review: /validate does not judge it
+        // against the cluster's whitelist alone (fail-open) but fails, and the failure policy
+        // decides. /mutate adds only what the cluster's defaults add.
+        Lookup::Absent if endpoint == Endpoint::Validate => {
+            return (500, format!("namespace {name} not found; cannot validate against its whitelist\n").into_bytes());
+        }
         Lookup::Absent => None,
         Lookup::NotSynced => return (503, b"the namespace cache has not synced yet\n".to_vec()),
         Lookup::Unknown(why) => return (500, format!("cannot decide without the namespace: {why}\n").into_bytes()),

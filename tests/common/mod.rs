@@ -196,8 +196,19 @@ pub async fn tls_connect_from(
 
 /// `GET path` over HTTPS (trusting `ca`) with an optional bearer token: the status and the body.
 pub async fn https_get(ca: &std::path::Path, port: u16, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+    https_get_from(ca, None, port, path, token).await
+}
+
+/// [`https_get`] from loopback address `127.0.0.<source>` when given.
+pub async fn https_get_from(
+    ca: &std::path::Path,
+    source: Option<u8>,
+    port: u16,
+    path: &str,
+    token: Option<&str>,
+) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tls_connect(ca, port, &[b"http/1.1"]).await?;
+    let mut s = tls_client(ca, source, port, &[b"http/1.1"]).await?;
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.ok()?;
