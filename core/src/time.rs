@@ -67,23 +67,33 @@ fn days_in(month: u32, year: u32) -> u32 {
     }
 }
 
-/// Parses `s` as Go's RFC 3339 parser does (`YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`, year
-/// 0000-9999, seconds 00-59, any number of fraction digits, offsets up to ±23:59), clamping
-/// instants outside [`Timestamp`]'s range. `None` for anything Go would refuse too.
+/// Parses `s` as Go's `time.Parse(time.RFC3339, s)` does (what `metav1.Time` reads JSON with),
+/// clamping instants outside [`Timestamp`]'s range; `None` for anything Go refuses too. Go tries
+/// a strict fast path first and falls back to its layout parser, which accepts more, so the
+/// rules are the fallback's: `YYYY-MM-DD`, `T`, an hour of one or two digits (0-23), `:MM:SS`
+/// (0-59), an optional fraction after `.` or `,` (any number of digits, the first nine kept),
+/// then `Z` or `±HH:MM` with the hour up to 24 and the minute up to 60 (Go allows both), and
+/// nothing after. Checked against Go itself in `tests/go_oracle.rs`.
 pub fn parse_go_time(s: &str) -> Option<Timestamp> {
     let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
-        return None;
-    }
+    let lit = |at: usize, c: u8| (b.get(at) == Some(&c)).then_some(());
     let year = digits(b, 0, 4, 0, 9999)?;
+    lit(4, b'-')?;
     let month = digits(b, 5, 7, 1, 12)?;
-    let day = digits(b, 8, 10, 1, days_in(month, year))?;
-    let hour = digits(b, 11, 13, 0, 23)?;
-    let minute = digits(b, 14, 16, 0, 59)?;
-    let second = digits(b, 17, 19, 0, 59)?;
-    let mut rest = &b[19..];
+    lit(7, b'-')?;
+    let day = digits(b, 8, 10, 1, 31)?;
+    lit(10, b'T')?;
+    // One digit, or two.
+    let hour_len = if b.get(12).is_some_and(u8::is_ascii_digit) { 2 } else { 1 };
+    let hour = digits(b, 11, 11 + hour_len, 0, 23)?;
+    let at = 11 + hour_len;
+    lit(at, b':')?;
+    let minute = digits(b, at + 1, at + 3, 0, 59)?;
+    lit(at + 3, b':')?;
+    let second = digits(b, at + 4, at + 6, 0, 59)?;
+    let mut rest = &b[at + 6..];
     let mut nanos: u32 = 0;
-    if rest.len() >= 2 && rest[0] == b'.' && rest[1].is_ascii_digit() {
+    if rest.len() >= 2 && matches!(rest[0], b'.' | b',') && rest[1].is_ascii_digit() {
         let n = rest[1..].iter().take_while(|c| c.is_ascii_digit()).count();
         for (i, &c) in rest[1..=n].iter().enumerate() {
             if i < 9 {
@@ -98,13 +108,16 @@ pub fn parse_go_time(s: &str) -> Option<Timestamp> {
     let offset_secs: i32 = match rest {
         [b'Z'] => 0,
         [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
-            let hh = digits(rest, 1, 3, 0, 23)?;
-            let mm = digits(rest, 4, 6, 0, 59)?;
+            let hh = digits(rest, 1, 3, 0, 24)?;
+            let mm = digits(rest, 4, 6, 0, 60)?;
             let secs = i32::try_from(hh * 3600 + mm * 60).ok()?;
             if *sign == b'-' { -secs } else { secs }
         }
         _ => return None,
     };
+    if day > days_in(month, year) {
+        return None;
+    }
     let dt = DateTime::new(
         i16::try_from(year).ok()?,
         i8::try_from(month).ok()?,
@@ -160,7 +173,12 @@ mod tests {
             "2026-02-29T00:00:00Z",
             "2026-12-01T24:00:00Z",
             "2026-12-01T00:00:60Z",
-            "2026-12-01T00:00:00+24:00",
+            "2026-12-01T00:00:00+25:00",
+            "2026-12-01T00:00:00+24:61",
+            "2026-12-01T00:00:00z",
+            "2026-12-01T00:00:00,Z",
+            "2026-12-1T00:00:00Z",
+            "2026-12-01T00:0:00Z",
             "2026-12-01T00:00:00",
             "2026-12-01 00:00:00Z",
             "2026-12-01T00:00:00.Z",
@@ -169,6 +187,13 @@ mod tests {
             assert_eq!(parse_go_time(bad), None, "{bad:?}");
         }
         assert!(parse_go_time("2024-02-29T00:00:00Z").is_some(), "a leap day");
+        // What Go's layout parser (its fallback) takes besides: a one-digit hour, a comma before
+        // the fraction, offsets up to 24 hours and 60 minutes.
+        let at = |s: &str| s.parse::<Timestamp>().ok();
+        assert_eq!(parse_go_time("2026-12-01T5:00:00Z"), at("2026-12-01T05:00:00Z"));
+        assert_eq!(parse_go_time("2026-12-01T00:00:00,25Z"), at("2026-12-01T00:00:00.25Z"));
+        assert_eq!(parse_go_time("2026-12-01T00:00:00+24:00"), at("2026-11-30T00:00:00Z"));
+        assert_eq!(parse_go_time("2026-12-01T00:00:00-00:60"), at("2026-12-01T01:00:00Z"));
     }
 
     /// A timestamp string in Go's RFC 3339 grammar, with the instant Go reads from it (in

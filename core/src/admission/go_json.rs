@@ -65,38 +65,27 @@ impl<'de> DeserializeSeed<'de> for StringField {
     }
 }
 
-struct SecondsField;
-
-impl<'de> Visitor<'de> for SecondsField {
-    /// `None`: null (Go sets the pointer to nil).
-    type Value = Option<i64>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an int64 for Toleration.tolerationSeconds")
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(Some(v))
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-        i64::try_from(v).map(Some).map_err(|_| {
-            E::custom(format!(
-                "json: cannot unmarshal number {v} into Go struct field Toleration.tolerationSeconds of type int64"
-            ))
-        })
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-        Err(E::custom(format!(
-            "json: cannot unmarshal number {v} into Go struct field Toleration.tolerationSeconds of type int64"
-        )))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for SecondsField {
-    type Value = Option<i64>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
+/// `tolerationSeconds` from its literal, as Go decodes a JSON value into an `*int64`: `null` is
+/// nil; a number must be what `strconv.ParseInt(literal, 10, 64)` takes (so `-0` is 0, and
+/// `300.0`, `3e2` or a value past int64 are refused); anything else is a type error.
+fn seconds(raw: &str) -> Result<Option<i64>, String> {
+    let refused = |what: &str| {
+        format!("json: cannot unmarshal {what} into Go struct field Toleration.tolerationSeconds of type int64")
+    };
+    match raw.as_bytes().first() {
+        None => Err(refused("nothing")),
+        Some(b'n') => Ok(None),
+        Some(b'"') => Err(refused("string")),
+        Some(b't' | b'f') => Err(refused("bool")),
+        Some(b'[') => Err(refused("array")),
+        Some(b'{') => Err(refused("object")),
+        Some(_) => {
+            let digits = raw.strip_prefix('-').unwrap_or(raw);
+            if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+                return Err(refused(&format!("number {raw}")));
+            }
+            raw.parse::<i64>().map(Some).map_err(|_| refused(&format!("number {raw}")))
+        }
     }
 }
 
@@ -115,7 +104,10 @@ impl<'de> Visitor<'de> for Element {
         let mut t = Toleration::default();
         while let Some(key) = map.next_key::<String>()? {
             match field_of(&key) {
-                Some("tolerationSeconds") => t.toleration_seconds = map.next_value_seed(SecondsField)?,
+                Some("tolerationSeconds") => {
+                    let raw: Box<serde_json::value::RawValue> = map.next_value()?;
+                    t.toleration_seconds = seconds(raw.get()).map_err(de::Error::custom)?;
+                }
                 Some(field) => {
                     if let Some(v) = map.next_value_seed(StringField(field))? {
                         let slot = match field {
@@ -206,6 +198,8 @@ mod tests {
         }
         let secs = tolerations(r#"[{"key": "a", "tolerationSeconds": -5}]"#).expect("decodes");
         assert_eq!(secs[0].toleration_seconds, Some(-5));
+        let zero = tolerations(r#"[{"tolerationSeconds": -0}]"#).expect("strconv.ParseInt takes -0");
+        assert_eq!(zero[0].toleration_seconds, Some(0));
         for refused in [
             r#"{"key": "a"}"#,
             r#"[{"key": 7}]"#,
@@ -213,6 +207,8 @@ mod tests {
             r#"[{"tolerationSeconds": 3e2}]"#,
             r#"[{"tolerationSeconds": "300"}]"#,
             r#"[{"tolerationSeconds": 9223372036854775808}]"#,
+            r#"[{"tolerationSeconds": -0.0}]"#,
+            r#"[{"tolerationSeconds": true}]"#,
             r#"[1]"#,
             r#"[] []"#,
             "",

@@ -328,6 +328,145 @@ mod properties {
             let (code, _) = review(&body, Endpoint::Mutate, &dts(), |n| ns.get(n), &RuleSet::default());
             prop_assert!(code == 200 || code == 400);
         }
+
+        /// Structured pods (tolerations from the whole rule space, extended resources, rule
+        /// labels) in structured namespaces (default tolerations, whitelists, seconds, good and
+        /// bad), with every plugin and a rule, on CREATE and UPDATE, under and over the cap: the
+        /// answer names the request's uid; a patch applies and leaves only valid tolerations;
+        /// reviewed again and again, the pod reaches a fixed point.
+        #[test]
+        fn decisions_answer_their_request_and_their_patches_apply(
+            tolerations in proptest::collection::vec(a_toleration(), 0..8),
+            gpu in any::<bool>(),
+            training in any::<bool>(),
+            annotations in proptest::collection::vec(an_annotation(), 0..3),
+            create in any::<bool>(),
+            cap in prop_oneof![Just(3usize), Just(500)],
+        ) {
+            let mut ns = ml_namespace();
+            ns.annotations.clear();
+            ns.annotations.extend(annotations);
+            let namespaces: Namespaces = [("ml".to_owned(), ns)].into_iter().collect();
+            let rules = dedicated_rules();
+            let plugins = Plugins { max_tolerations: cap, ..all_plugins() };
+            let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"},
+                                 "spec": {"containers": [{"name": "c"}]}});
+            if !tolerations.is_empty() {
+                pod["spec"]["tolerations"] = json!(tolerations);
+            }
+            if gpu {
+                pod["spec"]["containers"][0]["resources"] = json!({"requests": {"example.com/gpu": "1"}, "limits": {"example.com/gpu": "1"}});
+            }
+            if training {
+                pod["metadata"]["labels"] = json!({"workload": "training"});
+            }
+            let op = if create { "CREATE" } else { "UPDATE" };
+            let body = |pod: &Value| serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": "u-42", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                            "resource": {"group": "", "version": "v1", "resource": "pods"},
+                            "name": "p", "namespace": "ml", "operation": op, "userInfo": {"username": "u"}, "object": pod}}))
+                .unwrap_or_default();
+            let (code, out) = review(&body(&pod), Endpoint::Mutate, &plugins, |n| namespaces.get(n), &rules);
+            prop_assert_eq!(code, 200, "{}", String::from_utf8_lossy(&out));
+            let answer: Value = serde_json::from_slice(&out).unwrap_or_default();
+            prop_assert_eq!(&answer["response"]["uid"], "u-42");
+            let Some(patch) = patch_of(&answer["response"]) else { return Ok(()) };
+            let patched = apply(&pod, &patch);
+            prop_assert!(patched.is_some(), "the patch does not apply: {}", patch);
+            let patched = patched.unwrap_or_default();
+            for t in patched["spec"]["tolerations"].as_array().into_iter().flatten() {
+                let t: Toleration = serde_json::from_value(t.clone()).unwrap_or_default();
+                prop_assert!(validate_toleration(&t).is_ok(), "{:?} in {}", t, patched);
+            }
+            // Reviewed again (the API server may reinvoke): upstream's plugins run once, in order,
+            // and we give their result; run again, PodTolerationRestriction's merge may drop a
+            // toleration ExtendedResourceToleration added after it that an earlier one covers
+            // (`{gpu, Exists}` covers `{gpu, Exists, NoSchedule}`). So a second review may tidy;
+            // a third changes nothing.
+            let mut pod = patched;
+            for round in 2..=3 {
+                let (code, out) = review(&body(&pod), Endpoint::Mutate, &plugins, |n| namespaces.get(n), &rules);
+                prop_assert_eq!(code, 200);
+                let again: Value = serde_json::from_slice(&out).unwrap_or_default();
+                match patch_of(&again["response"]) {
+                    None => break,
+                    Some(p) if round == 2 => pod = apply(&pod, &p).unwrap_or_default(),
+                    Some(p) => prop_assert!(false, "a third review still patches {} with {}", pod, p),
+                }
+            }
+        }
+    }
+
+    fn a_toleration() -> impl Strategy<Value = Value> {
+        let key = prop_oneof![
+            Just(""),
+            Just("node.kubernetes.io/not-ready"),
+            Just("node.kubernetes.io/unreachable"),
+            Just("node.kubernetes.io/memory-pressure"),
+            Just("example.com/gpu"),
+            Just("dedicated"),
+            Just("team"),
+        ];
+        let op = prop_oneof![Just(""), Just("Exists"), Just("Equal")];
+        let value = prop_oneof![Just(""), Just("ml"), Just("x")];
+        let effect = prop_oneof![Just(""), Just("NoExecute"), Just("NoSchedule"), Just("PreferNoSchedule")];
+        let seconds = proptest::option::of(prop_oneof![Just(0i64), Just(-1), Just(30), Just(300), any::<i64>()]);
+        (key, op, value, effect, seconds)
+            .prop_map(|(k, o, v, e, s)| {
+                let mut t = serde_json::Map::new();
+                for (name, x) in [("key", k), ("operator", o), ("value", v), ("effect", e)] {
+                    if !x.is_empty() {
+                        t.insert(name.to_owned(), json!(x));
+                    }
+                }
+                if let Some(s) = s {
+                    t.insert("tolerationSeconds".to_owned(), json!(s));
+                }
+                Value::Object(t)
+            })
+            .prop_filter("a toleration the API server accepts", |t| {
+                serde_json::from_value::<Toleration>(t.clone()).is_ok_and(|t| validate_toleration(&t).is_ok())
+            })
+    }
+
+    fn an_annotation() -> impl Strategy<Value = (String, String)> {
+        prop_oneof![
+            Just((
+                restriction::DEFAULT_TOLERATIONS_ANNOTATION,
+                r#"[{"key": "team", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]"#
+            )),
+            Just((
+                restriction::DEFAULT_TOLERATIONS_ANNOTATION,
+                r#"[{"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}]"#
+            )),
+            Just((restriction::DEFAULT_TOLERATIONS_ANNOTATION, "not json")),
+            Just((restriction::WHITELIST_ANNOTATION, r#"[{"operator": "Exists"}]"#)),
+            Just((restriction::WHITELIST_ANNOTATION, r#"[{"key": "team", "operator": "Exists"}]"#)),
+            Just((NOT_READY_ANNOTATION, "30")),
+            Just((UNREACHABLE_ANNOTATION, "0")),
+            Just((UNREACHABLE_ANNOTATION, "-5")),
+        ]
+        .prop_map(|(k, v)| (k.to_owned(), v.to_owned()))
+    }
+
+    /// Applies the JSON patch operations the webhook writes (`add` of `/spec/tolerations`,
+    /// `/spec/tolerations/-` and `/spec/affinity`); `None` for any other, or one that does not
+    /// apply.
+    fn apply(pod: &Value, patch: &Value) -> Option<Value> {
+        let mut pod = pod.clone();
+        for op in patch.as_array()? {
+            if op["op"] != "add" {
+                return None;
+            }
+            let value = op["value"].clone();
+            match op["path"].as_str()? {
+                "/spec/tolerations" => pod["spec"]["tolerations"] = value,
+                "/spec/tolerations/-" => pod["spec"]["tolerations"].as_array_mut()?.push(value),
+                "/spec/affinity" => pod["spec"]["affinity"] = value,
+                _ => return None,
+            }
+        }
+        Some(pod)
     }
 }
 

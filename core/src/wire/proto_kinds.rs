@@ -805,7 +805,137 @@ mod tests {
         assert_eq!(names, ["p0", "p1", "p2"]);
     }
 
+    // Structure-aware generation: random Pods, Nodes and Leases as Go writes them (JSON leaves
+    // out what protobuf writes as a zero value), encoded both ways, must decode equal and clean.
+
+    fn word() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-zA-Z0-9./_-]{1,12}",
+            "\\PC{1,8}",
+            Just("x\u{FFFD}y".to_owned()),
+            Just("\u{212A}\u{017F}".to_owned()),
+            "[a-z]{200,300}",
+        ]
+    }
+
+    fn maybe_word() -> impl Strategy<Value = Json> {
+        proptest::option::of(word()).prop_map(|w| w.map_or(Json::Null, Json::from))
+    }
+
+    /// A required string field (Go writes it even when empty).
+    fn word_or_empty() -> impl Strategy<Value = String> {
+        prop_oneof![Just(String::new()), word()]
+    }
+
+    /// Whole seconds from year 1 (just after Go's zero time, which JSON writes as null) to 9999.
+    fn time() -> impl Strategy<Value = Json> {
+        proptest::option::of(-62_135_596_799i64..=253_402_300_799)
+            .prop_map(|s| s.and_then(|s| Timestamp::from_second(s).ok()).map_or(Json::Null, |t| json!(t.to_string())))
+    }
+
+    /// A MicroTime: seconds and microseconds.
+    fn micro_time() -> impl Strategy<Value = Json> {
+        proptest::option::of((-62_135_596_799i64..=253_402_300_799, 0i32..1_000_000)).prop_map(|t| {
+            t.and_then(|(s, us)| Timestamp::new(s, us * 1000).ok())
+                .map_or(Json::Null, |t| json!(t.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()))
+        })
+    }
+
+    /// Go leaves an empty list or map out (`omitempty`), as protobuf does.
+    fn list(items: Vec<Json>) -> Json {
+        if items.is_empty() { Json::Null } else { Json::Array(items) }
+    }
+
+    fn labels() -> impl Strategy<Value = Json> {
+        proptest::collection::btree_map(word_or_empty(), word_or_empty(), 0..4)
+            .prop_map(|m| if m.is_empty() { Json::Null } else { json!(m) })
+    }
+
+    fn meta() -> impl Strategy<Value = Json> {
+        (maybe_word(), maybe_word(), maybe_word(), maybe_word(), proptest::option::of(1i64..), labels(), time(), time())
+            .prop_map(|(name, namespace, uid, rv, generation, labels, created, deleted)| {
+                json!({"name": name, "namespace": namespace, "uid": uid, "resourceVersion": rv,
+                       "generation": generation, "labels": labels, "creationTimestamp": created,
+                       "deletionTimestamp": deleted})
+            })
+    }
+
+    fn toleration() -> impl Strategy<Value = Json> {
+        (maybe_word(), maybe_word(), maybe_word(), maybe_word(), proptest::option::of(any::<i64>())).prop_map(
+            |(key, operator, value, effect, seconds)| {
+                json!({"key": key, "operator": operator, "value": value, "effect": effect, "tolerationSeconds": seconds})
+            },
+        )
+    }
+
+    fn pod_condition() -> impl Strategy<Value = Json> {
+        (word_or_empty(), word_or_empty(), time(), maybe_word(), maybe_word()).prop_map(|(t, st, at, reason, message)| {
+            json!({"type": t, "status": st, "lastTransitionTime": at, "reason": reason, "message": message})
+        })
+    }
+
+    fn random_pod() -> impl Strategy<Value = Json> {
+        (
+            meta(),
+            maybe_word(),
+            proptest::collection::vec(toleration(), 0..160),
+            proptest::collection::vec(word(), 1..3),
+            maybe_word(),
+            proptest::collection::vec(pod_condition(), 0..4),
+        )
+            .prop_map(|(metadata, node, tolerations, containers, phase, conditions)| {
+                let containers: Vec<Json> = containers.into_iter().map(|n| json!({"name": n})).collect();
+                json!({"metadata": metadata,
+                       "spec": {"nodeName": node, "tolerations": list(tolerations), "containers": containers},
+                       "status": {"phase": phase, "conditions": list(conditions)}})
+            })
+    }
+
+    fn random_node() -> impl Strategy<Value = Json> {
+        let taint = (word_or_empty(), maybe_word(), word_or_empty(), time()).prop_map(
+            |(key, value, effect, at)| json!({"key": key, "value": value, "effect": effect, "timeAdded": at}),
+        );
+        let condition = (word_or_empty(), word_or_empty(), time(), time(), maybe_word(), maybe_word()).prop_map(
+            |(t, st, beat, at, reason, message)| {
+                json!({"type": t, "status": st, "lastHeartbeatTime": beat, "lastTransitionTime": at,
+                       "reason": reason, "message": message})
+            },
+        );
+        (meta(), proptest::collection::vec(taint, 0..6), any::<bool>(), proptest::collection::vec(condition, 0..5))
+            .prop_map(|(metadata, taints, unschedulable, conditions)| {
+                json!({"metadata": metadata,
+                       "spec": {"taints": list(taints), "unschedulable": if unschedulable { json!(true) } else { Json::Null }},
+                       "status": {"conditions": list(conditions)}})
+            })
+    }
+
+    fn random_lease() -> impl Strategy<Value = Json> {
+        (
+            meta(),
+            maybe_word(),
+            proptest::option::of(any::<i32>()),
+            micro_time(),
+            micro_time(),
+            proptest::option::of(any::<i32>()),
+        )
+            .prop_map(|(metadata, holder, duration, acquired, renewed, transitions)| {
+                json!({"metadata": metadata,
+                       "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration, "acquireTime": acquired,
+                                "renewTime": renewed, "leaseTransitions": transitions}})
+            })
+    }
+
     proptest! {
+        #[test]
+        fn random_objects_decode_alike_from_protobuf_and_json(pod in random_pod(), node in random_node(), lease in random_lease()) {
+            let p = same_pod(pod);
+            prop_assert_eq!(p.1, None);
+            let n = same_node(node);
+            prop_assert_eq!(n.1, None);
+            let l = same_lease(lease);
+            prop_assert_eq!(l.1, None);
+        }
+
         #[test]
         fn random_bytes_never_panic_a_kind(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
             let _ = WirePod::from_protobuf(&bytes);
