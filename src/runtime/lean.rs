@@ -104,7 +104,12 @@ impl LeanClient {
         let content_type = res.headers().get(CONTENT_TYPE).cloned();
         // Read to the end even when it is not used: an answer left half read would close the
         // connection.
-        let body = res.into_body().collect_bytes().await?;
+        let body = match res.into_body().collect_bytes().await {
+            Ok(body) => body,
+            // An error answer whose body broke off is still that answer (its code alone).
+            Err(_) if code.is_client_error() || code.is_server_error() => hyper::body::Bytes::new(),
+            Err(e) => return Err(e),
+        };
         if code.is_client_error() || code.is_server_error() {
             let media = media_type(content_type.as_ref());
             return Err(kube::Error::Api(Box::new(error_status(code.as_u16(), &media, &body))));

@@ -296,7 +296,15 @@ impl<K: Resource> Watcher<K> {
             t => Some(Duration::from_secs(u64::from(t.unwrap_or(WATCH_TIMEOUT))) + IDLE_MARGIN),
         };
         let stall = self.stall.clone();
-        Ok(Events { body, framer: proto::Framer::new(), idle, stall, url: self.url.clone(), broken: false })
+        Ok(Events {
+            body,
+            framer: proto::Framer::new(),
+            idle,
+            stall,
+            url: self.url.clone(),
+            broken: false,
+            last_chunk: crate::clock::Stopwatch::start(),
+        })
     }
 
     /// Sends `req` asking for protobuf: the body of a 2xx protobuf answer; an error answer as
@@ -308,7 +316,9 @@ impl<K: Resource> Watcher<K> {
         let code = res.status();
         let media = media_type(res.headers().get(CONTENT_TYPE));
         if code.is_client_error() || code.is_server_error() {
-            let body = res.into_body().collect_bytes().await?;
+            // The status code is the answer, even when its body breaks off (it then reads as
+            // the code alone): a refusal of a streaming list stays a refusal.
+            let body = res.into_body().collect_bytes().await.unwrap_or_default();
             return Err(kube::Error::Api(Box::new(error_status(code.as_u16(), &media, &body))));
         }
         if media != PROTOBUF {
@@ -394,7 +404,13 @@ struct Events {
     url: String,
     /// Its framing is lost (a frame over the limit): it ends.
     broken: bool,
+    /// When the stream last delivered bytes (or began).
+    last_chunk: crate::clock::Stopwatch,
 }
+
+/// How often a silent stream looks again at whether its stall bound applies (the bound is
+/// armed and disarmed while it waits: a wait that began unarmed must not keep the idle bound).
+const STALL_RECHECK: Duration = Duration::from_millis(500);
 
 impl Events {
     /// The next event; `None` at the stream's end (or after an idle timeout, or a cut frame),
@@ -414,31 +430,33 @@ impl Events {
                     return Some(Err(undecodable("a watch stream", &e)));
                 }
             }
-            let stall = self.stall.as_ref().filter(|(s, _)| s.armed()).map(|(s, _)| s.after);
-            let bound = match (self.idle, stall) {
-                (Some(idle), Some(stall)) => Some(idle.min(stall)),
-                (idle, stall) => idle.or(stall),
-            };
-            let chunk = std::future::poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx));
-            let chunk = match bound {
-                Some(bound) => match tokio::time::timeout(bound, chunk).await {
-                    Ok(chunk) => chunk,
-                    Err(_) => {
-                        match &self.stall {
-                            Some((s, stalls)) if s.armed() && stall == Some(bound) => {
-                                stalls.inc();
-                                tracing::warn!(url = %self.url, silent_ms = bound.as_millis() as u64, "watch delivered neither an event nor a bookmark for its stall bound; starting it again from its last resourceVersion");
-                            }
-                            _ => tracing::debug!(
-                                idle_s = bound.as_secs(),
-                                "watch stream silent for its timeout; restarting"
-                            ),
+            // Wait for bytes, looking again every STALL_RECHECK at which bound applies now.
+            let chunk = loop {
+                let stall = self.stall.as_ref().filter(|(s, _)| s.armed()).map(|(s, _)| s.after);
+                let bound = match (self.idle, stall) {
+                    (Some(idle), Some(stall)) => Some(idle.min(stall)),
+                    (idle, stall) => idle.or(stall),
+                };
+                let silent = self.last_chunk.elapsed();
+                if let Some(bound) = bound.filter(|b| silent >= *b) {
+                    match &self.stall {
+                        Some((s, stalls)) if s.armed() && stall == Some(bound) => {
+                            stalls.inc();
+                            tracing::warn!(url = %self.url, silent_ms = silent.as_millis() as u64, "watch delivered neither an event nor a bookmark for its stall bound; starting it again from its last resourceVersion");
                         }
-                        return None;
+                        _ => {
+                            tracing::debug!(idle_s = bound.as_secs(), "watch stream silent for its timeout; restarting")
+                        }
                     }
-                },
-                None => chunk.await,
+                    return None;
+                }
+                let wait = bound.map_or(STALL_RECHECK, |b| (b - silent).min(STALL_RECHECK));
+                let chunk = std::future::poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx));
+                if let Ok(chunk) = tokio::time::timeout(wait, chunk).await {
+                    break chunk;
+                }
             };
+            self.last_chunk = crate::clock::Stopwatch::start();
             match chunk {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
