@@ -9,32 +9,11 @@
 
 mod common;
 
+use common::rng::Rng;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Toleration};
 use kube::api::{Api, PostParams};
 use nlc_testenv::{ControlPlane, Options, unique};
 use serde_json::{Value, json};
-
-/// xorshift64*: a fixed seed gives the same cases on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[(self.next() % items.len() as u64) as usize]
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
 
 /// Annotation values, including the ones where Go's JSON and serde's differ.
 const LISTS: &[&str] = &[

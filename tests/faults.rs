@@ -56,12 +56,7 @@ async fn a_write_without_an_answer_times_out_and_is_retried() {
 
 /// Resident memory of a process, in kB.
 fn rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
+    status_kb(pid, "VmRSS")
 }
 
 #[tokio::test]

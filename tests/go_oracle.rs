@@ -12,36 +12,14 @@
 //! `NLC_ORACLE_CASES` cases of each (default 3,000; `make fuzz` runs 200,000), seeded by
 //! `NLC_ORACLE_SEED` (default 1). Needs Go (CI has it): without it the test fails, saying so.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
+use common::rng::Rng;
 use jiff::Timestamp;
 use serde_json::{Value, json};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 struct Oracle {
     _child: Child,

@@ -378,12 +378,7 @@ async fn bodies_share_one_byte_budget_with_room_for_ordinary_reviews() {
 
 /// Peak resident memory (kB) of process `pid`.
 fn peak_rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
+    common::status_kb(pid, "VmHWM")
 }
 
 /// Two hundred of the largest reviews at once, each of tolerations (what decodes largest), from

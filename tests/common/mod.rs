@@ -2,6 +2,7 @@
 //! nodes (by label), and small builders for nodes and pods.
 #![allow(dead_code)]
 
+pub mod rng;
 pub mod webhook;
 pub mod yaml;
 
@@ -753,4 +754,15 @@ async fn pipe(
             return;
         }
     }
+}
+
+/// A `kB` field of a process's `/proc/<pid>/status` (`VmRSS`, `VmHWM`...); 0 when unreadable.
+pub fn status_kb(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        })
+        .unwrap_or(0)
 }

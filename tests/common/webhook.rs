@@ -53,6 +53,8 @@ impl Webhook {
                 None => tokio::process::Command::new(BIN),
             };
             let child = cmd
+                // As the image sets it (Dockerfile): two malloc arenas.
+                .env("MALLOC_ARENA_MAX", "2")
                 .arg("webhook")
                 .arg("--kubeconfig")
                 .arg(kubeconfig)
@@ -85,12 +87,7 @@ impl Webhook {
     /// Resident memory (kB) and open file descriptors of the process.
     pub fn footprint(&self) -> (u64, usize) {
         let pid = self.child.id().unwrap_or(0);
-        let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-            })
-            .unwrap_or(0);
+        let rss = super::status_kb(pid, "VmRSS");
         let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0);
         (rss, fds)
     }
