@@ -17,9 +17,10 @@
 //! in flight, and [`REVIEWS_PER_SOURCE_PER_SECOND`] from one address. Answers for tokens the API
 //! server does not authenticate are kept apart, in a small cache of their own, so that random
 //! tokens cannot fill the one that holds real identities' answers; and when the reviews are
-//! busy (or the source is over its pace), a token whose last answer named an identity is served
-//! that answer for up to [`STALE_FOR`] (a scraper keeps scraping through a flood; a token
-//! revoked meanwhile is honoured that much longer, only while the flood lasts).
+//! busy with other callers' tokens, a token whose last answer named an identity is served that
+//! answer for up to [`STALE_FOR`] (a scraper keeps scraping through a flood; a token revoked
+//! meanwhile is honoured that much longer, only while the flood lasts, and not at all once a
+//! review has found it revoked). A source over its own pace gets 503, never a stale answer.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -155,13 +156,15 @@ impl Delegated {
         if self.negative.lock().unwrap_or_else(|p| p.into_inner()).get(&hash).is_some_and(|at| now.since(*at) < TTL) {
             return Ok(Verdict::Unauthenticated);
         }
-        // Busy, or this source over its pace: an identity's last answer, if recent enough.
-        let stale = || last.as_ref().filter(|(at, _)| now.since(*at) < TTL + STALE_FOR).map(|(_, v)| v.clone());
+        // This source over its pace: busy (its own doing; no stale answer, which it could
+        // otherwise bring about at will).
         if source.is_some_and(|ip| self.per_source.check_key(&ip).is_err()) {
-            return stale().ok_or(ReviewError::Busy);
+            return Err(ReviewError::Busy);
         }
+        // The reviews busy (others' doing): an identity's last answer, if recent enough.
         let Ok(_permit) = self.reviews.try_acquire() else {
-            return stale().ok_or(ReviewError::Busy);
+            let stale = last.filter(|(at, _)| now.since(*at) < TTL + STALE_FOR).map(|(_, v)| v);
+            return stale.ok_or(ReviewError::Busy);
         };
         let (verdict, cacheable) = tokio::time::timeout(REVIEW_TIMEOUT, self.ask(token, path))
             .await
@@ -170,6 +173,8 @@ impl Delegated {
             return Ok(verdict);
         }
         if verdict == Verdict::Unauthenticated {
+            // No longer an identity (a revoked token): its last answer goes.
+            self.cache.lock().unwrap_or_else(|p| p.into_inner()).remove(&hash);
             let mut negative = self.negative.lock().unwrap_or_else(|p| p.into_inner());
             if negative.len() >= MAX_NEGATIVE {
                 negative.retain(|_, at| now.since(*at) < TTL);
@@ -185,7 +190,8 @@ impl Delegated {
             cache.retain(|_, (at, _)| now.since(*at) < TTL + STALE_FOR);
             self.per_source.retain_recent();
         }
-        if cache.len() < MAX_CACHED {
+        // A newer answer for a token already cached always replaces it.
+        if cache.len() < MAX_CACHED || cache.contains_key(&hash) {
             cache.insert(hash, (now, verdict.clone()));
         }
         Ok(verdict)

@@ -177,7 +177,8 @@ struct Activity {
     head_since: AtomicU64,
     /// When the connection last had no request in flight.
     idle_since: AtomicU64,
-    /// When its oldest request in flight began (its head arrived).
+    /// When it last made progress with a request in flight: one began (its head arrived) or a
+    /// handler ended (its answer is being written).
     request_since: AtomicU64,
     in_flight: AtomicUsize,
     /// Requests whose body is in and whose handler runs (the rest are still sending bodies).
@@ -225,9 +226,8 @@ impl Activity {
     }
 
     fn request_started(&self) {
-        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
-            self.request_since.store(self.now(), Ordering::Release);
-        }
+        self.request_since.store(self.now(), Ordering::Release);
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.head_since.store(NONE, Ordering::Release);
     }
 
@@ -412,6 +412,8 @@ impl Handling {
 
 impl Drop for Handling {
     fn drop(&mut self) {
+        // Its answer is being written now: progress, not waiting.
+        self.0.request_since.store(self.0.now(), Ordering::Release);
         self.0.handling.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -438,6 +438,13 @@ impl Events {
                     (idle, stall) => idle.or(stall),
                 };
                 let silent = self.last_chunk.elapsed();
+                if bound.is_some_and(|b| silent >= b) {
+                    // Bytes that arrived while this task was busy elsewhere are no silence.
+                    let ready = std::future::poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx));
+                    if let Some(chunk) = futures::FutureExt::now_or_never(ready) {
+                        break chunk;
+                    }
+                }
                 if let Some(bound) = bound.filter(|b| silent >= *b) {
                     match &self.stall {
                         Some((s, stalls)) if s.armed() && stall == Some(bound) => {

@@ -174,10 +174,11 @@ impl WebhookHttpArgs {
                 1,
                 1 << 20,
             )?,
+            // Large bodies draw on seven eighths of it: the largest body must fit there.
             body_budget_bytes: check_count(
                 "--webhook-max-body-budget-bytes",
                 webhook_max_body_budget_bytes,
-                webhook_max_body_bytes,
+                webhook_max_body_bytes.saturating_mul(8).div_ceil(7),
                 1 << 30,
             )?,
             http2: webhook_enable_http2,

@@ -18,7 +18,10 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use nlc_core::admission::{Context, Endpoint, Plugins, decide, encode, namespace_of, parse_review, review_namespace};
+use nlc_core::admission::{
+    Context, Endpoint, Plugins, decide, encode, namespace_of, parse_review, review_namespace,
+    validate_without_namespace,
+};
 
 use super::cache::{self, Knowledge, Lookup};
 
@@ -56,10 +59,18 @@ struct AppState {
 }
 
 impl AppState {
-    /// `f` on a blocking thread, once one of the deciders' places is free.
+    /// `f` on a blocking thread, once one of the deciders' places is free. The place goes with
+    /// `f`: if the request is called off meanwhile (its client went away), the place stays taken
+    /// until `f` ends, so that called-off requests cannot pile decodes up past the places.
     async fn blocking<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-        let _place = self.deciders.acquire().await.ok()?;
-        tokio::task::spawn_blocking(f).await.ok()
+        let place = self.deciders.clone().acquire_owned().await.ok()?;
+        tokio::task::spawn_blocking(move || {
+            let out = f();
+            drop(place);
+            out
+        })
+        .await
+        .ok()
     }
 }
 
@@ -87,12 +98,9 @@ async fn decide_request(s: &AppState, endpoint: Endpoint, body: Bytes) -> (u16, 
     let namespace = match lookup {
         Lookup::Known(info) => Some(info),
         // The API server admits no pod into a namespace that does not exist, so an absent one
-        // is a race (created after the read) or a forged review: /validate does not judge it
-        // against the cluster's whitelist alone (fail-open) but fails, and the failure policy
-        // decides. /mutate adds only what the cluster's defaults add.
-        Lookup::Absent if endpoint == Endpoint::Validate => {
-            return (500, format!("namespace {name} not found; cannot validate against its whitelist\n").into_bytes());
-        }
+        // is a race (created after the read) or a forged review: /validate decides it as
+        // upstream does (refused with tolerations, [`validate_without_namespace`]), never by the
+        // cluster's whitelist alone. /mutate adds only what the cluster's defaults add.
         Lookup::Absent => None,
         Lookup::NotSynced => return (503, b"the namespace cache has not synced yet\n".to_vec()),
         Lookup::Unknown(why) => return (500, format!("cannot decide without the namespace: {why}\n").into_bytes()),
@@ -108,8 +116,11 @@ async fn decide_request(s: &AppState, endpoint: Endpoint, body: Bytes) -> (u16, 
         if namespace_of(&req) != name {
             return Err((400, b"invalid AdmissionReview: its namespace reads two ways\n".to_vec()));
         }
-        let cx = Context { namespace: namespace.as_ref(), rules: &rules };
-        let resp = decide(&req, endpoint, &plugins, cx);
+        let resp = if endpoint == Endpoint::Validate && namespace.is_none() && !name.is_empty() {
+            validate_without_namespace(&req, &plugins)
+        } else {
+            decide(&req, endpoint, &plugins, Context { namespace: namespace.as_ref(), rules: &rules })
+        };
         Ok((resp.allowed, encode(resp)))
     });
     match decided.await {

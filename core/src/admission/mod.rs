@@ -561,6 +561,20 @@ pub fn decide(
     }
 }
 
+/// `/validate` for a pod whose namespace does not exist (a race with its creation, or a forged
+/// review), as upstream's PodTolerationRestriction decides it: it reads the namespace only for a
+/// pod with tolerations, and refuses the pod when it cannot: allowed without tolerations,
+/// refused with them (never judged by the cluster's whitelist alone).
+pub fn validate_without_namespace(req: &AdmissionRequest<Pod>, plugins: &Plugins) -> AdmissionResponse {
+    let resp = AdmissionResponse::from(req);
+    let Some(pod) = pod_of(req) else { return resp };
+    let tolerated = pod.spec.as_ref().and_then(|s| s.tolerations.as_ref()).is_some_and(|t| !t.is_empty());
+    if plugins.pod_toleration_restriction.is_none() || !tolerated {
+        return resp;
+    }
+    deny(resp, format!("namespaces \"{}\" not found: its tolerations whitelist cannot be read", namespace_of(req)))
+}
+
 /// Parses an HTTP body as an AdmissionReview of a pod request: `Err` is a 400 message.
 ///
 /// Only what the plugins read is kept: the request's identity and the parts of the pod in

@@ -413,6 +413,8 @@ impl TaintEviction {
             && old.uid == new.uid
             && old.bound == new.bound
             && old.truncated == new.truncated
+            // A pod read live whose list was cut short may have changed past the kept ones.
+            && !(new.truncated && self.resolved.contains_key(key) && old.resource_version != new.resource_version)
         {
             return;
         }
@@ -779,11 +781,17 @@ impl TaintEviction {
         if self.resolved.get(key).is_some_and(|r| r.uid != pod.uid || !pod.truncated) {
             self.resolved.remove(key);
         }
-        // Tolerations cut short, and a taint only the rest can decide: read the pod live (it is
-        // not due for that taint meanwhile: never a wrongful eviction).
+        // Tolerations cut short, and a taint only the rest can decide, or a live read older than
+        // the cached pod (an update may have changed a toleration past the kept ones, its
+        // seconds included): read the pod live (it is not due for an undecided taint meanwhile:
+        // never a wrongful eviction).
         if pod.truncated
             && !pod.terminating
-            && cx.index.nodes.get(&*pod.node_name).is_some_and(|n| n.selected && self.undecided(pod, n))
+            && cx.index.nodes.get(&*pod.node_name).is_some_and(|n| {
+                n.selected
+                    && (self.undecided(pod, n)
+                        || self.read_list(pod).is_some_and(|l| l.resource_version < pod.resource_version))
+            })
         {
             self.read_tolerations(key, pod, out);
         }

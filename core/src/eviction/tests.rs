@@ -962,3 +962,26 @@ fn stale_or_failed_reads_never_evict() {
     w.answer(&third[0], TolerationsRead::Found { resource_version: 11, tolerations: untolerated }, 6);
     assert_eq!(w.evicted_names(), vec!["p".to_string()]);
 }
+
+/// A pod read live and found tolerated for ever is read again when it changes (an update may
+/// give a toleration past the kept ones its seconds): the new answer decides.
+#[test]
+fn a_cut_short_pod_is_read_again_when_it_changes() {
+    let mut w = EvictionWorld::new(Config::default());
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(cut_short("p", 10), 1);
+    let first = reads(&w.take()).remove(0);
+    let mut list: Vec<Toleration> = (0..150).map(|i| toleration(&format!("other-{i}"), None)).collect();
+    list.push(toleration("k", None));
+    w.answer(&first, TolerationsRead::Found { resource_version: 10, tolerations: list.clone() }, 2);
+    assert!(w.take().is_empty(), "tolerated for ever");
+    // Updated: its toleration for `k` now has 60 s.
+    w.set_pod(cut_short("p", 11), 3);
+    let out = w.take();
+    let again = reads(&out);
+    assert_eq!(again.len(), 1, "{out:?}");
+    list.pop();
+    list.push(toleration("k", Some(60)));
+    w.answer(&again[0], TolerationsRead::Found { resource_version: 11, tolerations: list }, 4);
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(60)));
+}

@@ -54,13 +54,15 @@ impl Inner {
 
     /// Reads a pod live whose tolerations the cache cut short ([`ReadTolerations`]): the whole
     /// list, as JSON. Paced and bounded as node reads are; a failed read is tried again after
-    /// 1 s, doubling to 30 s, ten times in all, before the core is told (it asks again when it
-    /// next looks at the pod).
+    /// 1 s, doubling to 30 s, until it is answered, the pod is gone, or this process stops
+    /// leading (a pod that is due waits for no other event).
     pub(super) async fn read_tolerations(&self, r: &ReadTolerations) -> TolerationsRead {
         let (namespace, name) = nlc_core::index::split_pod_key(&r.key);
         let mut delay = Duration::from_secs(1);
-        let mut last = String::new();
-        for _ in 0..10 {
+        loop {
+            if !self.fence.is_open() {
+                return TolerationsRead::Failed("not the leader".into());
+            }
             let outcome = {
                 let Ok(_permit) = self.node_permits.acquire().await else {
                     return TolerationsRead::Failed("executor closed".into());
@@ -78,7 +80,7 @@ impl Inner {
                     )),
                 }
             };
-            match outcome {
+            let last = match outcome {
                 CallOutcome::Ok(pod) if pod.metadata.uid.as_deref() == Some(r.uid.as_str()) => {
                     let resource_version =
                         pod.metadata.resource_version.as_deref().and_then(|v| v.parse().ok()).unwrap_or_default();
@@ -88,14 +90,13 @@ impl Inner {
                 }
                 CallOutcome::Ok(_) | CallOutcome::Gone => return TolerationsRead::Gone,
                 CallOutcome::Fenced => return TolerationsRead::Failed("not the leader".into()),
-                CallOutcome::Conflict => last = "conflict".into(),
-                CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => last = e,
-            }
+                CallOutcome::Conflict => "conflict".to_owned(),
+                CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => e,
+            };
             tracing::warn!(pod = %r.key, error = %last, retry_in_s = delay.as_secs(), "reading a pod whose tolerations the cache cut short failed; it is not evicted for a taint only the rest of its list decides until a read succeeds");
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(30));
         }
-        TolerationsRead::Failed(last)
     }
 
     pub(super) async fn evict(&self, ev: &EvictPod, seq: u64, queued: Instant, cancel: &Cancel) -> EvictionResult {
