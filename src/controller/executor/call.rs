@@ -41,6 +41,28 @@ impl Inner {
         self.classify(verb, resource, name, req.await)
     }
 
+    /// A live read a decision waits on (a silent node's Lease, a pod's whole toleration list):
+    /// bounded as node writes are (at most `concurrency` at once, paced by `--kube-api-qps`: a
+    /// whole cluster can ask at once) and in time by `--api-write-timeout` (a read that hangs
+    /// would hold the decision). `None` when the executor is closing.
+    pub(super) async fn paced_read<T>(
+        &self,
+        verb: &'static str,
+        resource: &'static str,
+        name: &str,
+        req: impl Future<Output = kube::Result<T>>,
+    ) -> Option<CallOutcome<T>> {
+        let _permit = self.node_permits.acquire().await.ok()?;
+        if let Some(l) = &self.cfg.api_limiter {
+            l.until_ready().await;
+        }
+        let read = self.read(verb, resource, name, req);
+        Some(match tokio::time::timeout(self.cfg.write_timeout, read).await {
+            Ok(outcome) => outcome,
+            Err(_) => CallOutcome::Failed(format!("no answer within --api-write-timeout {:?}", self.cfg.write_timeout)),
+        })
+    }
+
     /// A write: fenced, and bounded by `--api-write-timeout` and by the time left on the
     /// leader's lease ([`Fence::write`]); `req` builds the request for that deadline (which it
     /// sends as `?timeout=`, [`crate::runtime::lean::with_timeout`]).

@@ -112,19 +112,10 @@ impl Inner {
     /// its resourceVersion with the cache's. Bounded by `--api-write-timeout`, as a write: a
     /// read that hangs would keep the node from being judged.
     pub(super) async fn read_lease(&self, c: &CheckLease) -> LeaseRead {
-        // Bounded as node writes are (at most `concurrency` at once, paced by --kube-api-qps):
-        // a whole cluster going silent at once (a stalled watch) is thousands of reads.
-        let Ok(_permit) = self.node_permits.acquire().await else {
-            return LeaseRead::Failed("executor closed".into());
-        };
-        if let Some(l) = &self.cfg.api_limiter {
-            l.until_ready().await;
-        }
+        // A whole cluster going silent at once (a stalled watch) is thousands of reads: paced.
         let req = Request::new(Lease::url_path(&(), Some(NODE_LEASE_NAMESPACE))).get(&c.node, &GetParams::default());
-        let read = self.read("get", "leases", &c.node, self.lean.slim::<WireLease>(req));
-        let outcome = match tokio::time::timeout(self.cfg.write_timeout, read).await {
-            Ok(outcome) => outcome,
-            Err(_) => CallOutcome::Failed(format!("no answer within --api-write-timeout {:?}", self.cfg.write_timeout)),
+        let Some(outcome) = self.paced_read("get", "leases", &c.node, self.lean.slim::<WireLease>(req)).await else {
+            return LeaseRead::Failed("executor closed".into());
         };
         let (label, result) = match outcome {
             CallOutcome::Ok(WireLease(lease, _)) => {

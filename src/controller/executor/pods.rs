@@ -53,7 +53,7 @@ impl Inner {
     }
 
     /// Reads a pod live whose tolerations the cache cut short ([`ReadTolerations`]): the whole
-    /// list, as JSON. Paced and bounded as node reads are; a failed read is tried again after
+    /// list, as JSON, paced and bounded ([`Inner::paced_read`]); a failed read is tried again after
     /// 1 s, doubling to 30 s, until it is answered, the pod is gone, or this process stops
     /// leading (a pod that is due waits for no other event).
     pub(super) async fn read_tolerations(&self, r: &ReadTolerations) -> TolerationsRead {
@@ -63,22 +63,9 @@ impl Inner {
             if !self.fence.is_open() {
                 return TolerationsRead::Failed("not the leader".into());
             }
-            let outcome = {
-                let Ok(_permit) = self.node_permits.acquire().await else {
-                    return TolerationsRead::Failed("executor closed".into());
-                };
-                if let Some(l) = &self.cfg.api_limiter {
-                    l.until_ready().await;
-                }
-                let req = Request::new(Pod::url_path(&(), Some(namespace))).get(name, &GetParams::default());
-                let read = self.read("get", "pods", &r.key, self.lean.whole::<Pod>(req));
-                match tokio::time::timeout(self.cfg.write_timeout, read).await {
-                    Ok(outcome) => outcome,
-                    Err(_) => CallOutcome::Failed(format!(
-                        "no answer within --api-write-timeout {:?}",
-                        self.cfg.write_timeout
-                    )),
-                }
+            let req = Request::new(Pod::url_path(&(), Some(namespace))).get(name, &GetParams::default());
+            let Some(outcome) = self.paced_read("get", "pods", &r.key, self.lean.whole::<Pod>(req)).await else {
+                return TolerationsRead::Failed("executor closed".into());
             };
             let last = match outcome {
                 CallOutcome::Ok(pod) if pod.metadata.uid.as_deref() == Some(r.uid.as_str()) => {
