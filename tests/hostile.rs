@@ -59,6 +59,15 @@ async fn mutated(client: &kube::Client, ns: &str) -> (bool, Duration) {
     (tolerations.iter().any(|t| t.key.as_deref() == Some("node.kubernetes.io/unreachable")), took)
 }
 
+/// Registers the webhook on `port` as the API server's mutating webhook for a new namespace of
+/// `scope`'s, and waits until it takes effect there; the namespace.
+async fn registered(client: &kube::Client, port: u16, scope: &str) -> String {
+    register_mutating(client, "nlc-hostile", scope, port, &env().pki.ca_cert).await;
+    let ns = namespace(client, scope).await;
+    until_mutated(client, &ns).await;
+    ns
+}
+
 async fn until_mutated(client: &kube::Client, ns: &str) {
     for _ in 0..100 {
         if mutated(client, ns).await.0 {
@@ -98,9 +107,7 @@ async fn a_slowloris_and_a_connection_flood_leave_the_api_servers_calls_answered
     )
     .await;
     let scope = unique("hostile-flood");
-    register_mutating(&client, "nlc-hostile", &scope, w.port, &env.pki.ca_cert).await;
-    let ns = namespace(&client, &scope).await;
-    until_mutated(&client, &ns).await;
+    let ns = registered(&client, w.port, &scope).await;
     let (rss_before, fds_before) = w.footprint();
 
     // 300 idle TLS connections and 300 half-sent request heads.
@@ -223,9 +230,7 @@ async fn floods_of_idle_connections_keep_neither_the_probes_nor_the_api_server_o
     let client = env.client().await;
     let w = Webhook::start(env, &[]).await;
     let scope = unique("hostile-probes");
-    register_mutating(&client, "nlc-hostile", &scope, w.port, &env.pki.ca_cert).await;
-    let ns = namespace(&client, &scope).await;
-    until_mutated(&client, &ns).await;
+    let ns = registered(&client, w.port, &scope).await;
     let probe_port = common::free_port();
     let probe_flag = format!("127.0.0.1:{probe_port}");
     let mut c =
@@ -390,9 +395,7 @@ async fn two_hundred_largest_reviews_at_once_stay_within_the_memory_limit() {
     let client = env.client().await;
     let w = Webhook::start(env, &[]).await;
     let scope = unique("hostile-memory");
-    register_mutating(&client, "nlc-hostile", &scope, w.port, &env.pki.ca_cert).await;
-    let ns = namespace(&client, &scope).await;
-    until_mutated(&client, &ns).await;
+    let ns = registered(&client, w.port, &scope).await;
     let toleration = |i: usize| json!({"key": format!("example.com/k{i}"), "operator": "Equal", "value": format!("v{i}"), "effect": "NoExecute", "tolerationSeconds": i});
     let mut tolerations = Vec::new();
     let mut body = review("default", json!([]));
@@ -469,9 +472,7 @@ async fn out_of_file_descriptors_the_accept_loop_backs_off_and_recovers() {
     )
     .await;
     let scope = unique("hostile-fds");
-    register_mutating(&client, "nlc-hostile", &scope, w.port, &env.pki.ca_cert).await;
-    let ns = namespace(&client, &scope).await;
-    until_mutated(&client, &ns).await;
+    let ns = registered(&client, w.port, &scope).await;
     // More connections than the process may hold open: accepts fail.
     let mut flood = Vec::new();
     for _ in 0..200 {
