@@ -132,7 +132,7 @@ impl EvictionMetrics {
         );
         registry.register(
             "nlc_pods_tolerations_truncated",
-            "Pods seen with more NoExecute tolerations than the cache keeps (128): a taint none of the kept ones tolerates has them read live, and their whole list decides",
+            "Pods seen with more NoExecute tolerations than the cache keeps (4 KiB of them): a taint none of the kept ones tolerates has them read live, and their whole list decides",
             m.truncated.clone(),
         );
         m

@@ -114,7 +114,7 @@ async fn a_pod_with_thirty_thousand_tolerations_costs_a_bounded_amount_and_is_ne
     assert!(events.iter().any(|(reason, _)| reason == "TolerationsTruncated"), "{events:?}");
 }
 
-/// Past the 128 tolerations the cache keeps, the pod's own list still decides: a pod with 129
+/// Past the tolerations the cache keeps (4 KiB of them), the pod's own list still decides: a pod with 129
 /// tolerations of other keys and, after them, one for the taint with `tolerationSeconds: 3` is
 /// read live and evicted at that deadline (before, it was never evicted for that taint); a pod
 /// the whole list does not tolerate at all goes at once; one it tolerates forever stays.

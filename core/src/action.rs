@@ -135,9 +135,8 @@ impl PodEvent {
             PodEventKind::CancellingDeletion => format!("Cancelling deletion of Pod {ns}/{name}"),
             PodEventKind::NodeNotReady => "Node is not ready".to_owned(),
             PodEventKind::TolerationsTruncated => format!(
-                "Pod {ns}/{name} has more than {} NoExecute tolerations: only the first {} are read, and a NoExecute taint none of them tolerates does not evict it",
-                crate::index::MAX_KEPT_TOLERATIONS,
-                crate::index::MAX_KEPT_TOLERATIONS
+                "Pod {ns}/{name} has more NoExecute tolerations than the cache keeps ({} bytes of them): a NoExecute taint none of the kept ones tolerates has the pod read live, and its whole list decides",
+                crate::index::KEPT_TOLERATION_BYTES
             ),
             PodEventKind::EvictedByOtherController => format!(
                 "Pod {ns}/{name} was evicted by {}'s taint-eviction-controller, which runs beside this controller: turn it off",
@@ -297,7 +296,7 @@ pub enum LeaseRead {
     Failed(String),
 }
 
-/// Read a pod live whose tolerations the cache cut short ([`crate::index::MAX_KEPT_TOLERATIONS`])
+/// Read a pod live whose tolerations the cache cut short ([`crate::index::KEPT_TOLERATION_BYTES`])
 /// when none of the kept ones tolerates a NoExecute taint of its node: whether a later one does
 /// decides when it is due. Answered by [`crate::state::Input::TolerationsRead`]; the executor
 /// retries a failed read with a backoff until it is answered, the pod is gone, or it does not

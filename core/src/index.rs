@@ -114,13 +114,49 @@ impl From<&Node> for SlimNode {
     }
 }
 
-/// The most tolerations a cached pod keeps: a tenant's pod with 30,000 distinct tolerations
-/// would otherwise cost 6 MB in every replica. Only the ones eviction reads are kept (effect
-/// `NoExecute` or empty, in order, so that the first match stays the first match); a pod with
-/// more is marked [`SlimPod::truncated`]; a taint none of the kept ones tolerates
-/// ([`crate::taints::TaintDue::Unknown`]) has the pod read live, and its whole list decides
-/// (`crate::eviction`, [`eviction_tolerations`]).
-pub const MAX_KEPT_TOLERATIONS: usize = 128;
+/// The most a cached pod's kept tolerations may cost, in bytes: a tenant's pod with 30,000
+/// distinct tolerations would otherwise cost 6 MB in every replica, and 4,000 pods whose lists
+/// each differ by one value (so that no two share one) would fill the pod's memory limit. Only
+/// the ones eviction reads are kept (effect `NoExecute` or empty, in order, so that the first
+/// match stays the first match), each costing its fixed size and its strings
+/// ([`KeptTolerations`]); a pod with more is marked [`SlimPod::truncated`]; a taint none of the
+/// kept ones tolerates ([`crate::taints::TaintDue::Unknown`]) has the pod read live, and its whole
+/// list decides (`crate::eviction`, [`eviction_tolerations`]). About 25 ordinary tolerations fit;
+/// pods carry two to ten.
+pub const KEPT_TOLERATION_BYTES: usize = 4096;
+
+/// The first tolerations eviction reads that fit in [`KEPT_TOLERATION_BYTES`]: fed each relevant
+/// toleration's string bytes in order, it answers whether that one is kept; once one is not, no
+/// later one is (the kept ones are a prefix). The JSON and protobuf decoders and [`SlimPod`]
+/// apply this one rule, so that the decoders keep exactly what the cache keeps, and one more.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeptTolerations {
+    bytes: usize,
+    full: bool,
+}
+
+impl KeptTolerations {
+    /// What one kept toleration costs: the cache's form of it and its strings.
+    pub const fn cost(string_bytes: usize) -> usize {
+        std::mem::size_of::<Toleration>() + string_bytes
+    }
+
+    /// Whether the next toleration, with `string_bytes` of key, operator, value and effect, is kept.
+    pub fn keeps(&mut self, string_bytes: usize) -> bool {
+        let bytes = self.bytes.saturating_add(Self::cost(string_bytes));
+        if self.full || bytes > KEPT_TOLERATION_BYTES {
+            self.full = true;
+            return false;
+        }
+        self.bytes = bytes;
+        true
+    }
+
+    /// The string bytes of a toleration as the API gives it.
+    pub fn strings(t: &k8s_openapi::api::core::v1::Toleration) -> usize {
+        [&t.key, &t.operator, &t.value, &t.effect].iter().map(|s| s.as_deref().map_or(0, str::len)).sum()
+    }
+}
 
 /// Every toleration of `p` that eviction reads (effect `NoExecute` or empty, in order), none cut
 /// off: what a live read of a pod whose list the cache cut short decides on.
@@ -143,11 +179,11 @@ pub struct SlimPod {
     pub uid: Uid,
     /// Empty when the pod is not bound; the index shares one copy between the pods of a node.
     pub node_name: Arc<str>,
-    /// The tolerations eviction reads (effect `NoExecute` or empty, in order, at most
-    /// [`MAX_KEPT_TOLERATIONS`]). Shared between pods with the same tolerations (pods of one
+    /// The tolerations eviction reads (effect `NoExecute` or empty, in order, as many as fit in
+    /// [`KEPT_TOLERATION_BYTES`]). Shared between pods with the same tolerations (pods of one
     /// template have the same list): the cache interns them.
     pub tolerations: Arc<[Toleration]>,
-    /// More tolerations than [`MAX_KEPT_TOLERATIONS`] would have been kept.
+    /// More tolerations than fit in [`KEPT_TOLERATION_BYTES`] would have been kept.
     pub truncated: bool,
     /// Phase Succeeded or Failed.
     pub terminal: bool,
@@ -188,13 +224,21 @@ impl From<&Pod> for SlimPod {
             .find(|c| c.type_ == "PodScheduled" && c.status == condition::TRUE)
             .and_then(|c| c.last_transition_time.as_ref())
             .map(|t| t.0);
-        let mut relevant = p
+        let relevant = p
             .spec
             .iter()
             .flat_map(|s| s.tolerations.iter().flatten())
             .filter(|t| matches!(t.effect.as_deref(), None | Some("") | Some("NoExecute")));
-        let tolerations: Vec<Toleration> = relevant.by_ref().take(MAX_KEPT_TOLERATIONS).map(Toleration::from).collect();
-        let truncated = relevant.next().is_some();
+        let mut budget = KeptTolerations::default();
+        let mut tolerations = Vec::new();
+        let mut truncated = false;
+        for t in relevant {
+            if !budget.keeps(KeptTolerations::strings(t)) {
+                truncated = true;
+                break;
+            }
+            tolerations.push(Toleration::from(t));
+        }
         Self {
             key: pod_key(
                 p.metadata.namespace.as_deref().unwrap_or_default(),
@@ -411,6 +455,59 @@ mod tests {
             idx.remove_pod(&format!("b/q{i}"));
         }
         assert_eq!(idx.distinct_tolerations(), 1, "unused lists are pruned");
+    }
+
+    /// A tenant whose pods each carry a different list of the longest tolerations the API
+    /// admits (a 316-byte key, a 63-byte value): each pod keeps at most 4 KiB of them, in order,
+    /// and is marked cut short; a pod of ordinary tolerations keeps them all; the kept ones are
+    /// a prefix even when a later, shorter one would fit.
+    #[test]
+    fn kept_tolerations_are_bounded_in_bytes_per_pod() {
+        let long = |i: usize| k8s_openapi::api::core::v1::Toleration {
+            key: Some(format!("{}/{}", "d".repeat(253), format!("k{i:0>61}"))),
+            operator: Some("Equal".into()),
+            value: Some(format!("{i:0>63}")),
+            effect: Some("NoExecute".into()),
+            toleration_seconds: Some(1),
+        };
+        let with = |t: Vec<k8s_openapi::api::core::v1::Toleration>| -> SlimPod {
+            let mut p = Pod::default();
+            p.spec.get_or_insert_default().tolerations = Some(t);
+            SlimPod::from(&p)
+        };
+        let cut = with((0..129).map(long).collect());
+        assert!(cut.truncated);
+        let cost: usize =
+            cut.tolerations.iter().map(|t| KeptTolerations::cost(t.key.len() + t.value.len() + 5 + 9)).sum();
+        assert!(cost <= KEPT_TOLERATION_BYTES, "{cost}");
+        assert!(cut.tolerations.len() >= 8, "{}", cut.tolerations.len());
+        assert_eq!(cut.tolerations[0].value, format!("{:0>63}", 0));
+
+        let ordinary = with(
+            [
+                "node.kubernetes.io/not-ready",
+                "node.kubernetes.io/unreachable",
+                "dedicated",
+                "gpu",
+                "example.com/team",
+                "spot",
+            ]
+            .iter()
+            .map(|k| k8s_openapi::api::core::v1::Toleration {
+                key: Some((*k).to_owned()),
+                operator: Some("Exists".into()),
+                effect: Some("NoExecute".into()),
+                toleration_seconds: Some(300),
+                ..Default::default()
+            })
+            .collect(),
+        );
+        assert_eq!((ordinary.tolerations.len(), ordinary.truncated), (6, false));
+
+        // A prefix: once one does not fit, a shorter one after it is not kept either.
+        let mut budget = KeptTolerations::default();
+        assert!(!budget.keeps(KEPT_TOLERATION_BYTES));
+        assert!(!budget.keeps(0));
     }
 
     #[test]

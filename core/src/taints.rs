@@ -460,7 +460,7 @@ pub enum Outcome {
 pub enum TaintDue {
     /// No toleration tolerates it: due at once.
     Untolerated,
-    /// The pod's tolerations were cut short ([`crate::index::MAX_KEPT_TOLERATIONS`]) and none of
+    /// The pod's tolerations were cut short ([`crate::index::KEPT_TOLERATION_BYTES`]) and none of
     /// the kept ones tolerates it: whether a later one does is not known, so it never makes
     /// the pod due (never a wrongful eviction).
     Unknown,

@@ -859,13 +859,13 @@ fn a_retry_keeps_its_backoff_across_a_skew_change() {
     assert_eq!(w.evictions().len(), 1);
 }
 
-/// A pod whose tolerations the cache cut short ([`crate::index::MAX_KEPT_TOLERATIONS`]): 128
+/// A pod whose tolerations the cache cut short ([`crate::index::KEPT_TOLERATION_BYTES`]): 128
 /// kept that tolerate other keys, and the rest, live, holds the one for `k`.
 fn cut_short(name: &str, rv: u64) -> SlimPod {
     let mut p = pod(name)
         .on("n1")
         .bound_at(0.0)
-        .tolerations((0..crate::index::MAX_KEPT_TOLERATIONS).map(|i| toleration(&format!("other-{i}"), None)).collect())
+        .tolerations((0..128).map(|i| toleration(&format!("other-{i}"), None)).collect())
         .build();
     p.truncated = true;
     p.resource_version = rv;

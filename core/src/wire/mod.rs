@@ -250,10 +250,10 @@ fn eviction_tolerations<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Wi
             f.write_str("a list of tolerations")
         }
         fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            let mut out = Vec::new();
+            let (mut out, mut keeping) = (Vec::new(), Keeping::default());
             while let Some(t) = seq.next_element_seed(Element)? {
                 match t {
-                    Some(t) if keeps(out.len(), &t) => out.push(t),
+                    Some(t) if keeping.keeps(&t) => out.push(t),
                     Some(_) => {}
                     None => lenient::note(|| "a null or odd toleration".to_owned()),
                 }
@@ -305,10 +305,23 @@ fn eviction_tolerations<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Wi
     d.deserialize_any(Visitor)
 }
 
-/// Whether a toleration is kept after `kept` others were ([`eviction_tolerations`]; the
-/// protobuf decoder applies the same rule).
-fn keeps(kept: usize, t: &WireToleration) -> bool {
-    kept < crate::index::MAX_KEPT_TOLERATIONS + 1 && matches!(t.effect.as_deref(), None | Some("") | Some("NoExecute"))
+/// Which tolerations the decoders keep: those eviction reads that the cache keeps
+/// ([`crate::index::KeptTolerations`]), and one more, so that the cache knows the list was cut
+/// ([`eviction_tolerations`]; the protobuf decoder applies the same rule).
+#[derive(Default)]
+struct Keeping {
+    kept: crate::index::KeptTolerations,
+    spilled: bool,
+}
+
+impl Keeping {
+    fn keeps(&mut self, t: &WireToleration) -> bool {
+        if !matches!(t.effect.as_deref(), None | Some("") | Some("NoExecute")) {
+            return false;
+        }
+        let strings = [&t.key, &t.operator, &t.value, &t.effect].iter().map(|s| s.as_deref().map_or(0, str::len)).sum();
+        self.kept.keeps(strings) || !std::mem::replace(&mut self.spilled, true)
+    }
 }
 
 impl Lenient for PodSpecIn {

@@ -31,8 +31,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, MicroTi
 use super::lenient::{self, Lenient};
 use super::proto::{self, Fields, Value};
 use super::{
-    LeaseSpecIn, Meta, NoStatus, NodeSpecIn, NodeStatusIn, Object, PodSpecIn, PodStatusIn, WireCondition, WireLease,
-    WireNode, WirePod, WireTaint, WireToleration, keeps, managed,
+    Keeping, LeaseSpecIn, Meta, NoStatus, NodeSpecIn, NodeStatusIn, Object, PodSpecIn, PodStatusIn, WireCondition,
+    WireLease, WireNode, WirePod, WireTaint, WireToleration, managed,
 };
 use crate::writers::UPSTREAM_MANAGER;
 
@@ -230,13 +230,13 @@ fn managed_entry(v: Value<'_>) -> Option<ManagedFieldsEntry> {
 /// `PodSpec`: nodeName = 10 (`omitempty`), tolerations = 22, filtered as the JSON path does.
 fn pod_spec(msg: &[u8]) -> PodSpecIn {
     const WHAT: &str = "a pod spec";
-    let mut s = PodSpecIn::default();
+    let (mut s, mut keeping) = (PodSpecIn::default(), Keeping::default());
     each(msg, |n, v| match n {
         10 => s.node_name = string(v, WHAT, 10),
         22 => {
             let kept = s.tolerations.get_or_insert_default();
             if let Some(t) = message(v, WHAT, 22).map(toleration)
-                && keeps(kept.len(), &t)
+                && keeping.keeps(&t)
             {
                 kept.push(t);
             }
@@ -658,8 +658,11 @@ mod tests {
         }
         let many =
             same_pod(json!({"metadata": {"name": "many"}, "spec": {"tolerations": tolerations, "containers": []}}));
+        // One more than the cache keeps, so that it knows the list was cut.
+        let slim = crate::index::SlimPod::from(&many.0);
+        assert!(slim.truncated);
         let kept = many.0.spec.and_then(|s| s.tolerations).map(|t| t.len());
-        assert_eq!(kept, Some(crate::index::MAX_KEPT_TOLERATIONS + 1));
+        assert_eq!(kept, Some(slim.tolerations.len() + 1));
         same_pod(
             json!({"metadata": {"name": "none-kept"}, "spec": {"tolerations": [{"effect": "NoSchedule"}], "containers": []}}),
         );
