@@ -191,3 +191,108 @@ async fn paced_evictions_wait_in_a_bounded_queue_and_leave_it_when_called_off() 
     let evicted = (0..300).filter(|i| evictions.at(&format!("p{i}")).is_some()).count();
     assert!(evicted <= 20, "{evicted} evicted after the taint went");
 }
+
+/// A tenant's pods of a megabyte each, every one with its own list of the longest tolerations
+/// the API admits, present before the controller starts and listed in pages (as on 1.33, where
+/// the API server refuses streamed lists; forced here with `--streaming-lists=false` so that
+/// both versions test it): 200 pods make a 200 MB page. Before, the page was buffered whole and
+/// every pod kept 128 tolerations of 64 kB (together past the chart's 256 Mi limit: an OOM kill
+/// on every relist, for both replicas). Now the page is decoded as it arrives and each pod keeps
+/// 4 KiB of its tolerations: the controller's peak stays under 128 MiB, listing and then reading
+/// the cut-short pods live; and every decision is exact: the pods whose last toleration
+/// tolerates the taint for ever stay, the one tolerating it for 5 s goes at its deadline, the one
+/// nothing tolerates goes at once.
+#[tokio::test]
+async fn megabyte_pods_listed_in_pages_keep_memory_bounded_and_decisions_exact() {
+    use futures::StreamExt as _;
+    const PODS: usize = 200;
+    const PER_POD: usize = 2_400;
+    let env = tokio::task::spawn_blocking(|| nlc_testenv::ControlPlane::start(nlc_testenv::Options::default()))
+        .await
+        .expect("join")
+        .unwrap_or_else(|e| panic!("control plane: {e:#}"));
+    let s = Scope::new(&env, "fault-heavy").await;
+    let node = s.node("n", json!([])).await;
+    // A 253-byte DNS prefix and a 63-byte name: the longest key; a 63-byte value.
+    let prefix = ["a", "b", "c"].map(|l| l.repeat(63)).join(".") + "." + &"d".repeat(61);
+    let tolerations = |pod: usize, last: Option<serde_json::Value>| {
+        let mut t: Vec<serde_json::Value> = (0..PER_POD)
+            .map(|j| {
+                json!({"key": format!("{prefix}/{:0>63}", format!("p{pod}-{j}")), "operator": "Equal",
+                       "value": format!("{:0>63}", j), "effect": "NoExecute"})
+            })
+            .collect();
+        t.extend(last);
+        serde_json::Value::Array(t)
+    };
+    let forever = json!({"key": KEY, "operator": "Exists", "effect": "NoExecute"});
+    let kinds: Vec<(String, Option<serde_json::Value>)> = (0..PODS)
+        .map(|i| match i {
+            0 => ("doomed".to_owned(), None),
+            1 => (
+                "timed".to_owned(),
+                Some(json!({"key": KEY, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5})),
+            ),
+            i => (format!("stays-{i}"), Some(forever.clone())),
+        })
+        .collect();
+    let created = futures::stream::iter(kinds.iter().enumerate())
+        .map(|(i, (name, last))| {
+            let (s, node) = (&s, &node);
+            let t = tolerations(i, last.clone());
+            async move {
+                let pod = s.pod(name, node, t, json!({})).await;
+                serde_json::to_vec(&pod).map(|b| b.len()).unwrap_or(0)
+            }
+        })
+        .buffer_unordered(4)
+        .collect::<Vec<usize>>()
+        .await;
+    let bytes: usize = created.iter().sum();
+    eprintln!("{PODS} pods, {:.0} MB of JSON", bytes as f64 / 1e6);
+    assert!(bytes > 200_000_000, "{bytes} bytes: the pods are not the megabyte each the test is about");
+
+    let c = Controller::start(&env, &s.scope, &["--leader-elect=false", "--streaming-lists=false"]).await;
+    let listed_kb = status_kb(c.pid(), "VmHWM");
+    eprintln!("peak RSS after the paged list: {} MiB", listed_kb / 1024);
+    assert!(listed_kb < 128 * 1024, "peak RSS {listed_kb} kB after listing {PODS} pods of a megabyte");
+    let m = c.metrics().await;
+    assert!(metric(&m, "nlc_pods_tolerations_truncated_total").unwrap_or(0.0) >= PODS as f64, "{m}");
+
+    let evictions = Evictions::watch(s.pods()).await;
+    let added = now_s();
+    s.set_taints(&node, json!([no_execute(KEY, added)])).await;
+    let after = |t: jiff::Timestamp| (t - added).total(jiff::Unit::Millisecond).unwrap_or(0.0) / 1000.0;
+    let doomed = evictions.wait("doomed", Duration::from_secs(60)).await;
+    let doomed = doomed.unwrap_or_else(|| panic!("nothing tolerates the taint, never evicted:\n{}", c.logs()));
+    let timed = evictions.wait("timed", Duration::from_secs(60)).await;
+    let timed = timed.unwrap_or_else(|| panic!("tolerated for 5 s, never evicted:\n{}", c.logs()));
+    // Every cut-short pod is read live once (the taint is none of its kept tolerations').
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let m = c.metrics().await;
+        let reads = metric_sum(&m, "nlc_api_requests_total", &["verb=\"get\"", "resource=\"pods\""]);
+        if reads >= PODS as f64 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{reads} pods read live of {PODS}:\n{m}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let peak_kb = status_kb(c.pid(), "VmHWM");
+    eprintln!(
+        "evicted at once after {:.2} s, at its 5 s deadline after {:.2} s; peak RSS {} MiB",
+        after(doomed),
+        after(timed),
+        peak_kb / 1024
+    );
+    assert!(after(doomed) < 10.0, "{} s", after(doomed));
+    assert!((5.0..10.0).contains(&after(timed)), "{} s", after(timed));
+    let wrong: Vec<&str> = kinds
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| n.starts_with("stays-") && evictions.at(n).is_some())
+        .collect();
+    assert!(wrong.is_empty(), "evicted for a taint they tolerate for ever: {wrong:?}");
+    assert!(peak_kb < 128 * 1024, "peak RSS {peak_kb} kB after reading {PODS} pods of a megabyte live");
+}

@@ -29,6 +29,9 @@
 //! - Objects are decoded leniently (`from_protobuf`): one that cannot be read is handed on
 //!   marked. A list or frame whose envelope cannot be read fails as a JSON body that does not
 //!   parse does ([`kube::Error::SerdeError`]); a frame over 16 MiB ends the watch.
+//! - A page is read as it arrives ([`proto::ListReader`]): each item is decoded as soon as all of
+//!   it is in, so a page holds one item's bytes and the slim objects, never the whole body (500
+//!   pods of a megabyte each would be half a gigabyte); an item over 16 MiB fails the list.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -190,22 +193,35 @@ impl<K: Resource> Watcher<K> {
             Ok(body) => body,
             Err(e) => return failed(e),
         };
-        let bytes = match body.collect_bytes().await {
-            Ok(b) => b,
-            Err(e) => return failed(e),
-        };
-        let page = proto::unknown(&bytes).and_then(|u| proto::list(u.raw));
-        let (meta, items) = match page {
+        let (meta, objects) = match self.read_page(body).await {
             Ok(page) => page,
-            Err(e) => return failed(undecodable("a list", &e)),
+            Err(e) => return failed(e),
         };
         let resource_version = meta.resource_version.filter(|s| !s.is_empty());
         let continue_token = meta.continue_.filter(|s| !s.is_empty());
         if resource_version.is_none() && continue_token.is_none() {
             return (Some(Err(watcher::Error::NoResourceVersion)), Phase::Empty);
         }
-        let objects = items.into_iter().map(|raw| (self.decode)(raw)).collect();
         (None, Phase::Paging { continue_token, objects, resource_version })
+    }
+
+    /// Reads a page's body as it arrives, decoding each item as soon as all of it is in
+    /// ([`proto::ListReader`]): a page of large objects (500 pods of a megabyte each) is never
+    /// held at once, only one item and the slim objects decoded so far.
+    async fn read_page(
+        &self,
+        mut body: Body,
+    ) -> kube::Result<(k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta, VecDeque<K>)> {
+        let (mut reader, mut objects) = (proto::ListReader::new(), VecDeque::new());
+        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+            if let Ok(data) = frame?.into_data() {
+                reader
+                    .push(&data, |raw| objects.push_back((self.decode)(raw)))
+                    .map_err(|e| undecodable("a list", &e))?;
+            }
+        }
+        let meta = reader.finish().map_err(|e| undecodable("a list", &e))?;
+        Ok((meta, objects))
     }
 
     /// The streaming list's events, until its initial-events-end bookmark.

@@ -64,6 +64,10 @@ pub enum Error {
     NoMagic,
     #[error("a watch frame of {0} bytes, over the {MAX_FRAME}-byte limit")]
     FrameTooLarge(usize),
+    #[error("a list item of {0} bytes, over the {MAX_FRAME}-byte limit")]
+    ItemTooLarge(u64),
+    #[error("a list body with a second raw field")]
+    SecondRaw,
 }
 
 /// One field's value, by wire type. `Len` borrows the bytes (a string, bytes, a message, or a
@@ -215,20 +219,25 @@ pub fn unknown(body: &[u8]) -> Result<Unknown<'_>, Error> {
     let mut out = Unknown::default();
     for field in Fields::new(msg) {
         match field? {
-            (1, v) => {
-                for f in Fields::new(v.len("runtime.Unknown", 1, "TypeMeta")?) {
-                    match f? {
-                        (1, v) => out.api_version = v.str("TypeMeta", 1)?,
-                        (2, v) => out.kind = v.str("TypeMeta", 2)?,
-                        _ => {}
-                    }
-                }
-            }
+            (1, v) => (out.api_version, out.kind) = type_meta(v.len("runtime.Unknown", 1, "TypeMeta")?)?,
             (2, v) => out.raw = v.len("runtime.Unknown", 2, "bytes")?,
             _ => {}
         }
     }
     Ok(out)
+}
+
+/// A `TypeMeta` (`apiVersion = 1, kind = 2`).
+fn type_meta(msg: &[u8]) -> Result<(&str, &str), Error> {
+    let (mut api_version, mut kind) = ("", "");
+    for f in Fields::new(msg) {
+        match f? {
+            (1, v) => api_version = v.str("TypeMeta", 1)?,
+            (2, v) => kind = v.str("TypeMeta", 2)?,
+            _ => {}
+        }
+    }
+    Ok((api_version, kind))
 }
 
 /// A `metav1.ListMeta` (`selfLink = 1, resourceVersion = 2, continue = 3,
@@ -265,6 +274,186 @@ pub fn list(raw: &[u8]) -> Result<(ListMeta, Vec<&[u8]>), Error> {
         }
     }
     Ok((meta, items))
+}
+
+/// Reads a list body as its bytes arrive: what [`unknown`] and [`list`] read from the whole body,
+/// each item handed on as soon as all of it is in, so that a page of large objects is never held
+/// at once (at most one item, up to [`MAX_FRAME`], and one chunk are buffered). Fields may come in
+/// any order and in chunks cut anywhere; the one departure from the whole-body reading is that a
+/// body with two `raw` fields (which gogo never writes: the last would count) is an error.
+#[derive(Debug, Default)]
+pub struct ListReader {
+    buf: Vec<u8>,
+    /// Where the unread bytes of `buf` start.
+    start: usize,
+    at: At,
+    /// Bytes of a field not kept, still to be passed over.
+    skip: u64,
+    meta: ListMeta,
+    raw_seen: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum At {
+    #[default]
+    Magic,
+    /// The `runtime.Unknown`'s own fields.
+    Envelope,
+    /// Inside its `raw` (the list message), `left` bytes of which are still to come.
+    List { left: u64 },
+}
+
+/// A field's head: its number and wire type, how many bytes the tag (and a length, or a
+/// varint's value) take, and how many follow.
+struct Head {
+    field: u32,
+    wire_type: u8,
+    head: usize,
+    len: u64,
+}
+
+/// The head of the field at the start of `buf`; `None` until all of it has arrived.
+fn field_head(buf: &[u8]) -> Result<Option<Head>, Error> {
+    let incomplete = |r: Result<(u64, usize), Error>| match r {
+        Ok(v) => Ok(Some(v)),
+        Err(Error::Truncated) => Ok(None),
+        Err(e) => Err(e),
+    };
+    let Some((tag, n)) = incomplete(varint(buf))? else { return Ok(None) };
+    let number = tag >> 3;
+    let field = match u32::try_from(number) {
+        Ok(f) if (1..1 << 29).contains(&f) => f,
+        _ => return Err(Error::BadField(number)),
+    };
+    let rest = buf.get(n..).unwrap_or_default();
+    // The cast is exact: `tag & 7` is below 8.
+    let wire_type = (tag & 7) as u8;
+    let (head, len) = match wire_type {
+        0 => match incomplete(varint(rest))? {
+            Some((_, used)) => (n + used, 0),
+            None => return Ok(None),
+        },
+        1 => (n, 8),
+        2 => match incomplete(varint(rest))? {
+            Some((len, used)) => (n + used, len),
+            None => return Ok(None),
+        },
+        5 => (n, 4),
+        wt => return Err(Error::BadWireType(wt, field)),
+    };
+    Ok(Some(Head { field, wire_type, head, len }))
+}
+
+impl ListReader {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads the next chunk of the body, calling `item` with each item whose bytes are all in.
+    pub fn push(&mut self, chunk: &[u8], mut item: impl FnMut(&[u8])) -> Result<(), Error> {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(chunk);
+        loop {
+            let unread = self.buf.get(self.start..).unwrap_or_default();
+            if self.skip > 0 {
+                let n = usize::try_from(self.skip).map_or(unread.len(), |s| s.min(unread.len()));
+                self.start += n;
+                self.skip -= n as u64;
+                if self.skip > 0 {
+                    return Ok(());
+                }
+                continue;
+            }
+            let left = match self.at {
+                At::Magic => {
+                    let n = unread.len().min(MAGIC.len());
+                    if unread.get(..n) != MAGIC.get(..n) {
+                        return Err(Error::NoMagic);
+                    }
+                    if n < MAGIC.len() {
+                        return Ok(());
+                    }
+                    self.start += n;
+                    self.at = At::Envelope;
+                    continue;
+                }
+                At::List { left: 0 } => {
+                    self.at = At::Envelope;
+                    continue;
+                }
+                At::List { left } => Some(left),
+                At::Envelope => None,
+            };
+            if unread.is_empty() {
+                return Ok(());
+            }
+            let Some(h) = field_head(unread)? else { return Ok(()) };
+            let total = (h.head as u64).saturating_add(h.len);
+            if left.is_some_and(|left| total > left) {
+                return Err(Error::Truncated);
+            }
+            let what = if left.is_some() { "a list" } else { "runtime.Unknown" };
+            let kept = match (left.is_some(), h.field) {
+                (false, 2) if h.wire_type == 2 => {
+                    if std::mem::replace(&mut self.raw_seen, true) {
+                        return Err(Error::SecondRaw);
+                    }
+                    self.start += h.head;
+                    self.at = At::List { left: h.len };
+                    continue;
+                }
+                (false, 1 | 2) | (true, 1 | 2) => true,
+                _ => false,
+            };
+            if kept && h.wire_type != 2 {
+                let expected = match (left.is_some(), h.field) {
+                    (false, 1) => "TypeMeta",
+                    (false, _) => "bytes",
+                    (true, 1) => "ListMeta",
+                    (true, _) => "an item",
+                };
+                return Err(Error::WrongType { what, field: h.field, expected, got: h.wire_type });
+            }
+            if kept && h.len > MAX_FRAME as u64 {
+                return Err(Error::ItemTooLarge(h.len));
+            }
+            // A kept field is at most MAX_FRAME and a head's few bytes: `total` fits.
+            let end = if kept { h.head + h.len as usize } else { h.head };
+            let Some(payload) = unread.get(h.head..end) else {
+                // Not all in yet: the field is read again, whole, when it is.
+                return Ok(());
+            };
+            if let At::List { left } = &mut self.at {
+                *left -= total;
+            }
+            if !kept {
+                self.start += h.head;
+                self.skip = h.len;
+                continue;
+            }
+            match (left.is_some(), h.field) {
+                (false, _) => {
+                    type_meta(payload)?;
+                }
+                (true, 1) => self.meta = list_meta(payload)?,
+                (true, _) => item(payload),
+            }
+            self.start += end;
+        }
+    }
+
+    /// The list's metadata, once the whole body has been read; an error if it ended early.
+    pub fn finish(self) -> Result<ListMeta, Error> {
+        match self.at {
+            At::Magic => Err(Error::NoMagic),
+            At::List { left } if left > 0 => Err(Error::Truncated),
+            _ if self.skip > 0 || self.start < self.buf.len() => Err(Error::Truncated),
+            _ => Ok(self.meta),
+        }
+    }
 }
 
 /// A `metav1.WatchEvent`: `type` (field 1: `ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK` or `ERROR`)
@@ -678,6 +867,80 @@ mod tests {
         assert_eq!(framer.pending(), 104);
     }
 
+    /// A list body's parts, in any order, some written twice or not at all: the `runtime.Unknown`
+    /// fields (0 TypeMeta, 1 raw, 2 contentType, 3 an unknown varint) and the list's (0 ListMeta,
+    /// 1 an item, 2 an unknown fixed64, 3 an unknown message).
+    fn list_body(envelope: &[u8], list: &[(u8, Vec<u8>)]) -> Vec<u8> {
+        let mut raw = Msg::new();
+        for (kind, bytes) in list {
+            raw = match kind % 4 {
+                0 => raw.msg(1, &Msg::new().str(2, &format!("{}", bytes.len())).str(3, "c")),
+                1 => raw.bytes(2, bytes),
+                2 => raw.fixed64(7, bytes.len() as u64),
+                _ => raw.bytes(9, bytes),
+            };
+        }
+        let mut unknown = Msg::new();
+        for kind in envelope {
+            unknown = match kind % 4 {
+                0 => unknown.msg(1, &Msg::new().str(1, "v1").str(2, "PodList")),
+                1 => unknown.bytes(2, &raw.0),
+                2 => unknown.str(4, ""),
+                _ => unknown.uint(12, 7),
+            };
+        }
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&unknown.0);
+        out
+    }
+
+    /// The list body read whole, as [`unknown`] and [`list`] read it.
+    fn whole(body: &[u8]) -> Result<(ListMeta, Vec<Vec<u8>>), Error> {
+        let (meta, items) = unknown(body).and_then(|u| list(u.raw))?;
+        Ok((meta, items.into_iter().map(<[u8]>::to_vec).collect()))
+    }
+
+    /// The list body read by [`ListReader`], in chunks cut at `cuts`.
+    fn streamed(body: &[u8], cuts: &[usize]) -> Result<(ListMeta, Vec<Vec<u8>>), Error> {
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
+        cuts.push(body.len());
+        cuts.sort_unstable();
+        let (mut reader, mut items, mut from) = (ListReader::new(), Vec::new(), 0);
+        for cut in cuts {
+            reader.push(&body[from..cut], |i| items.push(i.to_vec()))?;
+            from = cut;
+        }
+        Ok((reader.finish()?, items))
+    }
+
+    #[test]
+    fn a_list_read_as_it_arrives_is_the_list_read_whole() {
+        let items: Vec<(u8, Vec<u8>)> =
+            vec![(0, vec![]), (1, vec![1, 2, 3]), (1, vec![]), (3, vec![9; 300]), (1, vec![7; 200])];
+        let body = list_body(&[0, 1, 2, 3], &items);
+        let want = whole(&body).expect("a list");
+        assert_eq!(want.1.len(), 3);
+        assert_eq!(want.0.resource_version.as_deref(), Some("0"));
+        for step in [1, 2, 3, 7, 64, body.len()] {
+            let cuts: Vec<usize> = (0..body.len()).step_by(step).collect();
+            assert_eq!(streamed(&body, &cuts), Ok(want.clone()), "chunks of {step}");
+        }
+        // Cut short anywhere: what the whole reading makes of it (an error, or at a field's end
+        // the fields before it).
+        for end in 0..body.len() {
+            assert_eq!(streamed(&body[..end], &[3, 10]), whole(&body[..end]), "cut at {end}");
+        }
+        // An item over the cap is refused from its length alone, before its bytes are buffered.
+        let mut raw = Vec::new();
+        encode::varint(&mut raw, 2 << 3 | 2);
+        encode::varint(&mut raw, MAX_FRAME as u64 + 1);
+        let mut body = MAGIC.to_vec();
+        body.extend_from_slice(&[2 << 3 | 2]);
+        encode::varint(&mut body, u64::from(u32::MAX));
+        body.extend_from_slice(&raw);
+        assert_eq!(ListReader::new().push(&body, |_| {}), Err(Error::ItemTooLarge(MAX_FRAME as u64 + 1)));
+    }
+
     proptest! {
         #[test]
         fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
@@ -718,6 +981,32 @@ mod tests {
             }
             prop_assert_eq!(got, payloads);
             prop_assert_eq!(framer.pending(), 0);
+        }
+
+        /// Structured list bodies, with parts in any order, repeated or missing, then maybe cut
+        /// short or with a byte changed, read in chunks cut anywhere: the same list as read
+        /// whole, or an error for both (a second `raw` is the one error of the streamed reading
+        /// alone).
+        #[test]
+        fn lists_read_as_they_arrive_equal_lists_read_whole(
+            envelope in proptest::collection::vec(0u8..4, 0..5),
+            list in proptest::collection::vec((0u8..4, proptest::collection::vec(any::<u8>(), 0..200)), 0..10),
+            cuts in proptest::collection::vec(any::<usize>(), 0..12),
+            damage in proptest::option::of((any::<usize>(), any::<u8>(), any::<bool>())),
+        ) {
+            let mut body = list_body(&envelope, &list);
+            if let Some((at, byte, cut)) = damage {
+                let at = at % (body.len() + 1);
+                if cut { body.truncate(at) } else if at < body.len() { body[at] = byte }
+            }
+            // Of two `raw`s the whole reading reads the last alone; the streamed one refuses them.
+            let raws = body.strip_prefix(&MAGIC).map_or(0, |m| Fields::new(m).filter(|f| matches!(f, Ok((2, _)))).count());
+            match (whole(&body), streamed(&body, &cuts)) {
+                (_, s) if raws > 1 => prop_assert!(s.is_err()),
+                (Ok(w), Ok(s)) => prop_assert_eq!(w, s),
+                (Err(_), Err(_)) => {}
+                (w, s) => prop_assert!(false, "whole: {:?}, streamed: {:?}", w, s),
+            }
         }
     }
 }

@@ -157,6 +157,11 @@ pub struct Executor {
     inner: Arc<Inner>,
 }
 
+/// How many whole pods are read live at once: such a pod can hold a megabyte of tolerations
+/// (two megabytes more while it is decoded), and 200 of them read 32 at a time would double the
+/// controller's memory; each read takes milliseconds, so two at a time read 200 within seconds.
+const WHOLE_POD_READS: usize = 2;
+
 struct Inner {
     /// Every request: pod writes whose answer is not read, node answers decoded slim.
     lean: LeanClient,
@@ -169,6 +174,9 @@ struct Inner {
     /// Eviction workers busy (the event worker yields while all of them are).
     busy: Arc<AtomicUsize>,
     node_permits: Semaphore,
+    /// Live reads of whole pods whose tolerations the cache cut short: a megabyte each, so a few
+    /// at a time however many a tenant has ([`WHOLE_POD_READS`]).
+    whole_reads: Semaphore,
     /// Counts submissions, so that a shared node read is only used by evictions decided before
     /// it started.
     seq: AtomicU64,
@@ -276,6 +284,7 @@ impl Executor {
             marks: queue::Queue::default(),
             busy,
             node_permits: Semaphore::new(cfg.concurrency),
+            whole_reads: Semaphore::new(WHOLE_POD_READS),
             seq: AtomicU64::new(0),
             recent_nodes: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),

@@ -64,6 +64,9 @@ impl Inner {
                 return TolerationsRead::Failed("not the leader".into());
             }
             let req = Request::new(Pod::url_path(&(), Some(namespace))).get(name, &GetParams::default());
+            let Ok(whole) = self.whole_reads.acquire().await else {
+                return TolerationsRead::Failed("executor closed".into());
+            };
             let Some(outcome) = self.paced_read("get", "pods", &r.key, self.lean.whole::<Pod>(req)).await else {
                 return TolerationsRead::Failed("executor closed".into());
             };
@@ -80,6 +83,7 @@ impl Inner {
                 CallOutcome::Conflict => "conflict".to_owned(),
                 CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => e,
             };
+            drop(whole);
             tracing::warn!(pod = %r.key, error = %last, retry_in_s = delay.as_secs(), "reading a pod whose tolerations the cache cut short failed; it is not evicted for a taint only the rest of its list decides until a read succeeds");
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(30));
