@@ -1,9 +1,12 @@
 //! The chaos scenario (`make bench-chaos`): NODES nodes x PODS pods, a node failing every
 //! FAIL_EVERY (its heartbeats stop; it comes back DOWN later) for DURATION, while a loopback
 //! proxy in front of the API server injects 429s, 500s, connection resets and 2 s stalls into
-//! the controller's and the webhook's traffic, the API server is restarted RESTARTS times, and a
-//! slowloris client holds connections and half-sent request heads open against the webhook.
-//! `--no-faults` runs the same without proxy faults, restarts or slowloris.
+//! the controller's and the webhook's traffic, the API server is restarted RESTARTS times, and
+//! any pod's attacks on the two listeners run throughout ([`crate::hostile`]: idle connections
+//! held to the probe port, idle TLS handshakes and half-sent bodies held to the webhook, and once
+//! 200 of the largest reviews at once), while a kubelet stand-in probes the controller's
+//! liveness and restarts it after 3 failures. `--no-faults` runs the same without proxy faults,
+//! restarts or attacks (the kubelet still probes).
 //!
 //! Every pod tolerates `unreachable` for 0, 15, 30 or 60 s or for ever. From the taints seen on
 //! the nodes (their `timeAdded` and when they went) each pod on a failed node has a verdict: due
@@ -28,11 +31,11 @@ use kube::runtime::watcher;
 use nlc_testenv::ControlPlane;
 use nlc_testenv::fault::{Fault, FaultProxy, Rule, RuleHandle};
 use serde_json::json;
-use tokio::io::AsyncWriteExt;
 
 use crate::common::{
     DEFAULT_CONTROLLER, GoDuration, Measured, NS, create_nodes, ensure_namespace, percentile, watch_deletions,
 };
+use crate::hostile;
 use crate::lifecycle::Heartbeats;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -91,13 +94,31 @@ pub async fn run(cp: &mut ControlPlane, args: &ChaosArgs) -> Result<serde_json::
     let faults = if args.no_faults { vec![] } else { inject_faults(&proxy) };
 
     // The controller, restarted if it exits (a kubelet would).
-    let supervisor = Supervisor::start(cp, &args.controller, &kubeconfig, controller_flags(args)).await?;
+    let probe_port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let supervisor = Supervisor::start(cp, &args.controller, &kubeconfig, controller_flags(args, probe_port)).await?;
     // The webhook, through the proxy too, and the API server's pod creates through it.
     let (webhook_port, webhook) = start_webhook(cp, &args.controller, &kubeconfig).await?;
     register_webhook(&client, cp, webhook_port).await?;
     let creates = PodCreates::start(&client);
-    let slowloris = (!args.no_faults).then(|| tokio::spawn(slowloris(webhook_port, 300)));
+    let connector = crate::webhook::tls_connector(&cp.pki.ca_cert)?;
+    let floods = (!args.no_faults).then(|| hostile::Floods::start(probe_port, webhook_port, connector.clone()));
+    let largest = (!args.no_faults).then(|| {
+        let half = args.duration.value / 2;
+        tokio::spawn(async move {
+            tokio::time::sleep(half).await;
+            hostile::largest_reviews(connector, webhook_port, 200).await
+        })
+    });
     wait_ready(&supervisor).await?;
+    let kubelet = {
+        let current = supervisor.current.clone();
+        hostile::Kubelet::start(probe_port, move || {
+            let current = current.clone();
+            async move {
+                let _ = current.lock().await.child.start_kill();
+            }
+        })
+    };
     eprintln!("bench: controller ready; failing a node every {} for {}", args.fail_every, args.duration);
 
     let (seen, _deletions) = watch_deletions(&client);
@@ -122,9 +143,13 @@ pub async fn run(cp: &mut ControlPlane, args: &ChaosArgs) -> Result<serde_json::
         "nlc_webhook_duration_seconds",
         "endpoint=\"mutate\"",
     );
-    if let Some(s) = slowloris {
-        s.abort();
-    }
+    let kubelet = kubelet.report();
+    drop(floods);
+    let largest = match largest {
+        Some(t) => t.await.unwrap_or_default(),
+        None => serde_json::Value::Null,
+    };
+    let webhook_peak_rss_mb = webhook.peak_rss_mb();
 
     let failed_names: HashMap<String, ()> = failed.iter().map(|(i, _)| (nodes[*i].clone(), ())).collect();
     let episodes = episodes.lock().map(|e| e.clone()).unwrap_or_default();
@@ -148,13 +173,18 @@ pub async fn run(cp: &mut ControlPlane, args: &ChaosArgs) -> Result<serde_json::
         "lateness_s": {"p50": percentile(&lateness, 50.0), "p99": percentile(&lateness, 99.0), "max": lateness.last().copied().unwrap_or(f64::NAN)},
         "controller_peak_rss_mb": peak_rss_mb, "controller_restarts": ctl_restarts,
         "lists_per_minute": lists,
-        "webhook": {"api_server_pod_creates": webhook_report, "served_mutate": webhook_served},
+        "webhook": {"api_server_pod_creates": webhook_report, "served_mutate": webhook_served,
+                    "peak_rss_mb": webhook_peak_rss_mb, "largest_reviews": largest},
+        "attacks": !args.no_faults,
+        "kubelet": kubelet,
     }))
 }
 
 /// The controller's flags: the grace periods of the run, and its own instance name.
-fn controller_flags(args: &ChaosArgs) -> Vec<String> {
+fn controller_flags(args: &ChaosArgs, probe_port: u16) -> Vec<String> {
     vec![
+        "--health-probe-bind-address".to_owned(),
+        format!("127.0.0.1:{probe_port}"),
         "--node-monitor-grace-period".to_owned(),
         args.grace.text.clone(),
         "--node-startup-grace-period".to_owned(),
@@ -593,33 +623,6 @@ impl PodCreates {
     }
 }
 
-/// Holds `n` connections to the webhook open with half-sent request heads, opening a new one
-/// whenever the server closes one; returns how many it opened.
-async fn slowloris(port: u16, n: usize) -> u64 {
-    let opened = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..n {
-        let opened = opened.clone();
-        tasks.push(tokio::spawn(async move {
-            loop {
-                if let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-                    opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    // A TLS ClientHello never completed, then bytes dribbled: held until the
-                    // server gives up on it.
-                    let _ = s.write_all(b"\x16\x03\x01").await;
-                    let mut buf = [0u8; 64];
-                    let _ = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }));
-    }
-    for t in tasks {
-        let _ = t.await;
-    }
-    opened.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 /// `docs/bench/chaos.md` from a run with faults and one without.
 pub fn report(with: &serde_json::Value, without: &serde_json::Value) -> String {
     let row =
@@ -640,7 +643,10 @@ pub fn report(with: &serde_json::Value, without: &serde_json::Value) -> String {
          `make bench-chaos` (bench/src/chaos.rs): {} nodes x {} pods; a node's heartbeats stop every {} and come back {} later \
          (grace {}), for {}. With faults, a loopback proxy in front of the API server answers 2 % of the controller's and the \
          webhook's requests with 429, 2 % with 500, resets 1 % and stalls 2 % for 2 s; the API server is restarted twice \
-         (5 s down each); a slowloris client keeps 300 connections to the webhook half-open. A pod is due when its \
+         (5 s down each); and what any pod can do to the listeners runs throughout: 200 idle connections held to the \
+         controller's probe port, 2,000 idle TLS handshakes and 300 half-sent bodies held to the webhook (each from ten \
+         addresses, opened again when closed), and once, midway, 200 reviews of 3.5 MiB at once. A kubelet stand-in probes \
+         the controller's `/livez` as the chart does (every 10 s, 1 s timeout, restart after 3 failures). A pod is due when its \
          deadline (the taint's timeAdded plus its tolerationSeconds) passed while the taint was on its node; within 2 s of \
          the taint's removal either outcome is right. Generated {}.\n\n| | with faults | without faults |\n|---|---|---|\n",
         with["nodes"],
@@ -686,6 +692,24 @@ pub fn report(with: &serde_json::Value, without: &serde_json::Value) -> String {
         ["429", "500", "reset", "stall_2s"].iter().map(|k| num_at(v, k)).collect::<Vec<_>>().join(" / ")
     });
     out += &row("API server restarts", &num("/api_server_restarts"));
+    out += &row("kubelet liveness probes: failed / sent (slowest); restarts", &|v| {
+        format!(
+            "{} / {} ({}); {}",
+            num("/kubelet/failed")(v),
+            num("/kubelet/probes")(v),
+            ms("/kubelet/slowest_ms")(v),
+            num("/kubelet/restarts")(v)
+        )
+    });
+    out += &row("200 reviews of 3.5 MiB at once: answers", &|v| {
+        v.pointer("/webhook/largest_reviews/answers")
+            .and_then(|a| a.as_object())
+            .map(|a| a.iter().map(|(k, n)| format!("{n}x {k}")).collect::<Vec<_>>().join(", "))
+            .unwrap_or_else(|| "-".to_owned())
+    });
+    out += &row("webhook peak RSS", &|v| {
+        v.pointer("/webhook/peak_rss_mb").and_then(|x| x.as_f64()).map(|x| format!("{x:.0} MB")).unwrap_or_default()
+    });
     out
 }
 

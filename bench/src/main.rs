@@ -45,6 +45,7 @@ mod common;
 mod compare;
 mod eviction;
 mod floor;
+mod hostile;
 mod lifecycle;
 mod webhook;
 

@@ -175,7 +175,7 @@ async fn start_webhook(cp: &ControlPlane, controller: &Path, all_plugins: bool) 
 }
 
 /// A TLS client that trusts the control plane's CA alone.
-fn tls_connector(ca_cert: &Path) -> Result<TlsConnector> {
+pub(crate) fn tls_connector(ca_cert: &Path) -> Result<TlsConnector> {
     let mut roots = rustls::RootCertStore::empty();
     for c in <rustls_pki_types::CertificateDer as rustls_pki_types::pem::PemObject>::pem_file_iter(ca_cert)? {
         roots.add(c?)?;

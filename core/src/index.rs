@@ -464,7 +464,7 @@ mod tests {
     #[test]
     fn kept_tolerations_are_bounded_in_bytes_per_pod() {
         let long = |i: usize| k8s_openapi::api::core::v1::Toleration {
-            key: Some(format!("{}/{}", "d".repeat(253), format!("k{i:0>61}"))),
+            key: Some(format!("{}/k{i:0>61}", "d".repeat(253))),
             operator: Some("Equal".into()),
             value: Some(format!("{i:0>63}")),
             effect: Some("NoExecute".into()),
