@@ -185,6 +185,8 @@ fn controller_flags(args: &ChaosArgs, probe_port: u16) -> Vec<String> {
     vec![
         "--health-probe-bind-address".to_owned(),
         format!("127.0.0.1:{probe_port}"),
+        // The bench reads /metrics and /readyz over plain HTTP.
+        "--metrics-secure=false".to_owned(),
         "--node-monitor-grace-period".to_owned(),
         args.grace.text.clone(),
         "--node-startup-grace-period".to_owned(),
@@ -430,6 +432,8 @@ async fn spawn_controller(
         .args(flags)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::from(log))
+        // As the image sets it (Dockerfile): two malloc arenas, not one per thread.
+        .env("MALLOC_ARENA_MAX", "2")
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
@@ -471,6 +475,7 @@ impl Supervisor {
                             .args(&flags)
                             .stdout(std::process::Stdio::null())
                             .stderr(std::process::Stdio::from(log))
+                            .env("MALLOC_ARENA_MAX", "2")
                             .kill_on_drop(true)
                             .spawn();
                         if let Ok(child) = child
@@ -530,12 +535,15 @@ async fn start_webhook(
         .arg(kubeconfig)
         .args(["--webhook-bind-address", &format!("127.0.0.1:{port}")])
         .args(["--metrics-bind-address", &format!("127.0.0.1:{admin}")])
+        .args(["--metrics-secure=false", "--health-probe-bind-address=0"])
         .arg("--tls-cert-file")
         .arg(&cp.pki.serving_cert)
         .arg("--tls-private-key-file")
         .arg(&cp.pki.serving_key)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::from(log))
+        // As the image sets it (Dockerfile): two malloc arenas, not one per thread.
+        .env("MALLOC_ARENA_MAX", "2")
         .kill_on_drop(true)
         .spawn()?;
     let m = Measured::new(child, admin)?;

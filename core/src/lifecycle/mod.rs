@@ -92,6 +92,9 @@ pub struct NodeLifecycle {
     hold: LeaseHold,
     next_pass: Option<Timestamp>,
     synced: bool,
+    /// When this process began judging nodes (its caches synced while leading): a managed taint
+    /// added before it was inherited ([`crate::eviction::Gate`]).
+    judging_since: Option<Timestamp>,
 }
 
 impl NodeLifecycle {
@@ -112,6 +115,7 @@ impl NodeLifecycle {
             hold: LeaseHold::default(),
             next_pass: None,
             synced: false,
+            judging_since: None,
         }
     }
 
@@ -150,6 +154,7 @@ impl NodeLifecycle {
             return;
         }
         self.synced = true;
+        self.judging_since = Some(cx.now);
         let mut names: Vec<&String> = cx.index.nodes.keys().collect();
         names.sort();
         for name in names {

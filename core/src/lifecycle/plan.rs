@@ -95,13 +95,16 @@ impl Judge<'_> {
 }
 
 /// Node lifecycle stands behind a managed NoExecute taint only once it has judged the node in
-/// this process, from synced caches, and wants the taint there now. A taint that stands for a
-/// silent kubelet (a rule on an `Unknown` status of a condition this controller sets `Unknown`)
-/// is not confirmed either while the kubelet has written a heartbeat after the taint was added
-/// (its Lease renewed since) and its grace period in this process has not run out: the
-/// `Unknown` condition is stale (left by an earlier controller, at a restart or a leader change)
-/// and the kubelet is alive. Upstream restarts the countdown in that case; here nothing is
-/// evicted for it until the node is silent for a whole grace period.
+/// this process, from synced caches, and wants the taint there now. A taint inherited from before
+/// this process judged nodes (added before it, by an earlier controller, at a restart or a leader
+/// change) that stands for a silent kubelet (a rule on an `Unknown` status of a condition this
+/// controller sets `Unknown`) is not confirmed either while the kubelet has written a heartbeat
+/// after the taint was added (its Lease renewed since) and its grace period in this process has
+/// not run out: the `Unknown` condition is stale and the kubelet is alive. Upstream restarts the
+/// countdown in that case; here nothing is evicted for it until the node is silent for a whole
+/// grace period. A taint this process added is confirmed while it wants it, Lease or not, as
+/// upstream's is: a kubelet that renews its Lease but has not yet posted `Ready` leaves the
+/// condition `Unknown` and the taint on, and the countdown runs.
 impl Gate for NodeLifecycle {
     fn confirmed(&self, node: &SlimNode, taint: &Taint, now: Timestamp) -> bool {
         if !self.managed.iter().any(|id| id.match_taint(taint)) {
@@ -116,7 +119,13 @@ impl Gate for NodeLifecycle {
                 && r.status == condition::UNKNOWN
                 && MONITORED_CONDITIONS.contains(&r.condition.as_str())
         });
+        // `timeAdded` keeps whole seconds: one added in this process's first second is its own.
+        let inherited = taint
+            .time_added
+            .zip(self.judging_since)
+            .is_some_and(|(added, since)| added.as_second() < since.as_second());
         if silent_rule
+            && inherited
             && !self.nodes.overdue(&node.name, now)
             && st.probe.written_heartbeat().zip(taint.time_added).is_some_and(|(beat, added)| beat > added)
         {

@@ -701,6 +701,25 @@ fn a_stale_unknown_whose_lease_stops_is_confirmed_once_silent_for_a_grace_period
     assert!(evicted(&w).contains(&"p".to_owned()), "{:?}", evicted(&w));
 }
 
+/// A taint this process added stays confirmed when the kubelet renews its Lease again but has
+/// not posted `Ready`: the condition stays `Unknown`, the taint stays on, and the countdown runs
+/// out as upstream's does (before, the renewal held every eviction for that taint, as if the
+/// taint were inherited: the chaos bench's pods tolerating it for 60 s were all missed).
+#[test]
+fn a_taint_of_this_process_stays_confirmed_when_the_lease_renews_before_ready() {
+    let pods = vec![pod("p").on("n0").tolerates(keys::UNREACHABLE, Some(60)).build()];
+    let mut w = World::with_eviction(cfg(), eviction(), healthy_zone("n", "a", 4), pods);
+    w.heartbeat(&["n1", "n2", "n3"], 0.0, 60.0);
+    assert_eq!(w.taint_time("n0", keys::UNREACHABLE, Effect::NoExecute), Some(ts(50.0)));
+    // The kubelet's Lease renews again at 70 s; it never posts Ready.
+    w.advance_to(70.0);
+    w.renew_lease("n0");
+    w.heartbeat(&["n0", "n1", "n2", "n3"], 80.0, 130.0);
+    assert!(w.has_taint("n0", keys::UNREACHABLE, Effect::NoExecute), "Ready is still Unknown: the taint stays");
+    let at = w.log.iter().find_map(|(t, e)| matches!(e, Action::EvictPod(ev) if ev.name == "p").then_some(*t));
+    assert_eq!(at, Some(ts(110.0)), "at timeAdded + 60 s");
+}
+
 #[test]
 fn beta_labels_are_reconciled_once_per_needed_change_for_our_nodes_only() {
     let mut ours = node("n0").zone("a").build();
