@@ -64,6 +64,7 @@ const EVERYTHING: &[&str] = &[
     "--set=webhook.flags.default-not-ready-toleration-seconds=120",
     "--set=webhook.plugins.podTolerationRestriction.enabled=true",
     "--set-json=webhook.plugins.podTolerationRestriction.whitelist=[{\"key\":\"dedicated\",\"operator\":\"Exists\"}]",
+    "--set=webhook.tls.clientCAConfigMap=kube-apiserver-webhook-client-ca",
 ];
 
 #[test]

@@ -734,3 +734,87 @@ async fn post_body(port: u16, path: &str, body: &[u8]) -> (Option<u16>, String) 
     let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok());
     (code, text)
 }
+
+/// One POST of `body` to `/mutate` over `stream`; the status code of the answer, if any.
+async fn post_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S, body: &[u8]) -> Option<u16> {
+    let head = format!(
+        "POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.ok()?;
+    s.write_all(body).await.ok()?;
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf)).await;
+    String::from_utf8_lossy(&buf).split_whitespace().nth(1)?.parse().ok()
+}
+
+/// mTLS, the one fix for "any pod can reach it": with `--webhook-client-ca-file`, only a client
+/// whose certificate that CA signed gets an answer, and kube-apiserver is such a client when its
+/// AdmissionConfiguration gives it the certificate (`kubeConfigFile`).
+#[tokio::test]
+async fn with_a_client_ca_only_the_api_servers_certificate_is_answered() {
+    // The CA that signs kube-apiserver's certificate for webhooks, apart from the cluster's.
+    let dir = std::env::temp_dir().join(unique("nlc-mtls"));
+    let callers = nlc_testenv::pki::Pki::create(&dir).expect("webhook client CA");
+    let apiserver = callers.client("kube-apiserver-webhook-client", "kube-apiserver", &[]).expect("client cert");
+    let kubeconfig = dir.join("webhook-clients.kubeconfig");
+    let users = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "users": [{"name": "*", "user": {
+            "client-certificate": apiserver.cert, "client-key": apiserver.key}}]
+    });
+    std::fs::write(&kubeconfig, serde_json::to_vec(&users).expect("kubeconfig")).expect("write kubeconfig");
+    let webhook_config = |plugin: &str| {
+        json!({"name": plugin, "configuration": {
+            "apiVersion": "apiserver.config.k8s.io/v1", "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": kubeconfig}})
+    };
+    let admission = dir.join("admission.json");
+    let config = json!({
+        "apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration",
+        "plugins": [webhook_config("MutatingAdmissionWebhook"), webhook_config("ValidatingAdmissionWebhook")]
+    });
+    std::fs::write(&admission, serde_json::to_vec(&config).expect("config")).expect("write admission config");
+    let args = vec![
+        "--disable-admission-plugins=ServiceAccount,DefaultTolerationSeconds".to_string(),
+        format!("--admission-control-config-file={}", admission.display()),
+    ];
+    let env = tokio::task::spawn_blocking(move || {
+        nlc_testenv::ControlPlane::start(Options { apiserver_args: args, ..Options::default() })
+    })
+    .await
+    .expect("join")
+    .expect("control plane");
+    let ca = callers.ca_cert.to_str().expect("utf-8 path");
+    let w = Webhook::start(&env, &["--webhook-client-ca-file", ca]).await;
+    let client = env.client().await;
+
+    // The API server presents its certificate: its admission calls are answered.
+    register_mutating(&client, "nlc-hostile", "mtls", w.port, &env.pki.ca_cert).await;
+    let ns = namespace(&client, "mtls").await;
+    until_mutated(&client, &ns).await;
+    for _ in 0..5 {
+        let (mutated, took) = mutated(&client, &ns).await;
+        assert!(mutated && took < Duration::from_secs(2), "admission through mTLS: {mutated}, {took:?}");
+    }
+
+    // Any other client, with no certificate or one the cluster's own CA signed, gets nothing.
+    let body = review(&ns, json!([]));
+    let bare = common::tls_connect(&env.pki.ca_cert, w.port, &[b"http/1.1"]).await;
+    let bare = match bare {
+        Some(s) => post_on(s, &body).await,
+        None => None,
+    };
+    assert_eq!(bare, None, "a client without a certificate was answered");
+    let admin = env.pki.client("not-a-webhook-client", "admin", &["system:masters"]).expect("cert");
+    let foreign = common::tls_connect_as(&env.pki.ca_cert, (&admin.cert, &admin.key), w.port).await;
+    let foreign = match foreign {
+        Some(s) => post_on(s, &body).await,
+        None => None,
+    };
+    assert_eq!(foreign, None, "a certificate of another CA was answered");
+    // The same request with the right certificate is: the refusals above are the certificate's.
+    let right = common::tls_connect_as(&env.pki.ca_cert, (&apiserver.cert, &apiserver.key), w.port).await;
+    assert_eq!(post_on(right.expect("mTLS handshake"), &body).await, Some(200));
+    let _ = std::fs::remove_dir_all(&dir);
+}

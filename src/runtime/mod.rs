@@ -343,7 +343,7 @@ fn metrics_tls(admin: &AdminArgs, client: &kube::Client, registry: &mut Registry
         None => (tls::self_signed()?, None),
     };
     let resolver = tls::Reloading::new(first);
-    let acceptor = tls::acceptor(resolver.clone(), alpn, METRICS_TLS_FLAGS)?;
+    let acceptor = tls::acceptor(resolver.clone(), alpn, METRICS_TLS_FLAGS, None)?;
     let reload = reload.map(|(cert, key)| {
         use futures::FutureExt;
         tls::reload(cert, key, METRICS_TLS_FLAGS, Duration::from_secs(5), resolver, None).boxed()

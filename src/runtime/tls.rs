@@ -101,15 +101,46 @@ impl ResolvesServerCert for Reloading {
     }
 }
 
-/// The TLS acceptor of a listener: safe default protocol versions, no client certificates,
-/// the ALPN protocols `alpn` (HTTP/1.1 only unless HTTP/2 was asked for).
-pub fn acceptor(resolver: Arc<Reloading>, alpn: Vec<Vec<u8>>, flags: Flags) -> Result<tokio_rustls::TlsAcceptor> {
+/// Client certificates a listener requires: signed by one of these CAs (mTLS).
+pub type ClientRoots = Arc<rustls::RootCertStore>;
+
+/// Loads the CA bundle that client certificates must chain to (`flag` names the file in errors).
+pub fn load_client_roots(path: &Path, flag: &'static str) -> Result<ClientRoots> {
+    let err = |problem: String| Error::Tls { flag, path: path.to_owned(), problem };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(path).map_err(|e| err(e.to_string()))? {
+        roots.add(cert.map_err(|e| err(e.to_string()))?).map_err(|e| err(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(err("no CA certificate found".into()));
+    }
+    Ok(Arc::new(roots))
+}
+
+/// The TLS acceptor of a listener: safe default protocol versions, the ALPN protocols `alpn`
+/// (HTTP/1.1 only unless HTTP/2 was asked for); client certificates required and verified
+/// against `clients` when given (a handshake without one fails), else none asked for.
+pub fn acceptor(
+    resolver: Arc<Reloading>,
+    alpn: Vec<Vec<u8>>,
+    flags: Flags,
+    clients: Option<ClientRoots>,
+) -> Result<tokio_rustls::TlsAcceptor> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+    let problem = |e: String| Error::Tls { flag: flags.cert, path: PathBuf::new(), problem: e };
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Tls { flag: flags.cert, path: PathBuf::new(), problem: e.to_string() })?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
+        .map_err(|e| problem(e.to_string()))?;
+    let builder = match clients {
+        Some(roots) => {
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider)
+                .build()
+                .map_err(|e| problem(e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut tls = builder.with_cert_resolver(resolver);
     tls.alpn_protocols = alpn;
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(tls)))
 }

@@ -46,6 +46,12 @@ pub struct WebhookArgs {
     /// PEM private key for the webhook; reloaded when the file changes.
     #[arg(long, env = "NLC_TLS_PRIVATE_KEY_FILE")]
     pub tls_private_key_file: Option<PathBuf>,
+    /// PEM CA bundle: when set, a connection must present a client certificate signed by one of
+    /// these CAs or its TLS handshake fails (mTLS). Give kube-apiserver that certificate with
+    /// its AdmissionConfiguration's `kubeConfigFile` (README, "Security"): then only the API
+    /// server, not every pod that can reach the port, can call the webhook. Read at start.
+    #[arg(long, env = "NLC_WEBHOOK_CLIENT_CA_FILE")]
+    pub webhook_client_ca_file: Option<PathBuf>,
     /// tolerationSeconds of the not-ready:NoExecute toleration added to pods that have none.
     #[arg(long, allow_negative_numbers = true, default_value_t = DEFAULT_TOLERATION_SECONDS, env = "NLC_DEFAULT_NOT_READY_TOLERATION_SECONDS")]
     pub default_not_ready_toleration_seconds: i64,
@@ -207,6 +213,7 @@ impl WebhookArgs {
             webhook_bind_address,
             tls_cert_file,
             tls_private_key_file,
+            webhook_client_ca_file,
             default_not_ready_toleration_seconds,
             default_unreachable_toleration_seconds,
             enable_default_toleration_seconds,
@@ -233,6 +240,9 @@ impl WebhookArgs {
             }
         }
         crate::runtime::tls::load_certified_key(&cert_file, &key_file, TLS_FLAGS)?;
+        let client_roots = webhook_client_ca_file
+            .map(|path| crate::runtime::tls::load_client_roots(&path, "--webhook-client-ca-file"))
+            .transpose()?;
         let restriction = match (enable_pod_toleration_restriction, pod_toleration_restriction_config) {
             (false, Some(_)) => {
                 let problem = "needs --enable-pod-toleration-restriction";
@@ -255,6 +265,7 @@ impl WebhookArgs {
             bind: webhook_bind_address,
             cert_file,
             key_file,
+            client_roots,
             plugins: Plugins {
                 default_toleration_seconds: enable_default_toleration_seconds.then_some(defaults),
                 pod_toleration_restriction: restriction,

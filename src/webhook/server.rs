@@ -36,6 +36,8 @@ pub struct Config {
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
     pub plugins: Plugins,
+    /// `--webhook-client-ca-file`: client certificates the webhook requires (mTLS), loaded.
+    pub client_roots: Option<tls::ClientRoots>,
     /// How often the certificate files are checked for changes.
     pub reload_every: Duration,
     /// The listener's bounds (flags `--webhook-*`).
@@ -186,13 +188,19 @@ pub async fn listen(
     let first = tls::load_certified_key(&cfg.cert_file, &cfg.key_file, TLS_FLAGS)?;
     tls::report_expiry(&first, &expiry);
     let resolver = tls::Reloading::new(first);
-    let acceptor = tls::acceptor(resolver.clone(), crate::runtime::http::Server::alpn(&cfg.limits), TLS_FLAGS)?;
+    let alpn = crate::runtime::http::Server::alpn(&cfg.limits);
+    let acceptor = tls::acceptor(resolver.clone(), alpn, TLS_FLAGS, cfg.client_roots.clone())?;
     let listener = tokio::net::TcpListener::bind(cfg.bind).await.map_err(|source| Error::Bind {
         flag: "--webhook-bind-address",
         addr: cfg.bind,
         source,
     })?;
-    tracing::info!(address = %cfg.bind, http2 = cfg.limits.http2, "serving the admission webhook (POST /mutate, /validate)");
+    tracing::info!(
+        address = %cfg.bind,
+        http2 = cfg.limits.http2,
+        client_certificates = if cfg.client_roots.is_some() { "required" } else { "not asked for" },
+        "serving the admission webhook (POST /mutate, /validate)"
+    );
     let reloader = tokio::spawn(
         tls::reload(cfg.cert_file.clone(), cfg.key_file.clone(), TLS_FLAGS, cfg.reload_every, resolver, Some(expiry))
             .instrument(tracing::info_span!("certificate-reload")),

@@ -151,11 +151,21 @@ pub async fn tls_connect(
     port: u16,
     alpn: &[&[u8]],
 ) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    tls_client(ca, None, port, alpn).await
+    tls_client(ca, None, None, port, alpn).await
+}
+
+/// [`tls_connect`] presenting the client certificate `(cert, key)` (PEM files).
+pub async fn tls_connect_as(
+    ca: &std::path::Path,
+    identity: (&std::path::Path, &std::path::Path),
+    port: u16,
+) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    tls_client(ca, Some(identity), None, port, &[b"http/1.1"]).await
 }
 
 async fn tls_client(
     ca: &std::path::Path,
+    identity: Option<(&std::path::Path, &std::path::Path)>,
     source: Option<u8>,
     port: u16,
     alpn: &[&[u8]],
@@ -166,11 +176,21 @@ async fn tls_client(
         roots.add(c.expect("cert")).expect("root");
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .expect("tls")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let mut cfg = match identity {
+        Some((cert, key)) => {
+            let chain = rustls_pki_types::CertificateDer::pem_file_iter(cert)
+                .expect("client cert")
+                .collect::<Result<Vec<_>, _>>()
+                .expect("client cert");
+            let key = rustls_pki_types::PrivateKeyDer::from_pem_file(key).expect("client key");
+            builder.with_client_auth_cert(chain, key).expect("client identity")
+        }
+        None => builder.with_no_client_auth(),
+    };
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let tcp = match source {
         Some(source) => {
@@ -192,7 +212,7 @@ pub async fn tls_connect_from(
     port: u16,
     alpn: &[&[u8]],
 ) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    tls_client(ca, Some(source), port, alpn).await
+    tls_client(ca, None, Some(source), port, alpn).await
 }
 
 /// `GET path` over HTTPS (trusting `ca`) with an optional bearer token: the status and the body.
@@ -209,7 +229,7 @@ pub async fn https_get_from(
     token: Option<&str>,
 ) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tls_client(ca, source, port, &[b"http/1.1"]).await?;
+    let mut s = tls_client(ca, None, source, port, &[b"http/1.1"]).await?;
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.ok()?;
