@@ -458,7 +458,7 @@ impl WebhookMetrics {
         );
         registry.register(
             "nlc_webhook_namespace_lookups",
-            "How the webhook learnt each request's namespace, by outcome: cached, fetched (one live read), shared (waited for another request's read), absent, absent_cached, failed (the request fails and the failurePolicy decides), paced (live reads over their pace, 10/s: the request fails), not_synced (503)",
+            "How the webhook learnt each request's namespace, by outcome: cached, fetched (one live read), shared (waited for another request's read), absent, absent_cached, failed (the request fails and the failurePolicy decides), paced (live reads over their pace, 10/s: the request fails), paced_source (one address's live reads over their pace, 5/s: the request fails), not_synced (503)",
             m.namespace_lookups.clone(),
         );
         registry.register(

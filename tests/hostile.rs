@@ -582,27 +582,60 @@ async fn a_namespace_that_cannot_be_read_fails_the_request_so_the_failure_policy
     // /mutate adds the cluster's defaults only (the API server admits no pod there anyway).
     assert_eq!(post(w.port, "/mutate", &review("nope-x", json!([]))).await, Some(200));
 
-    // Random names, each read at most once: live reads are paced in total (10/s, burst 20);
-    // the rest fail at once.
+    // Random names, each read at most once: live reads are paced per address (5/s, burst 10)
+    // and in total (10/s, burst 20); the rest fail at once. First from one address: it spends
+    // its own pace, not the total.
+    let ca = env.pki.ca_cert.clone();
+    let random_names = |sources: std::ops::Range<u8>, each: usize, tag: &'static str| {
+        let port = w.port;
+        let ca = ca.clone();
+        sources
+            .flat_map(|source| (0..each).map(move |i| (source, i)))
+            .map(|(source, i)| {
+                let ca = ca.clone();
+                tokio::spawn(async move {
+                    let body = review(&format!("nope-{tag}-{source}-{i}"), json!([]));
+                    let s = common::tls_connect_from(&ca, source, port, &[b"http/1.1"]).await?;
+                    post_on(s, "/validate", &body).await
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    let tally = |codes: &mut std::collections::BTreeMap<Option<u16>, usize>, code| *codes.entry(code).or_insert(0) += 1;
+    let before = counting.hits();
     let started = Instant::now();
-    let asks: Vec<_> = (0..200)
-        .map(|i| {
-            let port = w.port;
-            tokio::spawn(async move { post(port, "/validate", &review(&format!("nope-{i}"), json!([]))).await })
-        })
-        .collect();
     let mut codes = std::collections::BTreeMap::new();
-    for a in asks {
-        *codes.entry(a.await.ok().flatten()).or_insert(0) += 1;
+    for a in random_names(1..2, 100, "one") {
+        tally(&mut codes, a.await.ok().flatten());
     }
     let took = started.elapsed().as_secs_f64();
-    let reads = counting.hits();
-    eprintln!("200 reviews for random namespaces in {took:.1} s: answers {codes:?}, {reads} live reads");
+    let reads = counting.hits() - before;
+    eprintln!(
+        "100 reviews for random namespaces from one address in {took:.1} s: answers {codes:?}, {reads} live reads"
+    );
+    assert!(codes.keys().all(|c| matches!(c, Some(200 | 500))), "{codes:?}");
+    assert!(codes.get(&Some(500)).is_some_and(|n| *n >= 70), "{codes:?}");
+    assert!((reads as f64) <= 10.0 + 5.0 * took + 1.0, "{reads} live reads from one address in {took:.1} s");
+    let m = w.metrics().await;
+    assert!(metric_sum(&m, "nlc_webhook_namespace_lookups_total", &["outcome=\"paced_source\""]) >= 1.0, "{m}");
+
+    // Then from twenty addresses at once: the total pace holds.
+    let before = counting.hits();
+    let started = Instant::now();
+    let mut codes = std::collections::BTreeMap::new();
+    for a in random_names(2..22, 10, "many") {
+        tally(&mut codes, a.await.ok().flatten());
+    }
+    let took = started.elapsed().as_secs_f64();
+    let reads = counting.hits() - before;
+    eprintln!(
+        "200 reviews for random namespaces from 20 addresses in {took:.1} s: answers {codes:?}, {reads} live reads"
+    );
     // Each read within the pace found an absent namespace (a pod without tolerations: allowed);
     // the rest failed at once.
     assert!(codes.keys().all(|c| matches!(c, Some(200 | 500))), "{codes:?}");
     assert!(codes.get(&Some(500)).is_some_and(|n| *n >= 150), "{codes:?}");
-    assert!((reads as f64) <= 2.0 + 20.0 + 10.0 * took + 1.0, "{reads} live reads in {took:.1} s");
+    assert!((reads as f64) <= 20.0 + 10.0 * took + 1.0, "{reads} live reads in {took:.1} s");
     let m = w.metrics().await;
     assert!(metric_sum(&m, "nlc_webhook_namespace_lookups_total", &["outcome=\"paced\""]) >= 1.0, "{m}");
 }
@@ -735,10 +768,14 @@ async fn post_body(port: u16, path: &str, body: &[u8]) -> (Option<u16>, String) 
     (code, text)
 }
 
-/// One POST of `body` to `/mutate` over `stream`; the status code of the answer, if any.
-async fn post_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S, body: &[u8]) -> Option<u16> {
+/// One POST of `body` to `path` over `stream`; the status code of the answer, if any.
+async fn post_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut s: S,
+    path: &str,
+    body: &[u8],
+) -> Option<u16> {
     let head = format!(
-        "POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).await.ok()?;
@@ -802,19 +839,19 @@ async fn with_a_client_ca_only_the_api_servers_certificate_is_answered() {
     let body = review(&ns, json!([]));
     let bare = common::tls_connect(&env.pki.ca_cert, w.port, &[b"http/1.1"]).await;
     let bare = match bare {
-        Some(s) => post_on(s, &body).await,
+        Some(s) => post_on(s, "/mutate", &body).await,
         None => None,
     };
     assert_eq!(bare, None, "a client without a certificate was answered");
     let admin = env.pki.client("not-a-webhook-client", "admin", &["system:masters"]).expect("cert");
     let foreign = common::tls_connect_as(&env.pki.ca_cert, (&admin.cert, &admin.key), w.port).await;
     let foreign = match foreign {
-        Some(s) => post_on(s, &body).await,
+        Some(s) => post_on(s, "/mutate", &body).await,
         None => None,
     };
     assert_eq!(foreign, None, "a certificate of another CA was answered");
     // The same request with the right certificate is: the refusals above are the certificate's.
     let right = common::tls_connect_as(&env.pki.ca_cert, (&apiserver.cert, &apiserver.key), w.port).await;
-    assert_eq!(post_on(right.expect("mTLS handshake"), &body).await, Some(200));
+    assert_eq!(post_on(right.expect("mTLS handshake"), "/mutate", &body).await, Some(200));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -6,7 +6,9 @@
 //! (single-flight per name), and a namespace found absent is remembered for a few seconds
 //! (a negative cache), so that requests for unknown namespaces cannot drive one API read each.
 //! Live reads are also paced in total ([`NAMESPACE_READS_PER_SECOND`], burst
-//! [`NAMESPACE_READ_BURST`]): random names cannot each drive a read in the webhook's name.
+//! [`NAMESPACE_READ_BURST`]): random names cannot each drive a read in the webhook's name; and
+//! per source address ([`NAMESPACE_READS_PER_SOURCE_PER_SECOND`]), so that one pod cannot spend
+//! the whole pace that the API server's calls for a namespace created a moment ago need.
 //! When a namespace cannot be known (the read fails or is slow, or reads are over their pace)
 //! the answer says so
 //! ([`Lookup::Unknown`]) and the request fails, so that the webhook's `failurePolicy` decides,
@@ -42,6 +44,17 @@ pub const ABSENT_TTL: Duration = Duration::from_secs(5);
 /// was created within the watch's latency), so this pace is far above a real cluster's need.
 pub const NAMESPACE_READS_PER_SECOND: u32 = 10;
 pub const NAMESPACE_READ_BURST: u32 = 20;
+/// Live namespace reads one source address may cause: half the total.
+pub const NAMESPACE_READS_PER_SOURCE_PER_SECOND: u32 = 5;
+pub const NAMESPACE_READ_BURST_PER_SOURCE: u32 = 10;
+/// Past this many source addresses tracked, those whose pace is full again are forgotten.
+const MAX_TRACKED_SOURCES: usize = 4096;
+
+type SourceLimiter = governor::RateLimiter<
+    std::net::IpAddr,
+    governor::state::keyed::DefaultKeyedStateStore<std::net::IpAddr>,
+    governor::clock::DefaultClock,
+>;
 
 /// What the webhook knows of a request's namespace.
 #[derive(Clone, Debug, PartialEq)]
@@ -66,12 +79,18 @@ pub struct Knowledge {
     reads: Mutex<HashMap<String, Read>>,
     /// Paces live reads in total.
     read_pace: governor::DefaultDirectRateLimiter,
+    /// Paces live reads per source address.
+    source_pace: SourceLimiter,
 }
 
 impl Default for Knowledge {
     fn default() -> Self {
         let per_second = std::num::NonZeroU32::new(NAMESPACE_READS_PER_SECOND).unwrap_or(std::num::NonZeroU32::MIN);
         let burst = std::num::NonZeroU32::new(NAMESPACE_READ_BURST).unwrap_or(std::num::NonZeroU32::MIN);
+        let per_source =
+            std::num::NonZeroU32::new(NAMESPACE_READS_PER_SOURCE_PER_SECOND).unwrap_or(std::num::NonZeroU32::MIN);
+        let source_burst =
+            std::num::NonZeroU32::new(NAMESPACE_READ_BURST_PER_SOURCE).unwrap_or(std::num::NonZeroU32::MIN);
         Self {
             namespaces: RwLock::default(),
             rules: RwLock::default(),
@@ -79,6 +98,9 @@ impl Default for Knowledge {
             absent: Mutex::default(),
             reads: Mutex::default(),
             read_pace: governor::RateLimiter::direct(governor::Quota::per_second(per_second).allow_burst(burst)),
+            source_pace: governor::RateLimiter::keyed(
+                governor::Quota::per_second(per_source).allow_burst(source_burst),
+            ),
         }
     }
 }
@@ -115,8 +137,15 @@ impl Knowledge {
     }
 
     /// What the webhook knows of namespace `name`: from the cache, else from one live read
-    /// shared by every request that asks meanwhile. Counted by outcome.
-    pub async fn lookup(self: &Arc<Self>, client: &kube::Client, name: &str, metrics: &WebhookMetrics) -> Lookup {
+    /// shared by every request that asks meanwhile, paced per `source` (the requester's
+    /// address) and in total. Counted by outcome.
+    pub async fn lookup(
+        self: &Arc<Self>,
+        client: &kube::Client,
+        name: &str,
+        source: Option<std::net::IpAddr>,
+        metrics: &WebhookMetrics,
+    ) -> Lookup {
         if !self.synced.load(Ordering::Acquire) {
             metrics.namespace_lookup("not_synced");
             return Lookup::NotSynced;
@@ -133,6 +162,13 @@ impl Knowledge {
             let mut reads = lock(&self.reads);
             match reads.get(name) {
                 Some(r) => (r.clone(), false),
+                None if source.is_some_and(|ip| self.source_pace.check_key(&ip).is_err()) => {
+                    drop(reads);
+                    metrics.namespace_lookup("paced_source");
+                    return Lookup::Unknown(format!(
+                        "namespace {name} is not in the cache, and this address's live namespace reads are over their pace ({NAMESPACE_READS_PER_SOURCE_PER_SECOND}/s)"
+                    ));
+                }
                 None if self.read_pace.check().is_err() => {
                     drop(reads);
                     metrics.namespace_lookup("paced");
@@ -141,6 +177,9 @@ impl Knowledge {
                     ));
                 }
                 None => {
+                    if self.source_pace.len() > MAX_TRACKED_SOURCES {
+                        self.source_pace.retain_recent();
+                    }
                     let r = read_namespace(self.clone(), client.clone(), name.to_owned()).boxed().shared();
                     reads.insert(name.to_owned(), r.clone());
                     (r, true)

@@ -2,17 +2,17 @@
 //! they change (cert-manager rotates them in place), `POST /mutate` and `POST /validate`, decided
 //! by [`nlc_core::admission`] with what [`super::cache`] knows.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::sync::watch;
@@ -27,7 +27,7 @@ use super::cache::{self, Knowledge, Lookup};
 
 use crate::error::{Error, Result};
 use crate::metrics::WebhookMetrics;
-use crate::runtime::http::{HttpMetrics, Limits};
+use crate::runtime::http::{HttpMetrics, Limits, Peer};
 use crate::runtime::watch::WatchMetrics;
 use crate::runtime::{shutdown, tls};
 
@@ -87,7 +87,7 @@ fn deciders() -> usize {
 /// The review's namespace is read first (the rest skipped) and looked up; then the review is
 /// built, decided and answered in one step on a decider's place, so that at most as many built
 /// reviews (several times their body's size) exist at once as there are places.
-async fn decide_request(s: &AppState, endpoint: Endpoint, body: Bytes) -> (u16, Vec<u8>) {
+async fn decide_request(s: &AppState, endpoint: Endpoint, source: Option<IpAddr>, body: Bytes) -> (u16, Vec<u8>) {
     let name = {
         let body = body.clone();
         match s.blocking(move || review_namespace(&body)).await {
@@ -96,7 +96,8 @@ async fn decide_request(s: &AppState, endpoint: Endpoint, body: Bytes) -> (u16, 
             None => return (500, b"the review could not be decoded\n".to_vec()),
         }
     };
-    let lookup = if name.is_empty() { Lookup::Absent } else { s.knowledge.lookup(&s.client, &name, &s.metrics).await };
+    let lookup =
+        if name.is_empty() { Lookup::Absent } else { s.knowledge.lookup(&s.client, &name, source, &s.metrics).await };
     let namespace = match lookup {
         Lookup::Known(info) => Some(info),
         // The API server admits no pod into a namespace that does not exist, so an absent one
@@ -137,21 +138,22 @@ async fn decide_request(s: &AppState, endpoint: Endpoint, body: Bytes) -> (u16, 
     }
 }
 
-async fn handle(s: AppState, endpoint: Endpoint, body: Bytes) -> Response {
+async fn handle(s: AppState, endpoint: Endpoint, peer: Option<Extension<Peer>>, body: Bytes) -> Response {
     let start = crate::clock::Stopwatch::start();
-    let (code, out) = decide_request(&s, endpoint, body).await;
+    let source = peer.map(|Extension(p)| p.0);
+    let (code, out) = decide_request(&s, endpoint, source, body).await;
     s.metrics.observe(endpoint, code, start.elapsed());
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let content_type = if code == 200 { "application/json" } else { "text/plain; charset=utf-8" };
     (status, [(header::CONTENT_TYPE, content_type)], out).into_response()
 }
 
-async fn mutate_handler(State(s): State<AppState>, body: Bytes) -> Response {
-    handle(s, Endpoint::Mutate, body).await
+async fn mutate_handler(State(s): State<AppState>, peer: Option<Extension<Peer>>, body: Bytes) -> Response {
+    handle(s, Endpoint::Mutate, peer, body).await
 }
 
-async fn validate_handler(State(s): State<AppState>, body: Bytes) -> Response {
-    handle(s, Endpoint::Validate, body).await
+async fn validate_handler(State(s): State<AppState>, peer: Option<Extension<Peer>>, body: Bytes) -> Response {
+    handle(s, Endpoint::Validate, peer, body).await
 }
 
 fn router(state: AppState) -> Router {
