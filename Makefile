@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: dashboard-png run test test-oldest test-matrix test-differential fuzz e2e e2e-kind kind-image image controlplane lint bench-semantics bench-admission bench-memory bench-eviction bench-lifecycle bench-compare bench-chaos build-release release deny
+.PHONY: dashboard-png run test test-oldest test-matrix test-differential test-controller-diff fuzz e2e e2e-kind kind-image image controlplane lint bench-semantics bench-admission bench-memory bench-eviction bench-lifecycle bench-compare bench-chaos build-release release deny
 
 E2E_IMAGE ?= node-lifecycle-controller:dev
 
@@ -38,6 +38,12 @@ test-differential: controlplane
 # Go's own answers against ours on 200,000 inputs each (tests/go_oracle.rs). `make test` runs the
 # same at 256 and 3,000 cases.
 FUZZ_CASES ?= 20000
+# The controller against kube-controller-manager (tests/controller_differential.rs) on a larger
+# random set of pods: NLC_CONTROLLER_DIFF_PODS (200) drawn from NLC_CONTROLLER_DIFF_SEED. `make
+# test` runs the fixed set.
+test-controller-diff: controlplane
+	NLC_CONTROLLER_DIFF_PODS=$${NLC_CONTROLLER_DIFF_PODS:-200} $(CARGO) test --locked --test controller_differential -- --nocapture
+
 fuzz:
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test --locked -p nlc-core --lib -- random_objects decisions_answer never_panic random_bytes corrupted
 	NLC_ORACLE_CASES=200000 $(CARGO) test --locked --test go_oracle -- --nocapture
