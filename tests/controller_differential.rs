@@ -193,24 +193,6 @@ struct Outcome {
     log: String,
 }
 
-fn start_kcm(env: &ControlPlane) -> tokio::process::Child {
-    let kcm = nlc_testenv::assets_dir().expect("assets").join("kube-controller-manager");
-    let log = std::fs::File::create(env.dir.join("kcm.log")).expect("log");
-    tokio::process::Command::new(kcm)
-        .arg(format!("--kubeconfig={}", env.kubeconfig.display()))
-        .arg("--controllers=node-lifecycle-controller,taint-eviction-controller")
-        .args(["--leader-elect=false", "--use-service-account-credentials=false", "--secure-port=0"])
-        .args(["--node-monitor-grace-period=10s", "--node-monitor-period=1s", "--node-startup-grace-period=10s"])
-        // Its client's default budget (20/s, burst 30) would queue a hundred evictions for
-        // seconds; ours has none (API Priority and Fairness paces both). Judged here: the rules.
-        .args(["--kube-api-qps=1000", "--kube-api-burst=1000"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::from(log))
-        .kill_on_drop(true)
-        .spawn()
-        .expect("kube-controller-manager")
-}
-
 fn no_execute_added(node: &Node, key: &str) -> Option<Timestamp> {
     taint_of(node, key, "NoExecute").and_then(|t| t.time_added.as_ref()).map(|t| t.0)
 }
@@ -239,7 +221,19 @@ async fn timeline(env: &ControlPlane, who: Who) -> Outcome {
     ];
     let (controller, _kcm) = match who {
         Who::Ours => (Some(Controller::start(env, &s.scope, &flags).await), None),
-        Who::Upstream => (None, Some(start_kcm(env))),
+        Who::Upstream => {
+            let flags = [
+                "--node-monitor-grace-period=10s",
+                "--node-monitor-period=1s",
+                "--node-startup-grace-period=10s",
+                // Its client's default budget (20/s, burst 30) would queue a hundred evictions
+                // for seconds; ours has none (API Priority and Fairness paces both). Judged
+                // here: the rules.
+                "--kube-api-qps=1000",
+                "--kube-api-burst=1000",
+            ];
+            (None, Some(start_kcm(env, &env.kubeconfig, "node-lifecycle-controller,taint-eviction-controller", &flags)))
+        }
     };
     let log = |c: &Option<Controller>| match c {
         Some(c) => c.logs(),

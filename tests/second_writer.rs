@@ -6,13 +6,12 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{BIN, Controller, Scope, flags, metric, metric_sum};
+use common::{BIN, Controller, Scope, flags, metric, metric_sum, start_kcm};
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{Api, ListParams, PostParams};
-use nlc_testenv::{ControlPlane, shared, unique};
+use nlc_testenv::{shared, unique};
 use serde_json::json;
 
 /// A Ready node that is not ours (`--node-selector` leaves it out), its heartbeat never
@@ -29,21 +28,6 @@ async fn foreign_node(s: &Scope, taints: serde_json::Value) -> String {
     .expect("node");
     s.nodes().create(&PostParams::default(), &node).await.expect("create node");
     name
-}
-
-fn start_kcm(env: &ControlPlane) -> tokio::process::Child {
-    let kcm = nlc_testenv::assets_dir().expect("assets").join("kube-controller-manager");
-    let log = std::fs::File::create(env.dir.join("kcm.log")).expect("log");
-    tokio::process::Command::new(kcm)
-        .arg(format!("--kubeconfig={}", env.kubeconfig.display()))
-        .arg("--controllers=node-lifecycle-controller,taint-eviction-controller")
-        .args(["--leader-elect=false", "--use-service-account-credentials=false", "--secure-port=0"])
-        .args(["--node-monitor-grace-period=8s", "--node-monitor-period=1s", "--node-startup-grace-period=8s"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(log))
-        .kill_on_drop(true)
-        .spawn()
-        .expect("kube-controller-manager")
 }
 
 async fn events_with_reason(client: &kube::Client, reason: &str) -> Vec<Event> {
@@ -88,7 +72,12 @@ async fn kube_controller_manager_beside_us_is_reported_within_a_minute() {
 
     // kube-controller-manager joins: it marks and taints a silent node, and evicts a pod that
     // does not tolerate a NoExecute taint, on nodes that are not ours.
-    let mut kcm = start_kcm(env);
+    let mut kcm = start_kcm(
+        env,
+        &env.kubeconfig,
+        "node-lifecycle-controller,taint-eviction-controller",
+        &["--node-monitor-grace-period=8s", "--node-monitor-period=1s", "--node-startup-grace-period=8s"],
+    );
     let started = Instant::now();
     let silent = foreign_node(&s, json!([])).await;
     let tainted = foreign_node(&s, json!([{"key": "example.com/evict", "effect": "NoExecute"}])).await;

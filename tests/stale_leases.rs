@@ -59,21 +59,6 @@ struct Outcome {
     log: String,
 }
 
-fn start_kcm(env: &ControlPlane, kubeconfig: &std::path::Path) -> tokio::process::Child {
-    let kcm = nlc_testenv::assets_dir().expect("assets").join("kube-controller-manager");
-    let log = std::fs::File::create(env.dir.join("kcm.log")).expect("log");
-    tokio::process::Command::new(kcm)
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg("--controllers=node-lifecycle-controller")
-        .args(["--leader-elect=false", "--use-service-account-credentials=false", "--secure-port=0"])
-        .args(["--node-monitor-grace-period=10s", "--node-monitor-period=1s", "--node-startup-grace-period=10s"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::from(log))
-        .kill_on_drop(true)
-        .spawn()
-        .expect("kube-controller-manager")
-}
-
 async fn frozen_lease_watch(env: &ControlPlane, who: Who) -> Outcome {
     let s = Scope::new(env, "stale-leases").await;
     let mut nodes = vec![];
@@ -101,7 +86,11 @@ async fn frozen_lease_watch(env: &ControlPlane, who: Who) -> Outcome {
             ];
             (Some(Controller::start_with_kubeconfig(&kubeconfig, env, &s.scope, &flags).await), None)
         }
-        Who::Upstream => (None, Some(start_kcm(env, &kubeconfig))),
+        Who::Upstream => {
+            let flags =
+                ["--node-monitor-grace-period=10s", "--node-monitor-period=1s", "--node-startup-grace-period=10s"];
+            (None, Some(start_kcm(env, &kubeconfig, "node-lifecycle-controller", &flags)))
+        }
     };
     let log = |c: &Option<Controller>| match c {
         Some(c) => c.logs(),

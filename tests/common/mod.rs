@@ -786,3 +786,26 @@ pub fn status_kb(pid: u32, field: &str) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// kube-controller-manager, built with the test control plane, running only `controllers`
+/// (comma-separated) with `flags`; leader election, service-account credentials and its own
+/// port off; its log is `<dir>/kcm.log`.
+pub fn start_kcm(
+    env: &ControlPlane,
+    kubeconfig: &std::path::Path,
+    controllers: &str,
+    flags: &[&str],
+) -> tokio::process::Child {
+    let kcm = nlc_testenv::assets_dir().expect("assets").join("kube-controller-manager");
+    let log = std::fs::File::create(env.dir.join("kcm.log")).expect("log");
+    tokio::process::Command::new(kcm)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--controllers={controllers}"))
+        .args(["--leader-elect=false", "--use-service-account-credentials=false", "--secure-port=0"])
+        .args(flags)
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kube-controller-manager")
+}
