@@ -102,7 +102,9 @@ impl Judge<'_> {
 /// after the taint was added (its Lease renewed since) and its grace period in this process has
 /// not run out: the `Unknown` condition is stale and the kubelet is alive. Upstream restarts the
 /// countdown in that case; here nothing is evicted for it until the node is silent for a whole
-/// grace period. A taint this process added is confirmed while it wants it, Lease or not, as
+/// grace period, or until one grace period of this process has passed with the condition still
+/// `Unknown` (the kubelet renews its Lease but posts no status: the taint is right, and held for
+/// ever it would be a missed eviction). A taint this process added is confirmed while it wants it, Lease or not, as
 /// upstream's is: a kubelet that renews its Lease but has not yet posted `Ready` leaves the
 /// condition `Unknown` and the taint on, and the countdown runs.
 impl Gate for NodeLifecycle {
@@ -124,8 +126,16 @@ impl Gate for NodeLifecycle {
             .time_added
             .zip(self.judging_since)
             .is_some_and(|(added, since)| added.as_second() < since.as_second());
+        // Held for one grace period of this process at most: a kubelet alive enough to renew
+        // its Lease posts `Ready` within its status period (10 s) of seeing it `Unknown`; one
+        // that has not by then leaves the condition `Unknown` as it is, and the taint right.
+        let first_grace = self
+            .judging_since
+            .and_then(|since| since.checked_add(jiff::SignedDuration::try_from(self.cfg.grace.monitor).ok()?).ok())
+            .is_some_and(|end| now < end);
         if silent_rule
             && inherited
+            && first_grace
             && !self.nodes.overdue(&node.name, now)
             && st.probe.written_heartbeat().zip(taint.time_added).is_some_and(|(beat, added)| beat > added)
         {
