@@ -1,7 +1,9 @@
 //! The chaos scenario (`make bench-chaos`): NODES nodes x PODS pods, a node failing every
 //! FAIL_EVERY (its heartbeats stop; it comes back DOWN later) for DURATION, while a loopback
 //! proxy in front of the API server injects 429s, 500s, connection resets and 2 s stalls into
-//! the controller's and the webhook's traffic, the API server is restarted RESTARTS times, and
+//! the controller's and the webhook's traffic, the API server is restarted RESTARTS times (the
+//! controller is killed at the first, so that every run covers a new process taking over the
+//! taints and countdowns of the one before, under faults), and
 //! any pod's attacks on the two listeners run throughout ([`crate::hostile`]: idle connections
 //! held to the probe port, idle TLS handshakes and half-sent bodies held to the webhook, and once
 //! 200 of the largest reviews at once), while a kubelet stand-in probes the controller's
@@ -125,7 +127,7 @@ pub async fn run(cp: &mut ControlPlane, args: &ChaosArgs) -> Result<serde_json::
     let episodes: Arc<Mutex<HashMap<String, Episode>>> = Arc::default();
     let _taints = watch_taints(&client, episodes.clone());
     let start = Instant::now();
-    let (failed, restarts_done) = fail_nodes(cp, args, &heartbeats, nodes.len(), start).await?;
+    let (failed, restarts_done) = fail_nodes(cp, args, &heartbeats, &supervisor, nodes.len(), start).await?;
     for rule in &faults {
         proxy.remove(rule);
     }
@@ -208,12 +210,14 @@ fn inject_faults(proxy: &FaultProxy) -> Vec<RuleHandle> {
 }
 
 /// Until `args.duration` after `start`: stops a node's heartbeats every `fail_every` (and resumes
-/// them `down` later), and restarts the API server `restarts` times (with faults); then resumes
-/// every failed node's heartbeats. Returns the failed nodes (index, when) and the restarts done.
+/// them `down` later), and restarts the API server `restarts` times (with faults; the controller
+/// is killed at the first, and the supervisor starts it again); then resumes every failed node's
+/// heartbeats. Returns the failed nodes (index, when) and the restarts done.
 async fn fail_nodes(
     cp: &mut ControlPlane,
     args: &ChaosArgs,
     heartbeats: &Heartbeats,
+    supervisor: &Supervisor,
     nodes: usize,
     start: Instant,
 ) -> Result<(Vec<(usize, Instant)>, usize)> {
@@ -238,6 +242,10 @@ async fn fail_nodes(
         }
         if !args.no_faults && restarts_done < args.restarts && start.elapsed() >= restart_at(restarts_done) {
             eprintln!("bench: restarting the API server ({} of {})", restarts_done + 1, args.restarts);
+            if restarts_done == 0 {
+                eprintln!("bench: killing the controller");
+                let _ = supervisor.current.lock().await.child.start_kill();
+            }
             tokio::task::block_in_place(|| cp.restart_apiserver(Duration::from_secs(5)))?;
             restarts_done += 1;
         }
@@ -651,7 +659,7 @@ pub fn report(with: &serde_json::Value, without: &serde_json::Value) -> String {
          `make bench-chaos` (bench/src/chaos.rs): {} nodes x {} pods; a node's heartbeats stop every {} and come back {} later \
          (grace {}), for {}. With faults, a loopback proxy in front of the API server answers 2 % of the controller's and the \
          webhook's requests with 429, 2 % with 500, resets 1 % and stalls 2 % for 2 s; the API server is restarted twice \
-         (5 s down each); and what any pod can do to the listeners runs throughout: 200 idle connections held to the \
+         (5 s down each), and the controller is killed (SIGKILL) at the first, to be started again as a kubelet would; and what any pod can do to the listeners runs throughout: 200 idle connections held to the \
          controller's probe port, 2,000 idle TLS handshakes and 300 half-sent bodies held to the webhook (each from ten \
          addresses, opened again when closed), and once, midway, 200 reviews of 3.5 MiB at once. A kubelet stand-in probes \
          the controller's `/livez` as the chart does (every 10 s, 1 s timeout, restart after 3 failures). A pod is due when its \
