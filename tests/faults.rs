@@ -296,3 +296,45 @@ async fn megabyte_pods_listed_in_pages_keep_memory_bounded_and_decisions_exact()
     assert!(wrong.is_empty(), "evicted for a taint they tolerate for ever: {wrong:?}");
     assert!(peak_kb < 128 * 1024, "peak RSS {peak_kb} kB after reading {PODS} pods of a megabyte live");
 }
+
+/// Accepts on `listener` and forwards each connection to the API server's port.
+async fn forward(listener: tokio::net::TcpListener, to: u16) {
+    while let Ok((mut a, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            if let Ok(mut b) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await {
+                let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+            }
+        });
+    }
+}
+
+/// Started while no API server answers (a leader that lost its Lease in an API server restart,
+/// started again at once by its kubelet): the process waits for one instead of exiting into the
+/// kubelet's crash-loop backoff, and is ready once it answers. (Before, it exited at once: the
+/// chaos bench's controller was started eleven times in the 5 s of one restart.)
+#[tokio::test]
+async fn started_while_no_api_server_answers_it_waits_for_one() {
+    let env = shared();
+    let s = Scope::new(env, "fault-no-server").await;
+    let api_port: u16 = env.server.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port");
+    // A port where nothing listens yet: connections are refused, as during a restart.
+    let port = free_port();
+    let text = std::fs::read_to_string(&env.kubeconfig).expect("kubeconfig");
+    let kubeconfig = env.dir.join(format!("later-{port}.kubeconfig"));
+    std::fs::write(&kubeconfig, text.replace(&env.server, &format!("https://127.0.0.1:{port}"))).expect("kubeconfig");
+    let mut c = Controller::spawn(&kubeconfig, env, &s.scope, &flags(&["--leader-elect=false"]), &[]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(c.wait_exit(Duration::ZERO).await.is_none(), "exited while no API server answered:\n{}", c.logs());
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
+    let _forward = tokio::spawn(forward(listener, api_port));
+    let mut ready = false;
+    for _ in 0..150 {
+        if let Some((200, _)) = http_get(c.admin_port(), "/readyz").await {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "not ready 15 s after the API server answered:\n{}", c.logs());
+    assert!(c.logs().contains("the API server does not answer yet; waiting"), "{}", c.logs());
+}

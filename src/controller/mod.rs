@@ -88,7 +88,7 @@ pub async fn run(args: RunArgs, mut configz: crate::runtime::configz::Configz) -
         }
         None => None,
     };
-    let version = rt.client().apiserver_version().await?;
+    let version = server_version(&rt.client()).await?;
     let minor: u32 = version.minor.trim_end_matches('+').parse().unwrap_or(0);
     // What differs across the supported range (docs/matrix.md): the paths this process takes.
     let lists = match (cfg.streaming_lists, minor) {
@@ -135,6 +135,39 @@ struct Placement {
     leader: Option<(crate::runtime::leader::Config, std::os::unix::net::UnixListener)>,
     namespace: String,
     published: signal::Sender<std::collections::BTreeMap<String, String>>,
+}
+
+/// How long a starting process waits for the API server to answer at all.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(30);
+
+/// The API server's version, asked again with backoff (250 ms doubling to 4 s) while no server
+/// answers or it answers 429/5xx, for [`CONNECT_PATIENCE`]: a process started during an API
+/// server restart (a leader that lost its Lease in the outage, a rollout) waits for it instead of
+/// exiting at once into the kubelet's crash-loop backoff. SIGTERM/SIGINT ends the wait; any other
+/// answer (401, 403) is an error at once.
+async fn server_version(client: &kube::Client) -> Result<k8s_openapi::apimachinery::pkg::version::Info> {
+    let mut delay = Duration::from_millis(250);
+    let mut waited = Duration::ZERO;
+    loop {
+        let err = match client.apiserver_version().await {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        let transient = match &err {
+            kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+            _ => true,
+        };
+        if !transient || waited >= CONNECT_PATIENCE {
+            return Err(err.into());
+        }
+        tracing::warn!(error = %err, retry_in_ms = delay.as_millis() as u64, "the API server does not answer yet; waiting");
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = crate::runtime::shutdown::os_signal() => return Err(err.into()),
+        }
+        waited += delay;
+        delay = (delay * 2).min(Duration::from_secs(4));
+    }
 }
 
 /// Adds the controllers to a runtime: metrics, readiness (every cache synced), liveness (the
