@@ -3,8 +3,9 @@
 //! project's image loaded with `kind load`, the controller and the webhook installed with the
 //! Helm chart as a user would (two controller replicas placed by the real scheduler), real
 //! kubelets heartbeating, and node failures made by freezing a worker's container
-//! (`docker pause`). Every scenario asserts on the API; the timings are printed and written to
-//! `<out>/summary.md`.
+//! (`docker pause`), and a real network partition (`docker network disconnect`); then three of
+//! upstream's own e2e specs (scripts/e2e-upstream.sh, set `ci`) on the same cluster. Every
+//! scenario asserts on the API; the timings are printed and written to `<out>/summary.md`.
 //!
 //! The cluster is made and the chart installed by the README's own `scripts/kind.sh up`, and
 //! deleted by its `down`. Run by `make e2e-kind` (scripts/kind-image.sh makes the node image,
@@ -254,6 +255,107 @@ async fn recover(client: &kube::Client, worker: &str) -> f64 {
     })
     .await;
     secs_between(start, Timestamp::now())
+}
+
+/// The kind network's address of `container`.
+fn kind_ip(container: &str) -> String {
+    docker(&["inspect", "-f", "{{(index .NetworkSettings.Networks \"kind\").IPAddress}}", container]).trim().to_owned()
+}
+
+/// A pod pinned to `node` (no scheduler) with these tolerations.
+async fn pinned_pod(client: &kube::Client, ns: &str, name: &str, node: &str, tolerations: serde_json::Value) {
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": name}}, "spec": {
+        "nodeName": node, "terminationGracePeriodSeconds": 5, "tolerations": tolerations,
+        "containers": [{"name": "c", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}]}}))
+    .expect("pod");
+    Api::<Pod>::namespaced(client.clone(), ns).create(&PostParams::default(), &pod).await.expect("pod");
+}
+
+/// Scenario 4: `docker network disconnect` of the worker that does not run the leader.
+async fn partition(client: &kube::Client, kubeconfig: &Path, w1: &str, w2: &str, summary: &mut String) {
+    let (_, leader_node) = until("a leader", Duration::from_secs(60), || leader(client, FULLNAME)).await;
+    let victim = if leader_node == w1 { w2 } else { w1 };
+    namespace(client, "edge", 300).await;
+    until_mutated(client, "edge", 300).await;
+    pinned_pod(
+        client,
+        "edge",
+        "zero",
+        victim,
+        json!([{"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0}]),
+    )
+    .await;
+    pinned_pod(client, "edge", "defaults", victim, json!([])).await;
+    let pods = Api::<Pod>::namespaced(client.clone(), "edge");
+    until("edge's pods running", Duration::from_secs(60), || async {
+        let running = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        let (a, b) = (pods.get("zero").await.ok()?, pods.get("defaults").await.ok()?);
+        (running(&a) && running(&b)).then_some(())
+    })
+    .await;
+    let evictions = Evictions::watch(pods.clone()).await;
+    let ip = kind_ip(victim);
+    let cut = Timestamp::now();
+    docker(&["network", "disconnect", "kind", victim]);
+    let (unknown_at, tainted_at) =
+        until(&format!("{victim} Unknown and tainted"), Duration::from_secs(120), || async {
+            let n = node(client, victim).await;
+            match (ready_of(&n), taint_added(&n, UNREACHABLE, "NoExecute")) {
+                (Some((s, Some(at))), Some(tainted)) if s == "Unknown" => Some((at, tainted)),
+                _ => None,
+            }
+        })
+        .await;
+    let last = lease_renewed(client, victim).await.expect("a lease");
+    let detection = secs_between(last, unknown_at);
+    let zero = evictions.wait("zero", Duration::from_secs(10)).await.expect("the 0 s pod deleted");
+    note(
+        summary,
+        format!(
+            "{victim} disconnected (`docker network disconnect`): Unknown {detection:.1} s after its last heartbeat (grace {GRACE} s), unreachable:NoExecute at +{:.1} s; the 0 s pod deleted {:+.2} s from the taint",
+            secs_between(unknown_at, tainted_at),
+            secs_between(tainted_at, zero)
+        ),
+    );
+    assert!(detection >= GRACE as f64 - 1.0 && detection <= GRACE as f64 + 12.0, "Unknown {detection:.1} s after");
+    assert!(secs_between(tainted_at, zero).abs() <= 2.0, "the 0 s pod deleted at {zero}, the taint at {tainted_at}");
+    // The default pod counts down from the taint (300 s): `status` shows it.
+    let status = run(Command::new(common::BIN).args(["status", "--kubeconfig"]).arg(kubeconfig));
+    assert!(status.contains("edge/defaults"), "{status}");
+    assert_eq!(evictions.at("defaults"), None, "the 300 s pod is still counting down");
+    let partitioned = secs_between(cut, Timestamp::now());
+    // Healed, at the same address.
+    let healed = Timestamp::now();
+    if Command::new("docker")
+        .args(["network", "connect", "--ip", &ip, "kind", victim])
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true)
+    {
+        docker(&["network", "connect", "kind", victim]);
+    }
+    let back = until(&format!("{victim} Ready and untainted"), Duration::from_secs(180), || async {
+        let n = node(client, victim).await;
+        let ready = ready_of(&n).is_some_and(|(s, _)| s == "True");
+        (ready && !has_taint_key(&n, UNREACHABLE) && !has_taint_key(&n, NOT_READY)).then_some(Timestamp::now())
+    })
+    .await;
+    // The kubelet, reachable again, kills the deleted pod: its object goes.
+    let gone = until("the deleted pod gone", Duration::from_secs(120), || async {
+        pods.get_opt("zero").await.ok()?.is_none().then_some(Timestamp::now())
+    })
+    .await;
+    let kept = pods.get("defaults").await.expect("the default pod");
+    assert!(kept.metadata.deletion_timestamp.is_none(), "nothing else evicted");
+    note(
+        summary,
+        format!(
+            "healed after {partitioned:.0} s (`docker network connect`, {}): Ready and untainted {:.1} s later, the deleted pod gone {:.1} s later, the 300 s pod kept",
+            if kind_ip(victim) == ip { "same address" } else { "a new address" },
+            secs_between(healed, back),
+            secs_between(healed, gone)
+        ),
+    );
 }
 
 fn helm(kubeconfig: &Path, args: &[&str]) -> String {
@@ -528,77 +630,36 @@ async fn on_a_real_kind_cluster() {
         .await;
     }
 
-    // 4. Side by side: the same failure with kube-controller-manager's own controllers.
-    helm(
-        &kubeconfig,
-        &[
-            "upgrade",
-            RELEASE,
-            "charts/node-lifecycle-controller",
-            "--namespace",
-            NAMESPACE,
-            "--reuse-values",
-            "--set",
-            "controller.replicas=0",
-        ],
-    );
-    let cp = format!("{CLUSTER}-control-plane");
-    docker(&[
-        "exec",
-        &cp,
-        "sed",
-        "-i",
-        "s/,-node-lifecycle-controller,-taint-eviction-controller//",
-        "/etc/kubernetes/manifests/kube-controller-manager.yaml",
-    ]);
-    until("kube-controller-manager restarted with its controllers", Duration::from_secs(120), || async {
-        let pods = Api::<Pod>::namespaced(client.clone(), "kube-system")
-            .list(&ListParams::default().labels("component=kube-controller-manager"))
-            .await
-            .ok()?;
-        let p = pods.items.first()?;
-        let args = p.spec.as_ref()?.containers.first()?.command.clone().unwrap_or_default();
-        let ready = p.status.as_ref()?.conditions.as_ref()?.iter().any(|c| c.type_ == "Ready" && c.status == "True");
-        (ready && !args.iter().any(|a| a.contains("-node-lifecycle-controller"))).then_some(())
-    })
-    .await;
-    let victim = w1.clone();
-    until_mutated(&client, "shop", 20).await;
-    place_on(&client, "shop", "side", 2, &victim, &w2).await;
-    let side = pods_of(&client, "shop", "side").await;
-    let evictions = Evictions::watch(Api::<Pod>::namespaced(client.clone(), "shop")).await;
-    let (last, unknown_at, tainted_at) = fail(&client, &victim).await;
-    let n = node(&client, &victim).await;
-    let taints: Vec<String> =
-        n.spec.and_then(|s| s.taints).unwrap_or_default().iter().map(|t| format!("{}:{}", t.key, t.effect)).collect();
-    let mut late = Vec::new();
-    for (name, _, _) in &side {
-        if let Some(at) = evictions.wait(name, Duration::from_secs(120)).await {
-            late.push(secs_between(tainted_at, at) - 20.0);
-        }
-    }
+    // 4. A real network partition (upstream's removed TaintBasedEvictions scenario): the worker
+    //    without the leader disconnected from the cluster network; its kubelet keeps running its
+    //    pods. A pod tolerating `unreachable` for 0 s goes at once, the default 300 s one counts
+    //    down; healed, the taints go, the kubelet kills what was deleted, nothing else goes.
+    partition(&client, &kubeconfig, &w1, &w2, &mut summary).await;
+
+    // 5. Upstream's own judges (scripts/e2e-upstream.sh, `ci`): the two [Conformance]
+    //    NoExecuteTaintManager specs and the untainted-nodes one, with upstream's e2e binary.
+    let upstream = out.join("e2e-upstream");
+    let started = Instant::now();
+    run(Command::new("scripts/e2e-upstream.sh")
+        .args(["run"])
+        .arg(&kubeconfig)
+        .arg("ci")
+        .arg(&upstream)
+        .env("CLUSTER", CLUSTER));
+    let results = std::fs::read_to_string(upstream.join("results.md")).unwrap_or_default();
+    let passed = results.lines().filter(|l| l.contains("| pass |")).count();
+    assert!(passed == 3 && !results.contains("| FAIL |"), "upstream's specs:\n{results}");
     note(
         &mut summary,
-        format!(
-            "kube-controller-manager (grace 50 s, its default), same failure: Unknown {:.1} s after the last heartbeat, taints {taints:?}, evicted {late:+.2?} s from 20 s after the taint (kube-controller-manager counts from when it processes the pod)",
-            secs_between(last, unknown_at)
-        ),
+        format!("upstream's e2e specs (`ci` set): {passed} passed in {:.0} s", started.elapsed().as_secs_f64()),
     );
-    assert!(
-        taints.contains(&format!("{UNREACHABLE}:NoExecute")) && taints.contains(&format!("{UNREACHABLE}:NoSchedule")),
-        "{taints:?}"
-    );
-    recover(&client, &victim).await;
+    until("two replicas again", Duration::from_secs(180), || async {
+        available(&client, NAMESPACE, FULLNAME, 2).await.then_some(())
+    })
+    .await;
 
-    // 5. The kustomize overlay as users apply it (kube-controller-manager's controllers off again).
-    docker(&[
-        "exec",
-        &cp,
-        "sed",
-        "-i",
-        "s/--controllers=\\*,bootstrapsigner,tokencleaner$/&,-node-lifecycle-controller,-taint-eviction-controller/",
-        "/etc/kubernetes/manifests/kube-controller-manager.yaml",
-    ]);
+    // 6. The kustomize overlay as users apply it, in place of the chart. (kube-controller-manager
+    //    side by side is tests/controller_differential.rs, in `make test`.)
     helm(&kubeconfig, &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"]);
     let overlay = out.join("overlay");
     std::fs::create_dir_all(&overlay).expect("overlay");
