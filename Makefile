@@ -17,11 +17,13 @@ run:
 test: controlplane
 	scripts/test-deps.sh
 	$(CARGO) build --locked -p nlc-testenv --bin controlplane
-	$(CARGO) test --workspace --locked --no-fail-fast
+	$(CARGO) test --workspace --locked --no-fail-fast $(if $(TEST_SKIP),-- $(foreach t,$(TEST_SKIP),--skip $(t)))
 
-# The suite against the oldest supported Kubernetes (CI runs it beside `make test`, the newest).
+# The suite against the oldest supported Kubernetes (CI runs it beside `make test`, the newest),
+# but for the three-minute flood of our own listeners, whose outcome does not depend on the API
+# server's version (its admission calls during the flood are tested on v1.37).
 test-oldest:
-	K8S_VERSION=$(OLDEST_K8S) $(MAKE) test
+	K8S_VERSION=$(OLDEST_K8S) $(MAKE) test TEST_SKIP=floods_of_idle_connections_keep_neither_the_probes_nor_the_api_server_out
 OLDEST_K8S ?= v1.33
 
 # The suite and the image run against every supported minor: docs/matrix.md.
