@@ -47,6 +47,10 @@ pub enum Error {
     /// `status --check` found no live leader.
     #[error("{0}")]
     Check(String),
+
+    /// No API server answered at start within the patience given to it.
+    #[error("the API server did not answer: {0}")]
+    NoServer(String),
 }
 
 impl Error {
@@ -63,6 +67,7 @@ impl Error {
             Self::Telemetry(_) => "telemetry",
             Self::LostLease => "leader_election",
             Self::Check(_) => "check",
+            Self::NoServer(_) => "client",
         }
     }
 }

@@ -137,36 +137,45 @@ struct Placement {
     published: signal::Sender<std::collections::BTreeMap<String, String>>,
 }
 
-/// How long a starting process waits for the API server to answer at all.
+/// How long a starting process waits for the API server to answer at all, and each try.
 const CONNECT_PATIENCE: Duration = Duration::from_secs(30);
+const CONNECT_ATTEMPT: Duration = Duration::from_secs(5);
 
-/// The API server's version, asked again with backoff (250 ms doubling to 4 s) while no server
-/// answers or it answers 429/5xx, for [`CONNECT_PATIENCE`]: a process started during an API
-/// server restart (a leader that lost its Lease in the outage, a rollout) waits for it instead of
-/// exiting at once into the kubelet's crash-loop backoff. SIGTERM/SIGINT ends the wait; any other
-/// answer (401, 403) is an error at once.
+/// The API server's version, asked again with backoff (250 ms doubling to 4 s, each try bounded
+/// by [`CONNECT_ATTEMPT`]) while no server answers or it answers 429/5xx, for
+/// [`CONNECT_PATIENCE`] in all: a process started during an API server restart (a leader that
+/// lost its Lease in the outage, a rollout) waits for it instead of exiting at once into the
+/// kubelet's crash-loop backoff. SIGTERM/SIGINT ends the wait; another answer (401, 403) is an
+/// error at once.
 async fn server_version(client: &kube::Client) -> Result<k8s_openapi::apimachinery::pkg::version::Info> {
-    let mut delay = Duration::from_millis(250);
-    let mut waited = Duration::ZERO;
-    loop {
-        let err = match client.apiserver_version().await {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
-        };
-        let transient = match &err {
-            kube::Error::Api(s) => s.code == 429 || s.code >= 500,
-            _ => true,
-        };
-        if !transient || waited >= CONNECT_PATIENCE {
-            return Err(err.into());
+    let attempts = async {
+        let mut delay = Duration::from_millis(250);
+        loop {
+            let problem = match tokio::time::timeout(CONNECT_ATTEMPT, client.apiserver_version()).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(kube::Error::Api(s))) if s.code != 429 && s.code < 500 => {
+                    return Err(crate::error::Error::Kube(kube::Error::Api(s)));
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {CONNECT_ATTEMPT:?}"),
+            };
+            tracing::warn!(
+                error = %problem,
+                retry_in_ms = delay.as_millis() as u64,
+                "the API server does not answer yet; waiting"
+            );
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(4));
         }
-        tracing::warn!(error = %err, retry_in_ms = delay.as_millis() as u64, "the API server does not answer yet; waiting");
-        tokio::select! {
-            () = tokio::time::sleep(delay) => {}
-            () = crate::runtime::shutdown::os_signal() => return Err(err.into()),
+    };
+    // One signal listener for the whole wait: a SIGTERM during a try is not lost.
+    tokio::select! {
+        r = tokio::time::timeout(CONNECT_PATIENCE, attempts) => r.unwrap_or_else(|_| {
+            Err(crate::error::Error::NoServer(format!("nothing within {CONNECT_PATIENCE:?} (see the warnings above)")))
+        }),
+        () = crate::runtime::shutdown::os_signal() => {
+            Err(crate::error::Error::NoServer("stopped by a signal while waiting for it".to_owned()))
         }
-        waited += delay;
-        delay = (delay * 2).min(Duration::from_secs(4));
     }
 }
 
