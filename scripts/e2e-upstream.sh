@@ -146,7 +146,7 @@ on_kind() {
   export CLUSTER=${CLUSTER_UPSTREAM:-nlc-upstream}
   trap 'scripts/kind.sh down >/dev/null 2>&1 || true' EXIT
   KUBECONFIG=$kc BUILD_IMAGE=${BUILD_IMAGE:-0} scripts/kind.sh up >&2
-  run "$kc" all "$out" || rc=$?
+  (run "$kc" all "$out") || rc=$?
   {
     printf '# make e2e-upstream: the last run
 
