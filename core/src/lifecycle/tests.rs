@@ -649,7 +649,8 @@ fn a_standby_decides_nothing_until_it_leads_then_judges_from_the_warm_cache() {
 /// Inherited at a start or leader change: `Ready=Unknown` (the kubelet's last heartbeat long
 /// ago) and an unreachable taint two minutes old, but the node's Lease renews again. Upstream
 /// restarts the countdown; here the taint is not confirmed (nothing evicted for it) until the
-/// node has been silent for a whole grace period.
+/// node has been silent for a whole grace period, or one grace period of this process has passed
+/// without `Ready`.
 fn inherited_unknown() -> (Vec<SlimNode>, Vec<crate::index::SlimPod>) {
     let mut n0 = node("n0").zone("a").unknown().build();
     n0.taints = vec![
