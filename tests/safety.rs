@@ -25,6 +25,15 @@ async fn bound_at(s: &Scope, pod: &str, at: Timestamp) {
     s.pods().patch_status(pod, &PatchParams::default(), &Patch::Strategic(&status)).await.expect("pod status");
 }
 
+/// Two nodes of zone z1: one carrying both unreachable taints added at `added`, one untainted.
+async fn stale_pair(s: &Scope, added: Timestamp) -> (String, String) {
+    let stale = json!([
+        {"key": UNREACHABLE, "effect": "NoExecute", "timeAdded": added},
+        {"key": UNREACHABLE, "effect": "NoSchedule", "timeAdded": added},
+    ]);
+    (make_node(s, "z1", stale).await, make_node(s, "z1", json!([])).await)
+}
+
 fn has_disruption_target(pod: &Pod) -> bool {
     pod.status
         .as_ref()
@@ -40,12 +49,7 @@ async fn after_downtime_a_recovered_node_keeps_its_pods_and_loses_the_stale_tain
     let env = shared();
     let s = Scope::new(env, "safe-restart").await;
     let hour_ago = now_s() - SignedDuration::from_hours(1);
-    let stale = json!([
-        {"key": UNREACHABLE, "effect": "NoExecute", "timeAdded": hour_ago},
-        {"key": UNREACHABLE, "effect": "NoSchedule", "timeAdded": hour_ago},
-    ]);
-    let node = make_node(&s, "z1", stale).await;
-    let other = make_node(&s, "z1", json!([])).await;
+    let (node, other) = stale_pair(&s, hour_ago).await;
     let _kubelets = Kubelets::start(&s.client, &[node.clone(), other]).await;
     // Bound two hours ago: by the taint's timeAdded, both are long overdue.
     s.pod("defaults", &node, json!([]), json!({})).await; // the API server adds 300 s tolerations
@@ -76,12 +80,7 @@ async fn an_inherited_unknown_beside_a_renewing_lease_but_no_status_evicts_after
     let env = shared();
     let s = Scope::new(env, "safe-no-status").await;
     let hour_ago = now_s() - SignedDuration::from_hours(1);
-    let stale = json!([
-        {"key": UNREACHABLE, "effect": "NoExecute", "timeAdded": hour_ago},
-        {"key": UNREACHABLE, "effect": "NoSchedule", "timeAdded": hour_ago},
-    ]);
-    let node = make_node(&s, "z1", stale).await;
-    let other = make_node(&s, "z1", json!([])).await;
+    let (node, other) = stale_pair(&s, hour_ago).await;
     let unknown = json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
         "reason": "NodeStatusUnknown", "message": "Kubelet stopped posting node status.",
         "lastHeartbeatTime": hour_ago, "lastTransitionTime": hour_ago}]}});

@@ -231,6 +231,12 @@ async fn lease_renewed(client: &kube::Client, name: &str) -> Option<Timestamp> {
 /// (the kubelet's last heartbeat, when Unknown was written, when the taint was added).
 async fn fail(client: &kube::Client, worker: &str) -> (Timestamp, Timestamp, Timestamp) {
     docker(&["pause", worker]);
+    until_unreachable(client, worker).await
+}
+
+/// Waits until `worker`'s node is Unknown with the unreachable NoExecute taint: (the kubelet's
+/// last heartbeat, when Unknown was written, when the taint was added).
+async fn until_unreachable(client: &kube::Client, worker: &str) -> (Timestamp, Timestamp, Timestamp) {
     let (unknown_at, tainted_at) =
         until(&format!("{worker} Unknown and tainted"), Duration::from_secs(120), || async {
             let n = node(client, worker).await;
@@ -297,16 +303,7 @@ async fn partition(client: &kube::Client, kubeconfig: &Path, w1: &str, w2: &str,
     let ip = kind_ip(victim);
     let cut = Timestamp::now();
     docker(&["network", "disconnect", "kind", victim]);
-    let (unknown_at, tainted_at) =
-        until(&format!("{victim} Unknown and tainted"), Duration::from_secs(120), || async {
-            let n = node(client, victim).await;
-            match (ready_of(&n), taint_added(&n, UNREACHABLE, "NoExecute")) {
-                (Some((s, Some(at))), Some(tainted)) if s == "Unknown" => Some((at, tainted)),
-                _ => None,
-            }
-        })
-        .await;
-    let last = lease_renewed(client, victim).await.expect("a lease");
+    let (last, unknown_at, tainted_at) = until_unreachable(client, victim).await;
     let detection = secs_between(last, unknown_at);
     let zero = evictions.wait("zero", Duration::from_secs(10)).await.expect("the 0 s pod deleted");
     note(
