@@ -13,6 +13,7 @@ use crate::health::MONITORED_CONDITIONS;
 use crate::index::SlimNode;
 use crate::rules::{TaintRule, UNSCHEDULABLE};
 use crate::taints::{Effect, Taint, TaintAdd, TaintId, TaintIdentity};
+use crate::time::after;
 
 /// What judging a node's taints needs: the rules, the heartbeats, and whether every zone is in
 /// FullDisruption (no NoExecute taint of a rule is then wanted: the built-in pair's nor a custom
@@ -129,10 +130,7 @@ impl Gate for NodeLifecycle {
         // Held for one grace period of this process at most: a kubelet alive enough to renew
         // its Lease posts `Ready` within its status period (10 s) of seeing it `Unknown`; one
         // that has not by then leaves the condition `Unknown` as it is, and the taint right.
-        let first_grace = self
-            .judging_since
-            .and_then(|since| since.checked_add(jiff::SignedDuration::try_from(self.cfg.grace.monitor).ok()?).ok())
-            .is_some_and(|end| now < end);
+        let first_grace = self.judging_since.is_some_and(|since| now < after(since, self.cfg.grace.monitor));
         if silent_rule
             && inherited
             && first_grace
