@@ -34,6 +34,8 @@ CACHE_ROOT=${NLC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-contr
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 
 log() { printf 'build-controlplane: %s\n' "$*" >&2; }
+# shellcheck source=lib/k8s-module.sh
+source "$(dirname "$0")/lib/k8s-module.sh"
 
 # Builds `$1` (a Go package at a version) as "$CACHE_ROOT/tools/$2-$3", linked as tools/$2;
 # further arguments go to `go install`.
@@ -104,15 +106,11 @@ MOD
   local modfile
   modfile=$(go mod download -json "k8s.io/kubernetes@$ver" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
   [[ -f "$modfile" ]] || { log "could not download the go.mod of k8s.io/kubernetes@$ver"; return 1; }
-  local args=(-require="k8s.io/kubernetes@$ver")
-  local m n=0
-  for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$modfile"); do
-    args+=(-replace="$m=$m@$staging_ver")
-    n=$((n + 1))
-  done
-  [[ $n -gt 0 ]] || { log "no staging modules found in $modfile"; return 1; }
-  log "k8s.io/kubernetes@$ver: replacing $n staging modules with $staging_ver"
-  go mod edit "${args[@]}" -tool=k8s.io/kubernetes/cmd/kube-apiserver \
+  local args
+  args=$(k8s_module_edits "$ver" "$modfile") || { log "no staging modules found in $modfile"; return 1; }
+  log "k8s.io/kubernetes@$ver: replacing $(grep -c '^-replace=' <<<"$args") staging modules with $staging_ver"
+  # shellcheck disable=SC2086 # one argument per line, none with spaces
+  go mod edit $args -tool=k8s.io/kubernetes/cmd/kube-apiserver \
     -tool=k8s.io/kubernetes/cmd/kube-controller-manager -tool=k8s.io/kubernetes/cmd/kubectl
   go mod tidy
 }
@@ -120,14 +118,8 @@ MOD
 # Builds k8s.io/kubernetes@$1's packages $3... into $2, stamped with the version.
 k8s_build() {
   local ver=$1 out=$2; shift 2
-  local minor=${ver#v1.}; minor=${minor%%.*}
-  local ld="" pkg
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld+=" -X $pkg.gitVersion=$ver -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-    ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  done
   cd "$CACHE_ROOT/src/k8s-$ver"
-  go build -trimpath -ldflags "-s -w $ld" -o "$out" "$@"
+  go build -trimpath -ldflags "$(k8s_ldflags "$ver")" -o "$out" "$@"
 }
 
 build_k8s() {

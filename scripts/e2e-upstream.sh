@@ -28,6 +28,8 @@ CACHE_ROOT=${NLC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-contr
 export PATH=$CACHE_ROOT/kind/bin:$CACHE_ROOT/tools:$PATH
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 log() { printf 'e2e-upstream: %s\n' "$*" >&2; }
+# shellcheck source=lib/k8s-module.sh
+source scripts/lib/k8s-module.sh
 
 # Spec sets: ginkgo focus expressions (one spec or group each).
 CI_SPECS=(
@@ -56,17 +58,15 @@ build() {
   fi
   command -v go >/dev/null || { log "go is not installed; it is needed to build upstream's e2e binary"; exit 1; }
   local start; start=$(date +%s)
-  local work=$CACHE_ROOT/src/e2e-$K8S staging_ver="v0.${K8S#v1.}"
+  local work=$CACHE_ROOT/src/e2e-$K8S
   rm -rf "$work" && mkdir -p "$work" "$dir"
   local modfile src
   modfile=$(go mod download -json "k8s.io/kubernetes@$K8S" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
   src=$(go mod download -json "k8s.io/kubernetes@$K8S" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   [[ -f $modfile && -d $src ]] || { log "could not download k8s.io/kubernetes@$K8S"; exit 1; }
   printf 'module nlc.local/e2e-upstream\n\ngo 1.24\n' >"$work/go.mod"
-  local args=(-require="k8s.io/kubernetes@$K8S") m
-  for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$modfile"); do
-    args+=(-replace="$m=$m@$staging_ver")
-  done
+  local args
+  args=$(k8s_module_edits "$K8S" "$modfile") || { log "no staging modules found in $modfile"; exit 1; }
   # The suite's test imports, blank-imported so that `go mod tidy` records every module they need.
   {
     printf 'package e2edeps\n\nimport (\n\t_ "k8s.io/kubernetes/test/e2e"\n'
@@ -74,14 +74,9 @@ build() {
       grep -v '^"\(flag\|fmt\|os\|path/filepath\|testing\)"$' | sort -u | sed 's/^/\t_ /'
     printf ')\n'
   } >"$work/deps.go"
-  (cd "$work" && go mod edit "${args[@]}" && go mod tidy) >&2
-  local minor=${K8S#v1.}; minor=${minor%%.*}
-  local ld="-s -w" pkg
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld+=" -X $pkg.gitVersion=$K8S -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-    ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  done
-  (cd "$work" && go test -c -trimpath -ldflags "$ld" -o "$bin.partial" k8s.io/kubernetes/test/e2e) >&2
+  # shellcheck disable=SC2086 # one argument per line, none with spaces
+  (cd "$work" && go mod edit $args && go mod tidy) >&2
+  (cd "$work" && go test -c -trimpath -ldflags "$(k8s_ldflags "$K8S")" -o "$bin.partial" k8s.io/kubernetes/test/e2e) >&2
   mv "$bin.partial" "$bin"
   log "built $bin in $(( $(date +%s) - start ))s"
   echo "$bin"
