@@ -98,11 +98,13 @@ DIST ?= $${CARGO_TARGET_DIR:-target}/dist-artifacts
 release:
 	scripts/release.sh $(IMAGE) $(DIST)
 
-# What CI checks before any test: formatting, clippy and rustdoc with warnings as errors.
+# What CI checks before any test: formatting, clippy and rustdoc with warnings as errors, and that
+# no two sibling modules use each other (tests/module_layers.rs).
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --all-features --locked -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features --locked
+	$(CARGO) test --locked --test module_layers
 
 bench-semantics:
 	$(CARGO) bench -p nlc-core --bench semantics

@@ -40,13 +40,6 @@ impl Cli {
     }
 }
 
-/// `-o` of the commands that print a report (`explain`, `status`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
-    Text,
-    Json,
-}
-
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the controllers against a cluster.

@@ -16,7 +16,7 @@ use nlc_core::explain::{explain, parse_manifest, render_text};
 use crate::error::Result;
 use crate::runtime::args::ClientArgs;
 
-pub use crate::config::OutputFormat;
+pub use crate::output::OutputFormat;
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {

@@ -29,7 +29,8 @@
 //!   cluster as listed.
 //! - [`clock`]: the one clock (wall time that follows the system, monotonic sleeps, step
 //!   detection; a fake one for tests).
-//! - [`config`]: the top-level command; [`metrics`]: the metric families; [`error`]: the error.
+//! - [`config`]: the top-level command; [`output`]: `-o` of the reports; [`metrics`]: the metric
+//!   families; [`error`]: the error.
 
 #![warn(clippy::disallowed_methods)]
 
@@ -41,6 +42,7 @@ pub mod eviction;
 pub mod explain;
 pub mod lifecycle;
 pub mod metrics;
+pub mod output;
 pub mod runtime;
 pub mod status;
 pub mod uninstall;

@@ -8,8 +8,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-pub use crate::runtime::watch::{ResourceLabels, WatchMetrics};
-
 /// Renders the registry in the OpenMetrics text format.
 pub fn render(registry: &Registry) -> String {
     let mut out = String::new();

@@ -24,9 +24,9 @@ use crate::clock::{Clock as _, SystemClock};
 use crate::error::Result;
 use crate::lifecycle::LifecycleArgs;
 use crate::runtime::args::ClientArgs;
-use nlc_core::action::NODE_LEASE_NAMESPACE;
+use nlc_core::upstream::NODE_LEASE_NAMESPACE;
 
-use crate::config::OutputFormat;
+use crate::output::OutputFormat;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -288,7 +288,7 @@ fn evicted_by_taint(pod: &Pod) -> Option<(String, String, jiff::Timestamp)> {
     let cond = status.conditions.as_ref()?.iter().find(|c| {
         c.type_ == "DisruptionTarget"
             && c.status == "True"
-            && c.reason.as_deref() == Some(nlc_core::action::DELETION_BY_TAINT_MANAGER)
+            && c.reason.as_deref() == Some(nlc_core::upstream::DELETION_BY_TAINT_MANAGER)
     })?;
     let at = cond.last_transition_time.as_ref()?.0;
     let key = format!("{}/{}", pod.metadata.namespace.as_deref()?, pod.metadata.name.as_deref()?);

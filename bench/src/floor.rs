@@ -35,9 +35,9 @@ use nlc_core::wire::{WirePod, proto};
 use node_lifecycle_controller::runtime::args::ClientArgs;
 use node_lifecycle_controller::runtime::client::{Skew, client_with_skew};
 use node_lifecycle_controller::runtime::lean::LeanClient;
-use node_lifecycle_controller::runtime::proto_watch::protobuf_watcher;
 use node_lifecycle_controller::runtime::watch::Ev;
 use node_lifecycle_controller::runtime::watch::Format;
+use node_lifecycle_controller::runtime::watch::proto::protobuf_watcher;
 use serde_json::json;
 use tokio::sync::Semaphore;
 

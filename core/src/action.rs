@@ -6,15 +6,7 @@ use jiff::Timestamp;
 
 use crate::index::{PodKey, SlimNode};
 use crate::taints::{TaintAdd, TaintId, TaintIdentity};
-
-/// Upstream's texts for the pod condition written before an eviction
-/// (`pkg/controller/tainteviction`).
-pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
-pub const DELETION_BY_TAINT_MANAGER: &str = "DeletionByTaintManager";
-pub const TAINT_MANAGER_MESSAGE: &str = "Taint manager: deleting due to NoExecute taint";
-
-/// The namespace of node heartbeat Leases.
-pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+use crate::upstream::{TAINT_MANAGER_EVICTION, UPSTREAM_MANAGER};
 
 /// How a pod is removed: the `--eviction-mode` flag, and the method of each eviction (evict
 /// mode falls back to delete after `--pdb-max-wait`).
@@ -73,9 +65,6 @@ pub struct EvictPod {
     /// evictions and after a wait in a rate limiter.
     pub causes: Vec<Cause>,
 }
-
-/// The reason of the taint eviction controller's events (upstream's).
-pub const TAINT_MANAGER_EVICTION: &str = "TaintManagerEviction";
 
 /// What an event on a pod says. Texts are upstream's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,7 +129,7 @@ impl PodEvent {
             ),
             PodEventKind::EvictedByOtherController => format!(
                 "Pod {ns}/{name} was evicted by {}'s taint-eviction-controller, which runs beside this controller: turn it off",
-                crate::writers::UPSTREAM_MANAGER
+                UPSTREAM_MANAGER
             ),
             PodEventKind::EvictionHeld => format!(
                 "Eviction of Pod {ns}/{name} held: its node is held ({}), evictions are paused, or node lifecycle has not confirmed the taint yet",
@@ -246,7 +235,7 @@ impl NodeEvent {
             NodeEventKind::NodeNotReady => format!("Node {n} status is now: NodeNotReady"),
             NodeEventKind::SecondWriter(what) => format!(
                 "{} wrote node {n}'s {}: its node-lifecycle-controller runs beside this controller; turn it off",
-                crate::writers::UPSTREAM_MANAGER,
+                UPSTREAM_MANAGER,
                 if what == crate::writers::Wrote::NodeTaints { "taints" } else { "Ready condition" },
             ),
         }

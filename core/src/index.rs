@@ -60,7 +60,7 @@ pub struct SlimNode {
     /// are still cached, read-only, so that zone states are judged over every node.
     pub selected: bool,
     /// The beta OS/arch labels to set so that they follow the current ones
-    /// ([`crate::lifecycle::labels`]); empty nearly always.
+    /// ([`crate::labels`]); empty nearly always.
     pub label_fixes: Vec<(String, String)>,
 }
 
@@ -109,7 +109,7 @@ impl From<&Node> for SlimNode {
                 })
                 .collect(),
             selected: true,
-            label_fixes: crate::lifecycle::labels::fixes(labels),
+            label_fixes: crate::labels::fixes(labels),
         }
     }
 }

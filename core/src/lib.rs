@@ -19,9 +19,12 @@
 //! - [`zone`]: zone key, zone state, tainting rate per state.
 //! - [`health`]: heartbeat bookkeeping and the conditions of a silent node.
 //! - [`index`]: slim Nodes, Pods and Leases; pods by node.
+//! - [`labels`]: the beta OS/arch labels that follow the current ones.
 //! - [`cache`]: watch events into the index, the re-list protocol.
 //! - [`timer_queue`]: the deadline queue (upstream gives `timed_workers.go` its own file too).
+//! - [`upstream`]: upstream's names (field manager, reasons, messages), word for word.
 //! - [`action`]: what the controllers decided, and what became of it.
+//! - [`ctx`]: what both controllers decide in: the index, `now`, the eviction gate.
 //! - [`eviction`]: the taint eviction controller's decisions.
 //! - [`lifecycle`]: the node lifecycle controller's decisions.
 //! - [`state`]: inputs in, actions out: the whole controller task, testable on a fake clock.
@@ -43,6 +46,7 @@ pub mod admission;
 pub mod brakes;
 pub mod cache;
 pub mod condition;
+pub mod ctx;
 pub mod default_tolerations;
 pub mod error;
 pub mod eviction;
@@ -52,6 +56,7 @@ pub mod fixtures;
 pub mod flags;
 pub mod health;
 pub mod index;
+pub mod labels;
 pub mod leader;
 pub mod lifecycle;
 pub mod rules;
@@ -63,6 +68,7 @@ pub mod taints;
 pub mod time;
 pub mod timer_queue;
 pub mod uid;
+pub mod upstream;
 pub mod wire;
 pub mod writers;
 pub mod x509;

@@ -11,7 +11,8 @@ use serde::Serialize;
 
 use crate::brakes::Pause;
 use crate::condition;
-use crate::eviction::{Ctx, PendingState};
+use crate::ctx::{Ctx, Ungated};
+use crate::eviction::PendingState;
 use crate::state::State;
 use crate::zone::{self, ZoneState};
 
@@ -207,7 +208,7 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
         .filter(|p| p.state == PendingState::Held || p.due <= horizon)
         .filter_map(|p| {
             let pod = index.pods.get(&p.key)?;
-            let cx = Ctx { index, now, gate: &crate::eviction::Ungated };
+            let cx = Ctx { index, now, gate: &Ungated };
             let (taint, seconds) = state.eviction.as_ref()?.cause(&p.key, cx)?;
             let deadline = (p.state != PendingState::Held).then_some(p.due);
             let row = EvictionRow {

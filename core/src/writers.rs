@@ -20,8 +20,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use serde::Serialize;
 
-/// kube-controller-manager's field manager.
-pub const UPSTREAM_MANAGER: &str = "kube-controller-manager";
+use crate::upstream::{DELETION_BY_TAINT_MANAGER, DISRUPTION_TARGET, UPSTREAM_MANAGER};
 
 /// The fields of a managedFields entry that tell a second writer.
 pub const TAINTS_PATH: [&str; 2] = ["f:spec", "f:taints"];
@@ -124,9 +123,11 @@ pub fn node_writes(node: &Node) -> Vec<Sighting> {
 /// kube-controller-manager's taint eviction of a pod: it owns the pod's `DisruptionTarget`
 /// condition, whose reason is `DeletionByTaintManager`.
 pub fn pod_writes(pod: &Pod) -> Vec<Sighting> {
-    let for_taint = pod.status.iter().flat_map(|s| s.conditions.iter().flatten()).any(|c| {
-        c.type_ == "DisruptionTarget" && c.reason.as_deref() == Some(crate::action::DELETION_BY_TAINT_MANAGER)
-    });
+    let for_taint = pod
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .any(|c| c.type_ == DISRUPTION_TARGET && c.reason.as_deref() == Some(DELETION_BY_TAINT_MANAGER));
     if !for_taint {
         return Vec::new();
     }

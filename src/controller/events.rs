@@ -38,7 +38,8 @@ use nlc_core::action::{EvictPod, NodeEvent, PodEvent, PodEventKind};
 use tokio::sync::{Semaphore, mpsc};
 use tracing::Instrument;
 
-use super::executor::{EvictionEvents, Fence};
+use crate::eviction::EvictionEvents;
+use crate::runtime::fence::Fence;
 use crate::metrics::ExecutorMetrics;
 use crate::runtime::lean::{LeanClient, with_timeout};
 
@@ -234,7 +235,7 @@ fn node_ref(node: &str, uid: Option<&str>) -> ObjectReference {
 
 /// Upstream's `TaintManagerEviction` event, for the pods of one node at once.
 fn marked_event(node: &str, pods: u32) -> Event {
-    let reason = nlc_core::action::TAINT_MANAGER_EVICTION;
+    let reason = nlc_core::upstream::TAINT_MANAGER_EVICTION;
     let note = format!("Marking for deletion {pods} pod{} on Node {node}", if pods == 1 { "" } else { "s" });
     Event { type_: EventType::Normal, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None }
 }

@@ -41,7 +41,7 @@ use executor::{Executor, ExecutorConfig};
 use nlc_core::brakes::Pause;
 use nlc_core::wire::{WireLease, WireNode, WirePod};
 
-pub use nlc_core::action::NODE_LEASE_NAMESPACE;
+pub use nlc_core::upstream::NODE_LEASE_NAMESPACE;
 
 /// `/livez` fails when the controller loop has not turned for this long (it turns at least every
 /// second).

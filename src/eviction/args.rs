@@ -7,7 +7,6 @@ use nlc_core::action::EvictionMode;
 use nlc_core::flags::{DAY, HOUR, check_count, check_duration, check_rate, parse_duration};
 use nlc_core::taints::MatchOptions;
 
-use crate::controller::executor::{EvictionEvents, NodeReadMode};
 use crate::error::Result;
 
 #[derive(Debug, Args)]
@@ -49,6 +48,34 @@ pub struct EvictionArgs {
     /// The `Marking for deletion` events of evictions.
     #[arg(long, value_enum, default_value = "per-pod", env = "NLC_EVICTION_EVENTS")]
     pub eviction_events: EvictionEvents,
+}
+
+/// What an eviction reads of its node right before writing (`--eviction-node-read`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum NodeReadMode {
+    /// A quorum read from etcd: a taint removed a moment ago, which the node watch has not
+    /// delivered yet, stops the eviction (kubernetes issue 119862).
+    #[default]
+    Quorum,
+    /// A read from the API server's watch cache (`resourceVersion=0`): the same protection
+    /// against our own cache lagging (a pod's event handled before its node's), without a read
+    /// from etcd; with several API servers, one whose cache lags can answer.
+    Cache,
+    /// No read: the decision's cache alone, as kube-controller-manager does.
+    None,
+}
+
+/// The `Marking for deletion` events of evictions (`--eviction-events`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum EvictionEvents {
+    /// One event on each pod, as upstream records it.
+    #[default]
+    PerPod,
+    /// One event on the node for the pods marked on it within a second ("Marking for deletion
+    /// 30 pods on Node n-1").
+    PerNode,
+    /// None.
+    None,
 }
 
 /// What the flags turn into: the decisions' configuration (`None`: not run here) and the

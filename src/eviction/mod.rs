@@ -3,4 +3,4 @@
 
 pub mod args;
 
-pub use args::{Config, EvictionArgs};
+pub use args::{Config, EvictionArgs, EvictionEvents, NodeReadMode};

@@ -14,7 +14,7 @@
 //! With `--kube-api-content-type` protobuf the answer is asked for in protobuf, else JSON, as
 //! client-go does for built-in kinds: the API server encodes protobuf for less CPU than JSON.
 //! An answer is read by its `Content-Type`, whatever was asked for; an error answer's `Status`
-//! is read as the watches read it ([`super::proto_watch`]), so callers see the same
+//! is read as the watches read it ([`super::watch::proto`]), so callers see the same
 //! [`kube::Error::Api`] as from `kube::Api`.
 
 use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
@@ -22,7 +22,7 @@ use kube::client::Body;
 use nlc_core::wire::proto;
 use serde::de::DeserializeOwned;
 
-use super::proto_watch::{PROTOBUF, error_status, media_type};
+use super::watch::proto::{PROTOBUF, error_status, media_type};
 use super::watch::{Decoded, Format};
 
 /// A request as [`kube::core::Request`] builds it.

@@ -14,7 +14,6 @@ pub mod http;
 pub mod leader;
 pub mod lean;
 pub mod process;
-pub mod proto_watch;
 pub mod shutdown;
 pub mod telemetry;
 pub mod tls;

@@ -22,7 +22,7 @@
 //!   (`nlc_decode_errors_total{resource}`), logged with its name and what was wrong, and handed
 //!   on marked, so that the consumer skips it instead of the whole list failing.
 //! - Two wire formats ([`Format`], `run --kube-api-content-type`): JSON through kube-runtime's
-//!   watcher, or protobuf through [`super::proto_watch`] (kube-controller-manager's default) for
+//!   watcher, or protobuf through [`proto`] (kube-controller-manager's default) for
 //!   the types that have a protobuf decoder ([`Decoded::protobuf`]: the controller's pods, nodes
 //!   and node Leases; everything else is JSON). Both yield the same events and errors into this
 //!   loop, so metrics, classification, backoff and the paged fallback are the same. Where the
@@ -49,7 +49,7 @@ use serde::de::DeserializeOwned;
 
 use nlc_core::wire::{Tolerant, WireLease, WireNode, WirePod};
 
-use super::proto_watch;
+pub mod proto;
 
 /// The format the watches of pods, nodes and node Leases read their lists and events in
 /// (kube-controller-manager's `--kube-api-content-type`).
@@ -68,7 +68,7 @@ impl Format {
     /// Its media type.
     pub fn media_type(self) -> &'static str {
         match self {
-            Self::Protobuf => proto_watch::PROTOBUF,
+            Self::Protobuf => proto::PROTOBUF,
             Self::Json => "application/json",
         }
     }
@@ -77,7 +77,7 @@ impl Format {
     /// client-go asks for built-in kinds; JSON alone.
     pub fn accept(self) -> &'static str {
         match self {
-            Self::Protobuf => proto_watch::ACCEPT_BOTH,
+            Self::Protobuf => proto::ACCEPT_BOTH,
             Self::Json => "application/json",
         }
     }
@@ -224,7 +224,7 @@ pub trait Decoded {
 
     /// Its decoder from protobuf (lenient, as its JSON one), for the types watched in protobuf
     /// under [`Format::Protobuf`]; `None` (the default): JSON only.
-    fn protobuf() -> Option<proto_watch::Decode<Self>>
+    fn protobuf() -> Option<proto::Decode<Self>>
     where
         Self: Sized,
     {
@@ -237,7 +237,7 @@ impl Decoded for WirePod {
         self.1.as_deref()
     }
 
-    fn protobuf() -> Option<proto_watch::Decode<Self>> {
+    fn protobuf() -> Option<proto::Decode<Self>> {
         Some(WirePod::from_protobuf)
     }
 }
@@ -247,7 +247,7 @@ impl Decoded for WireNode {
         self.1.as_deref()
     }
 
-    fn protobuf() -> Option<proto_watch::Decode<Self>> {
+    fn protobuf() -> Option<proto::Decode<Self>> {
         Some(WireNode::from_protobuf)
     }
 }
@@ -257,7 +257,7 @@ impl Decoded for WireLease {
         self.1.as_deref()
     }
 
-    fn protobuf() -> Option<proto_watch::Decode<Self>> {
+    fn protobuf() -> Option<proto::Decode<Self>> {
         Some(WireLease::from_protobuf)
     }
 }
@@ -361,7 +361,7 @@ fn connect_failed(e: &kube::Error) -> bool {
 }
 
 /// Whether the API server refused protobuf: `406 Not Acceptable`, `415 Unsupported Media Type`,
-/// or an answer in JSON ([`proto_watch`] reports it as a 406).
+/// or an answer in JSON ([`proto`] reports it as a 406).
 fn refuses_protobuf(e: &watcher::Error) -> bool {
     matches!(api_status(e).map(|s| s.code), Some(406 | 415))
 }
@@ -463,7 +463,7 @@ struct State<K: Resource + Clone + DeserializeOwned + Debug + Send + 'static> {
     streaming: bool,
     stall: Option<Stall>,
     /// The protobuf decoder while this watch reads protobuf; `None`: JSON.
-    protobuf: Option<proto_watch::Decode<K>>,
+    protobuf: Option<proto::Decode<K>>,
     backoff: Backoff,
     resource: &'static str,
     metrics: WatchMetrics,
@@ -480,7 +480,7 @@ where
             Some(decode) => {
                 let stalled = self.metrics.stalls.get_or_create(&ResourceLabels { resource: self.resource }).clone();
                 let stall = self.stall.clone().map(|s| (s, stalled));
-                proto_watch::protobuf_watcher(self.api.clone(), self.config.clone(), decode, stall)
+                proto::protobuf_watcher(self.api.clone(), self.config.clone(), decode, stall)
             }
             None => watcher(self.api.clone(), self.config.clone()).map(|r| r.map(Ev::Event)).boxed(),
         };

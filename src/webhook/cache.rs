@@ -260,7 +260,7 @@ pub async fn namespaces(
                 if let (Some(b), Ok(mut c)) = (building.take(), knowledge.namespaces.write()) {
                     metrics
                         .objects
-                        .get_or_create(&crate::metrics::ResourceLabels { resource: "namespaces" })
+                        .get_or_create(&crate::runtime::watch::ResourceLabels { resource: "namespaces" })
                         .set(b.len() as i64);
                     *c = b;
                 }

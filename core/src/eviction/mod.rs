@@ -13,7 +13,7 @@
 //! memory: kubernetes issues 108268, 102993, 108982).
 //!
 //! A taint that node lifecycle manages counts only once node lifecycle, in this process, stands
-//! behind it ([`Gate`]): after a restart or a leader change a taint may be stale (the node
+//! behind it ([`Gate`](crate::ctx::Gate)): after a restart or a leader change a taint may be stale (the node
 //! recovered while no controller ran), and it must be judged before anyone is evicted for it.
 //! Pods that would be due only through such a taint are held, and looked at again after every
 //! batch of changes.
@@ -32,7 +32,8 @@ use jiff::{SignedDuration, Timestamp};
 use crate::action::{
     Action, Cause, EvictPod, EvictionMode, EvictionResult, Op, PodEvent, PodEventKind, ReadTolerations, TolerationsRead,
 };
-use crate::index::{Index, PodKey, SlimNode, SlimPod};
+use crate::ctx::Ctx;
+use crate::index::{PodKey, SlimNode, SlimPod};
 use crate::taints::{self, MatchOptions, Taint, TaintDue, TaintId, TaintIdentity, Toleration, keys};
 use crate::time::backoff;
 use crate::timer_queue::TimerQueue;
@@ -66,43 +67,6 @@ impl Default for Config {
             retry_cap: Duration::from_secs(30),
             eviction_only: false,
         }
-    }
-}
-
-/// Whether an eviction caused by `taint` on `node` may be carried out now. Node lifecycle
-/// implements it for the taints it manages; [`Ungated`] stands behind every taint (node
-/// lifecycle does not run in this process, so another controller owns those taints).
-pub trait Gate {
-    fn confirmed(&self, node: &SlimNode, taint: &Taint, now: Timestamp) -> bool;
-}
-
-pub struct Ungated;
-
-impl Gate for Ungated {
-    fn confirmed(&self, _: &SlimNode, _: &Taint, _: Timestamp) -> bool {
-        true
-    }
-}
-
-/// What every decision of both controllers needs: the cache, the time, and the gate. Only this
-/// controller asks the gate; node lifecycle stands behind it (it is the [`Gate`] that judges its
-/// own taints), so it is handed an ungated context ([`Ctx::new`]).
-#[derive(Clone, Copy)]
-pub struct Ctx<'a> {
-    pub index: &'a Index,
-    pub now: Timestamp,
-    pub gate: &'a dyn Gate,
-}
-
-impl<'a> Ctx<'a> {
-    /// [`Ungated`]: every taint counts.
-    pub fn new(index: &'a Index, now: Timestamp) -> Self {
-        Self { index, now, gate: &Ungated }
-    }
-
-    /// The same, with evictions gated on `gate`.
-    pub fn gated(self, gate: &'a dyn Gate) -> Self {
-        Self { gate, ..self }
     }
 }
 

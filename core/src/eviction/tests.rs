@@ -1,6 +1,8 @@
 use super::*;
 use crate::action::Cause;
+use crate::ctx::{Gate, Ungated};
 use crate::fixtures::{no_execute, node, pod, toleration};
+use crate::index::Index;
 use crate::taints::{Effect, Taint, TaintId};
 
 fn ts(s: i64) -> Timestamp {

@@ -22,14 +22,13 @@
 //! - Nothing is stripped on start-up: a taint that is already right is left as it is, with its
 //!   `timeAdded` (upstream removes them all, resetting every pending eviction). The taint
 //!   eviction controller acts on a managed taint only once this controller stands behind it
-//!   ([`Gate`](crate::eviction::Gate)).
+//!   ([`Gate`](crate::ctx::Gate)).
 //!
 //! Its parts: `nodes` (heartbeats, grace periods, writes and their backoff per node), `plan`
 //! (what a node's taints should become, and the gate), `zones` (zone states, limiters and
 //! queues, the all-zones outage), `marks` (MarkPodsNotReady).
 
 mod consistency;
-pub mod labels;
 pub mod limiter;
 mod marks;
 mod nodes;
@@ -45,7 +44,7 @@ use crate::action::{
     Action, CheckLease, LeaseRead, MarkResult, NodeEvent, NodeEventKind, NodeWriteResult, SetConditions, SetTaints,
 };
 use crate::condition;
-use crate::eviction::Ctx;
+use crate::ctx::Ctx;
 use crate::health::{self, Grace, Probe};
 use crate::index::{PodKey, SlimNode};
 use crate::rules::TaintRule;
@@ -93,7 +92,7 @@ pub struct NodeLifecycle {
     next_pass: Option<Timestamp>,
     synced: bool,
     /// When this process began judging nodes (its caches synced while leading): a managed taint
-    /// added before it was inherited ([`crate::eviction::Gate`]).
+    /// added before it was inherited ([`crate::ctx::Gate`]).
     judging_since: Option<Timestamp>,
 }
 

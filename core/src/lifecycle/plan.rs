@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use super::nodes::Nodes;
 use super::{Config, NodeLifecycle};
 use crate::condition;
-use crate::eviction::Gate;
+use crate::ctx::Gate;
 use crate::health::MONITORED_CONDITIONS;
 use crate::index::SlimNode;
 use crate::rules::{TaintRule, UNSCHEDULABLE};

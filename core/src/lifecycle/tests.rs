@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use super::*;
 use crate::action::{Action, MarkPodNotReady, MarkResult, NodeWriteResult, Op};
 use crate::cache::WatchEvent;
-use crate::eviction::Gate;
+use crate::ctx::Gate;
 use crate::fixtures::{World, cond, evicted, lifecycle_config as cfg, node, pod, taint_eviction as eviction, ts};
 use crate::index::SlimNode;
 use crate::rules;

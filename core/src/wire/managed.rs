@@ -13,7 +13,8 @@ use serde::Deserializer;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::json;
 
-use crate::writers::{CONDITIONS_PATH, DISRUPTION_TARGET_KEY, READY_KEY, TAINTS_PATH, UPSTREAM_MANAGER};
+use crate::upstream::UPSTREAM_MANAGER;
+use crate::writers::{CONDITIONS_PATH, DISRUPTION_TARGET_KEY, READY_KEY, TAINTS_PATH};
 
 /// The `managedFields` entries of kube-controller-manager that matter, or `None`.
 pub fn upstream_fields<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<ManagedFieldsEntry>>, D::Error> {

@@ -34,7 +34,7 @@ use super::{
     Keeping, LeaseSpecIn, Meta, NoStatus, NodeSpecIn, NodeStatusIn, Object, PodSpecIn, PodStatusIn, WireCondition,
     WireLease, WireNode, WirePod, WireTaint, WireToleration, managed,
 };
-use crate::writers::UPSTREAM_MANAGER;
+use crate::upstream::UPSTREAM_MANAGER;
 
 /// Go's zero `time.Time` (0001-01-01T00:00:00Z) in Unix seconds: its JSON is `null`.
 const GO_ZERO_TIME: i64 = -62_135_596_800;

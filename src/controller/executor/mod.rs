@@ -31,6 +31,7 @@ pub use call::{CallOutcome, Fence};
 
 use super::events::{EventQueue, QueuedEvent, Saturation};
 use crate::clock::Clock;
+use crate::eviction::{EvictionEvents, NodeReadMode};
 use crate::metrics::{EvictionMetrics, ExecutorMetrics, LifecycleMetrics};
 use crate::runtime::lean::LeanClient;
 use crate::runtime::watch::Format;
@@ -64,34 +65,6 @@ pub struct ExecutorConfig {
     pub eviction_events: EvictionEvents,
     /// The format the executor asks answers in (`--kube-api-content-type`).
     pub wire: Format,
-}
-
-/// What an eviction reads of its node right before writing (`--eviction-node-read`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum NodeReadMode {
-    /// A quorum read from etcd: a taint removed a moment ago, which the node watch has not
-    /// delivered yet, stops the eviction (kubernetes issue 119862).
-    #[default]
-    Quorum,
-    /// A read from the API server's watch cache (`resourceVersion=0`): the same protection
-    /// against our own cache lagging (a pod's event handled before its node's), without a read
-    /// from etcd; with several API servers, one whose cache lags can answer.
-    Cache,
-    /// No read: the decision's cache alone, as kube-controller-manager does.
-    None,
-}
-
-/// The `Marking for deletion` events of evictions (`--eviction-events`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum EvictionEvents {
-    /// One event on each pod, as upstream records it.
-    #[default]
-    PerPod,
-    /// One event on the node for the pods marked on it within a second ("Marking for deletion
-    /// 30 pods on Node n-1").
-    PerNode,
-    /// None.
-    None,
 }
 
 /// The rates and sizes the executor is built from, as the flags give them.

@@ -13,10 +13,11 @@ use kube::Resource;
 use kube::api::{GetParams, Patch};
 use kube::core::Request;
 use nlc_core::action::{
-    CheckLease, LeaseRead, NODE_LEASE_NAMESPACE, NodeWriteResult, SetConditions, SetLabels, SetTaints,
+    CheckLease, LeaseRead, NodeWriteResult, SetConditions, SetLabels, SetTaints,
 };
 use nlc_core::index::SlimNode;
 use nlc_core::taints;
+use nlc_core::upstream::NODE_LEASE_NAMESPACE;
 use nlc_core::wire::{WireLease, WireNode};
 use serde_json::json;
 

@@ -2,7 +2,7 @@
 //! (`application/vnd.kubernetes.protobuf`), for the kinds the cache decodes from it (pods, nodes,
 //! node Leases: [`nlc_core::wire::proto`]). It yields what kube-runtime's
 //! [`watcher`](kube::runtime::watcher()) yields, the same [`watcher::Event`]s and
-//! [`watcher::Error`]s in the same order, so that [`super::watch::stream`]'s one loop (metrics,
+//! [`watcher::Error`]s in the same order, so that [`super::stream`]'s one loop (metrics,
 //! classification, backoff, the paged fallback) is the same for both formats.
 //!
 //! Its behaviour is kube-runtime 5.0's watcher's, written again for another decoder (kube's
@@ -12,9 +12,9 @@
 //!   ended by the bookmark annotated `k8s.io/initial-events-end`); then a watch from the last
 //!   resourceVersion seen (an object's or a bookmark's), with bookmarks and `timeoutSeconds`
 //!   (290 s unless set). A watch that ends, or stays silent for its timeout and 5 s more (or for
-//!   its stall bound, [`super::watch::Stall`], while that is armed: counted), is started again
+//!   its stall bound, [`super::Stall`], while that is armed: counted), is started again
 //!   from that resourceVersion; a `410` re-lists. Bookmarks are handed on
-//!   ([`super::watch::Ev::Bookmark`]): they say how far the watch has read.
+//!   ([`super::Ev::Bookmark`]): they say how far the watch has read.
 //! - Requests go through [`kube::Client::send`] (the client's base URI, auth and timeouts) with
 //!   `Accept: application/vnd.kubernetes.protobuf, application/json`, client-go's header for
 //!   built-in kinds. The answer's `Content-Type` decides how it is read: protobuf here; an
@@ -48,7 +48,7 @@ use kube::runtime::watcher;
 use nlc_core::wire::proto;
 use prometheus_client::metrics::counter::Counter;
 
-use super::watch::{Ev, Stall};
+use super::{Ev, Stall};
 
 /// The media type of protobuf bodies.
 pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
@@ -548,6 +548,6 @@ mod tests {
     #[test]
     fn undecodable_bodies_classify_as_answered() {
         let e = watcher::Error::InitialListFailed(undecodable("a list", &proto::Error::NoMagic));
-        assert_eq!(super::super::watch::classify(&e), super::super::watch::Failure::Answered { code: 0 });
+        assert_eq!(super::super::classify(&e), super::super::Failure::Answered { code: 0 });
     }
 }
