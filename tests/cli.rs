@@ -203,10 +203,12 @@ async fn twin_refused(identity: &str) {
             lease.clone(),
         ]
     };
+    // The first one's log goes to a file, as a container's does: plain lines, no colour.
+    let log = std::env::temp_dir().join(unique("nlc-twin-log"));
     let mut first = tokio::process::Command::new(BIN)
         .args(args(port))
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
         .kill_on_drop(true)
         .spawn()
         .expect("spawn");
@@ -220,6 +222,10 @@ async fn twin_refused(identity: &str) {
     assert!(!second.status.success(), "a twin was accepted");
     assert!(err.contains("--instance") && err.contains(identity), "{err}");
     let _ = first.kill().await;
+    let written = std::fs::read_to_string(&log).expect("log");
+    let _ = std::fs::remove_file(&log);
+    assert!(written.contains(" INFO "), "no plain log line: {written}");
+    assert!(!written.contains('\u{1b}'), "escape codes in a log file: {written:?}");
 }
 
 #[test]
