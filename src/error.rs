@@ -1,4 +1,4 @@
-//! The crate's one error type. `anyhow` appears only in `main`.
+//! The crate's one error type: every command returns it, and `main` prints it.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -51,6 +51,10 @@ pub enum Error {
     /// No API server answered at start within the patience given to it.
     #[error("the API server did not answer: {0}")]
     NoServer(String),
+
+    /// A task panicked: a bug, stopped here rather than left to run without it.
+    #[error("task {task} panicked: {message}")]
+    Panicked { task: &'static str, message: String },
 }
 
 impl Error {
@@ -68,6 +72,7 @@ impl Error {
             Self::LostLease => "leader_election",
             Self::Check(_) => "check",
             Self::NoServer(_) => "client",
+            Self::Panicked { .. } => "panic",
         }
     }
 }

@@ -43,7 +43,8 @@ async fn wait_for_event(s: &Scope, pod: &str, reason: &str, message: &str) -> bo
 }
 
 /// Upstream: "evicts pods from tainted nodes" and "pods evicted from tainted nodes have pod
-/// disruption condition"; plus the event.
+/// disruption condition"; plus the event, written through the executor's request path (counted
+/// like every other request).
 #[tokio::test]
 async fn untolerated_pod_is_evicted_right_after_the_taint_appears() {
     let env = shared();
@@ -51,7 +52,7 @@ async fn untolerated_pod_is_evicted_right_after_the_taint_appears() {
     let node = s.node("n", json!([])).await;
     s.pod("p", &node, json!([]), json!({})).await;
     let evictions = Evictions::watch(s.pods()).await;
-    let _c = Controller::start(env, &s.scope, &[]).await;
+    let c = Controller::start(env, &s.scope, &[]).await;
 
     let tainted_at = Timestamp::now();
     s.set_taints(&node, json!([no_execute(KEY, now_s())])).await;
@@ -78,6 +79,9 @@ async fn untolerated_pod_is_evicted_right_after_the_taint_appears() {
     assert_eq!(grace, Some(30), "the pod's own grace period is used");
     let note = format!("Marking for deletion Pod {}/p", s.ns);
     assert!(wait_for_event(&s, "p", "TaintManagerEviction", &note).await, "no event {note:?}");
+    let m = c.metrics().await;
+    let events = metric_sum(&m, "nlc_api_requests_total", &["verb=\"create\"", "resource=\"events\"", "code=\"200\""]);
+    assert!(events >= 1.0, "the event's write was not counted:\n{m}");
 }
 
 /// Issue 27: with `--api-http2` the controller speaks HTTP/2 to the API server (one

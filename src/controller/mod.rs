@@ -4,7 +4,6 @@
 //! to the executor, which reports back.
 
 pub mod args;
-mod events;
 pub mod executor;
 pub mod watch;
 mod writers;
@@ -30,13 +29,11 @@ pub use args::RunArgs;
 
 use crate::clock::{Clock, StepDetector, SystemClock, far_future};
 use crate::error::Result;
-use crate::metrics::{
-    BrakeMetrics, ClockMetrics, EvictionMetrics, ExecutorMetrics, LifecycleMetrics, ResourceLabels, WatchMetrics,
-    ZoneLabels,
-};
+use crate::metrics::{BrakeMetrics, ClockMetrics, EvictionMetrics, ExecutorMetrics, LifecycleMetrics, ZoneLabels};
 use crate::runtime::Runtime;
 use crate::runtime::admin::Heartbeat;
 use crate::runtime::shutdown;
+use crate::runtime::watch::{ResourceLabels, WatchMetrics};
 use executor::{Executor, ExecutorConfig};
 use nlc_core::brakes::Pause;
 use nlc_core::wire::{WireLease, WireNode, WirePod};
@@ -180,7 +177,7 @@ async fn server_version(client: &kube::Client) -> Result<k8s_openapi::apimachine
 }
 
 /// Adds the controllers to a runtime: metrics, readiness (every cache synced), liveness (the
-/// loop turns), the watches, the executor and the controller task. Long (91 lines) because it is
+/// loop turns), the watches, the executor and the controller task. Long because it is
 /// the wiring: every channel, gate and component built in the order they depend on each other.
 fn spawn(
     rt: &mut Runtime,
@@ -227,8 +224,10 @@ fn spawn(
         eviction_events: eviction.events,
         wire: kube_api_content_type,
     };
+    let client = rt.client();
     let executor = Executor::new(
-        rt.client(),
+        rt,
+        client,
         tx.clone(),
         clock.clone(),
         ExecutorConfig::new(budget, instance),

@@ -23,6 +23,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -168,7 +169,7 @@ impl Runtime {
         self.signal.clone()
     }
 
-    /// Runs `task` in a span named `name`. A task that fails is logged and counted
+    /// Runs `task` in a span named `name`. A task that fails or panics is logged and counted
     /// (`nlc_task_failures_total{task,error}`), and shuts the process down with its error.
     pub fn spawn<F>(&mut self, name: &'static str, task: F)
     where
@@ -178,7 +179,11 @@ impl Runtime {
         let span = tracing::info_span!("task", task = name);
         self.tasks.spawn(
             async move {
-                if let Err(e) = task.await {
+                let result = std::panic::AssertUnwindSafe(task)
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|panic| Err(Error::Panicked { task: name, message: panic_message(&*panic) }));
+                if let Err(e) = result {
                     tracing::error!(error = %e, "task failed");
                     failures.get_or_create(&TaskLabels { task: name, error: e.metric_label() }).inc();
                     let _ = failed.send(e);
@@ -370,5 +375,14 @@ fn raise_open_files_limit() {
             Ok(()) => tracing::debug!(from = ?limit.current, to = ?limit.maximum, "raised the open files limit"),
             Err(e) => tracing::warn!(error = %e, "could not raise the open files limit"),
         }
+    }
+}
+
+/// What a panic said, when it said it with a string.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => (*s).to_owned(),
+        (_, Some(s)) => s.clone(),
+        _ => "a panic without a message".to_owned(),
     }
 }

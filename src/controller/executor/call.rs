@@ -1,15 +1,17 @@
-//! Every request the executor makes goes through [`Inner::read`] or [`Inner::write`]: the metric
-//! (`nlc_api_requests_total{verb,resource,code}`), one log line for the unexpected, the outcome
-//! classified ([`CallOutcome`]). Writes also pass the [`Fence`] right before they are sent, and are
-//! bounded in time (`--api-write-timeout`): a slow API server or etcd must not hold an eviction
-//! permit for the client's 295 s read timeout.
+//! Every request the executor makes, its events' included, goes through [`Calls::read`] or
+//! [`Calls::write`]: the metric (`nlc_api_requests_total{verb,resource,code}`), one log line for
+//! the unexpected, the outcome classified ([`CallOutcome`]). Writes also pass the [`Fence`] right
+//! before they are sent, and are bounded in time (`--api-write-timeout`): a slow API server or
+//! etcd must not hold an eviction permit for the client's 295 s read timeout.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
 pub use crate::runtime::fence::Fence;
 
 use super::Inner;
-use crate::metrics::RequestLabels;
+use crate::metrics::{ExecutorMetrics, RequestLabels};
 
 /// What an API call came to.
 #[derive(Debug)]
@@ -29,7 +31,28 @@ pub enum CallOutcome<T> {
     Fenced,
 }
 
-impl Inner {
+/// The one request path: the fence, the write timeout and the request metric.
+pub(super) struct Calls {
+    fence: Arc<Fence>,
+    metrics: ExecutorMetrics,
+    write_timeout: Duration,
+}
+
+impl Calls {
+    pub(super) fn new(fence: Arc<Fence>, metrics: ExecutorMetrics, write_timeout: Duration) -> Self {
+        Self { fence, metrics, write_timeout }
+    }
+
+    /// The executor's metrics, the request counter among them.
+    pub(super) fn metrics(&self) -> &ExecutorMetrics {
+        &self.metrics
+    }
+
+    /// The fence every write passes.
+    pub(super) fn fence(&self) -> &Arc<Fence> {
+        &self.fence
+    }
+
     /// A read.
     pub(super) async fn read<T>(
         &self,
@@ -39,28 +62,6 @@ impl Inner {
         req: impl Future<Output = kube::Result<T>>,
     ) -> CallOutcome<T> {
         self.classify(verb, resource, name, req.await)
-    }
-
-    /// A live read a decision waits on (a silent node's Lease, a pod's whole toleration list):
-    /// bounded as node writes are (at most `concurrency` at once, paced by `--kube-api-qps`: a
-    /// whole cluster can ask at once) and in time by `--api-write-timeout` (a read that hangs
-    /// would hold the decision). `None` when the executor is closing.
-    pub(super) async fn paced_read<T>(
-        &self,
-        verb: &'static str,
-        resource: &'static str,
-        name: &str,
-        req: impl Future<Output = kube::Result<T>>,
-    ) -> Option<CallOutcome<T>> {
-        let _permit = self.node_permits.acquire().await.ok()?;
-        if let Some(l) = &self.cfg.api_limiter {
-            l.until_ready().await;
-        }
-        let read = self.read(verb, resource, name, req);
-        Some(match tokio::time::timeout(self.cfg.write_timeout, read).await {
-            Ok(outcome) => outcome,
-            Err(_) => CallOutcome::Failed(format!("no answer within --api-write-timeout {:?}", self.cfg.write_timeout)),
-        })
     }
 
     /// A write: fenced, and bounded by `--api-write-timeout` and by the time left on the
@@ -73,13 +74,13 @@ impl Inner {
         name: &str,
         req: impl FnOnce(std::time::Duration) -> F,
     ) -> CallOutcome<T> {
-        match self.fence.write(self.cfg.write_timeout, req).await {
+        match self.fence.write(self.write_timeout, req).await {
             Some(Some(result)) => self.classify(verb, resource, name, result),
             None => CallOutcome::Fenced,
             Some(None) => {
-                self.exec_metrics.requests.get_or_create(&RequestLabels { verb, resource, code: 0 }).inc();
-                self.exec_metrics.timeouts.inc();
-                let after = self.cfg.write_timeout;
+                self.metrics.requests.get_or_create(&RequestLabels { verb, resource, code: 0 }).inc();
+                self.metrics.timeouts.inc();
+                let after = self.write_timeout;
                 tracing::warn!(verb, resource, name, timeout_ms = after.as_millis() as u64, "request timed out");
                 CallOutcome::Failed(format!(
                     "no answer within --api-write-timeout {after:?} or the time left on the leader's lease"
@@ -100,7 +101,7 @@ impl Inner {
             Err(kube::Error::Api(s)) => s.code,
             Err(_) => 0,
         };
-        self.exec_metrics.requests.get_or_create(&RequestLabels { verb, resource, code }).inc();
+        self.metrics.requests.get_or_create(&RequestLabels { verb, resource, code }).inc();
         let e = match result {
             Ok(v) => return CallOutcome::Ok(v),
             Err(e) => e,
@@ -118,5 +119,29 @@ impl Inner {
                 CallOutcome::Failed(e.to_string())
             }
         }
+    }
+}
+
+impl Inner {
+    /// A live read a decision waits on (a silent node's Lease, a pod's whole toleration list):
+    /// bounded as node writes are (at most `concurrency` at once, paced by `--kube-api-qps`: a
+    /// whole cluster can ask at once) and in time by `--api-write-timeout` (a read that hangs
+    /// would hold the decision). `None` when the executor is closing.
+    pub(super) async fn paced_read<T>(
+        &self,
+        verb: &'static str,
+        resource: &'static str,
+        name: &str,
+        req: impl Future<Output = kube::Result<T>>,
+    ) -> Option<CallOutcome<T>> {
+        let _permit = self.node_permits.acquire().await.ok()?;
+        if let Some(l) = &self.cfg.api_limiter {
+            l.until_ready().await;
+        }
+        let read = self.calls.read(verb, resource, name, req);
+        Some(match tokio::time::timeout(self.cfg.write_timeout, read).await {
+            Ok(outcome) => outcome,
+            Err(_) => CallOutcome::Failed(format!("no answer within --api-write-timeout {:?}", self.cfg.write_timeout)),
+        })
     }
 }

@@ -1,15 +1,23 @@
-//! The executor: the only code that writes to the API. It carries out [`Action`]s (pod writes
-//! from a bounded queue by a fixed set of workers, node writes one per node), paces them
-//! (governor), sends every write through one [`Fence`], and reports each result back to the
-//! controller task, which decides about retries.
+//! The executor: the only code that writes what the controllers decide. It carries out
+//! [`Action`]s (pod writes from a bounded queue by a fixed set of workers, node writes one per
+//! node), paces them (governor), sends every request, its events' included, through one request
+//! path (`call.rs`: the [`Fence`], `--api-write-timeout`, `nlc_api_requests_total`), and reports
+//! each result back to the controller task, which decides about retries. One exception: a taint
+//! write that meets a conflict re-reads the node and applies the same change again, at most 5
+//! times, as upstream's `AddOrUpdateTaintOnNode` does (`nodes.rs`).
+//!
+//! The other writers, each of its own object, stand outside it by design: leader election
+//! ([`crate::runtime::leader`], its Lease), the webhook ([`crate::webhook::cache`], TolerationRule
+//! status) and [`crate::uninstall`] (our rules' taints, with no controller running).
 //!
 //! - `call.rs`: every request: metrics, outcome, the fence, the write timeout.
 //! - `queue.rs`: the pod writes waiting for a worker.
 //! - `pods.rs`: evictions and MarkPodsNotReady.
 //! - `nodes.rs`: conditions and taints.
-//! - `../events.rs`: events, best effort, behind the evictions.
+//! - `events.rs`: events, best effort, behind the evictions.
 
 mod call;
+mod events;
 mod nodes;
 mod pods;
 mod queue;
@@ -29,12 +37,16 @@ use tracing::Instrument;
 
 pub use call::{CallOutcome, Fence};
 
-use super::events::{EventQueue, QueuedEvent, Saturation};
 use crate::clock::Clock;
+use crate::error::Result;
 use crate::eviction::{EvictionEvents, NodeReadMode};
 use crate::metrics::{EvictionMetrics, ExecutorMetrics, LifecycleMetrics};
+use crate::runtime::Runtime;
 use crate::runtime::lean::LeanClient;
+use crate::runtime::shutdown::Signal;
 use crate::runtime::watch::Format;
+use call::Calls;
+use events::{EventQueue, QueuedEvent, Saturation};
 use pods::NodeRead;
 
 /// A token bucket for `qps` with `burst`; `None` when `qps` is 0 (unlimited). Never panics:
@@ -158,7 +170,8 @@ struct Inner {
     running: Mutex<HashMap<Op, Arc<Cancel>>>,
     /// Pods whose `DisruptionTarget` condition is written, while their delete is retried.
     marked: Mutex<std::collections::HashSet<String>>,
-    fence: Arc<Fence>,
+    /// The one request path (its fence, the write timeout, the request metric).
+    calls: Arc<Calls>,
     metrics: EvictionMetrics,
     exec_metrics: ExecutorMetrics,
     lifecycle_metrics: LifecycleMetrics,
@@ -223,28 +236,31 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Executor {
-    /// Starts the workers. `gate` is the controller's decision that this process may write
+    /// Starts the workers, as tasks of `rt` (a worker that panics is counted and stops the
+    /// process; at shutdown an idle worker stops and a busy one finishes its write first, which
+    /// the fence bounds). `may_write` is the controller's decision that this process may write
     /// (it leads, is not paused altogether, is not in shadow mode); every write also passes the
     /// [`Fence`] built on it.
     pub fn new(
+        rt: &mut Runtime,
         client: kube::Client,
         results: mpsc::Sender<Input>,
         clock: Arc<dyn Clock>,
         cfg: ExecutorConfig,
-        gate: watch::Receiver<bool>,
+        may_write: watch::Receiver<bool>,
         metrics: ExecutorMetricSet,
     ) -> Self {
         let ExecutorMetricSet { eviction: metrics, executor: exec_metrics, lifecycle: lifecycle_metrics } = metrics;
-        let fence = Arc::new(Fence::new(gate));
+        let calls = Arc::new(Calls::new(Arc::new(Fence::new(may_write)), exec_metrics.clone(), cfg.write_timeout));
         let busy = Arc::new(AtomicUsize::new(0));
         let saturation = Saturation { busy: busy.clone(), workers: cfg.concurrency };
         let lean = LeanClient::new(client.clone(), cfg.wire);
         let events = EventQueue::start(
+            rt,
             lean.clone(),
             &cfg.instance,
-            fence.clone(),
+            calls.clone(),
             saturation,
-            exec_metrics.clone(),
             clock.clone(),
             cfg.eviction_events,
         );
@@ -262,24 +278,24 @@ impl Executor {
             recent_nodes: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
             marked: Mutex::new(std::collections::HashSet::new()),
-            fence,
+            calls,
             metrics,
             exec_metrics,
             lifecycle_metrics,
             cfg,
         });
         for _ in 0..inner.cfg.concurrency {
-            tokio::spawn(evict_worker(inner.clone()).instrument(tracing::info_span!("eviction-worker")));
+            rt.spawn("eviction-worker", evict_worker(inner.clone(), rt.shutdown()));
         }
         for _ in 0..MARK_WORKERS {
-            tokio::spawn(mark_worker(inner.clone()).instrument(tracing::info_span!("mark-worker")));
+            rt.spawn("mark-worker", mark_worker(inner.clone(), rt.shutdown()));
         }
         Self { inner }
     }
 
     /// The fence every write passes: sealed by leader election before the Lease is released.
     pub fn fence(&self) -> Arc<Fence> {
-        self.inner.fence.clone()
+        self.inner.calls.fence().clone()
     }
 
     /// Carries out `action` in the background.
@@ -408,7 +424,7 @@ impl Inner {
 
     /// Waits for `cells` of the API budget (`--kube-api-qps`), unless the fence is closed.
     async fn api_budget(&self, cells: u32) -> bool {
-        if !self.fence.is_open() {
+        if !self.calls.fence().is_open() {
             return false;
         }
         if let (Some(l), Some(n)) = (&self.cfg.api_limiter, NonZeroU32::new(cells)) {
@@ -419,13 +435,22 @@ impl Inner {
                 }
             }
         }
-        self.fence.is_open()
+        self.calls.fence().is_open()
     }
 }
 
-async fn evict_worker(inner: Arc<Inner>) {
-    loop {
-        let EvictJob(ev, seq, queued) = inner.evictions.pop().await;
+/// Takes the next job, or `None` once the process stops: an idle worker stops with it, a busy
+/// one finishes its job first (its write is bounded by the fence and `--api-write-timeout`).
+async fn next<J: queue::Job>(queue: &queue::Queue<J>, stop: &Signal) -> Option<J> {
+    tokio::select! {
+        biased;
+        () = stop.clone().signaled() => None,
+        job = queue.pop() => Some(job),
+    }
+}
+
+async fn evict_worker(inner: Arc<Inner>, stop: Signal) -> Result<()> {
+    while let Some(EvictJob(ev, seq, queued)) = next(&inner.evictions, &stop).await {
         inner.exec_metrics.queued("evictions", inner.evictions.len());
         inner.busy.fetch_add(1, Ordering::SeqCst);
         let op = Op::Eviction(ev.op);
@@ -440,14 +465,14 @@ async fn evict_worker(inner: Arc<Inner>) {
         inner.busy.fetch_sub(1, Ordering::SeqCst);
         let input = Input::EvictionResult { key: ev.key, uid: ev.uid, op: ev.op, result };
         if inner.results.send(input).await.is_err() {
-            return;
+            break;
         }
     }
+    Ok(())
 }
 
-async fn mark_worker(inner: Arc<Inner>) {
-    loop {
-        let MarkJob(p, queued) = inner.marks.pop().await;
+async fn mark_worker(inner: Arc<Inner>, stop: Signal) -> Result<()> {
+    while let Some(MarkJob(p, queued)) = next(&inner.marks, &stop).await {
         inner.exec_metrics.queued("marks", inner.marks.len());
         let op = Op::MarkPodNotReady(p.op);
         let cancel = inner.running(op);
@@ -457,9 +482,10 @@ async fn mark_worker(inner: Arc<Inner>) {
         inner.exec_metrics.worked("marks", started.duration_since(queued), started.elapsed());
         lock(&inner.running).remove(&op);
         if inner.results.send(Input::MarkResult { key: p.key, op: p.op, result }).await.is_err() {
-            return;
+            break;
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]

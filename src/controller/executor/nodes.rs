@@ -12,9 +12,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
 use kube::api::{GetParams, Patch};
 use kube::core::Request;
-use nlc_core::action::{
-    CheckLease, LeaseRead, NodeWriteResult, SetConditions, SetLabels, SetTaints,
-};
+use nlc_core::action::{CheckLease, LeaseRead, NodeWriteResult, SetConditions, SetLabels, SetTaints};
 use nlc_core::index::SlimNode;
 use nlc_core::taints;
 use nlc_core::upstream::NODE_LEASE_NAMESPACE;
@@ -73,7 +71,11 @@ impl Inner {
         let started = crate::clock::Stopwatch::start();
         let _observe = ObserveOnDrop(&self.lifecycle_metrics.update_node_health, started);
         let req = nodes().patch_subresource("status", &w.node, &crate::patch_params(), &Patch::Strategic(&patch));
-        match self.write("patch", "nodes/status", &w.node, |t| self.lean.slim::<WireNode>(with_timeout(req, t))).await {
+        match self
+            .calls
+            .write("patch", "nodes/status", &w.node, |t| self.lean.slim::<WireNode>(with_timeout(req, t)))
+            .await
+        {
             CallOutcome::Ok(WireNode(node, _)) => {
                 let delay = self.clock.now().duration_since(w.expired_at).as_secs_f64().max(0.0);
                 self.lifecycle_metrics.detection_delay.observe(delay);
@@ -99,7 +101,7 @@ impl Inner {
             w.labels.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
         let patch = json!({"metadata": {"labels": labels}});
         let req = nodes().patch(&w.node, &crate::patch_params(), &Patch::Merge(&patch));
-        match self.write("patch", "nodes", &w.node, |t| self.lean.send_unread(with_timeout(req, t))).await {
+        match self.calls.write("patch", "nodes", &w.node, |t| self.lean.send_unread(with_timeout(req, t))).await {
             CallOutcome::Ok(()) => tracing::info!(node = %w.node, labels = ?w.labels, "beta OS/arch labels reconciled"),
             CallOutcome::Gone | CallOutcome::Fenced => {}
             CallOutcome::Conflict => tracing::warn!(node = %w.node, "reconciling labels: conflict"),
@@ -141,7 +143,7 @@ impl Inner {
 
     async fn read_node(&self, name: &str) -> Result<Option<Box<SlimNode>>, String> {
         let req = nodes().get(name, &GetParams::default());
-        match self.read("get", "nodes", name, self.lean.slim::<WireNode>(req)).await {
+        match self.calls.read("get", "nodes", name, self.lean.slim::<WireNode>(req)).await {
             CallOutcome::Ok(WireNode(node, _)) => Ok(Some(Box::new(SlimNode::from(&node)))),
             CallOutcome::Gone => Ok(None),
             CallOutcome::Conflict => Err("conflict".into()),
@@ -168,6 +170,11 @@ impl Inner {
         Box::pin(self.write_taints(w)).await
     }
 
+    /// The change is the core's decision; applying it to the list as it is now is not. On a
+    /// conflict (another writer's taint landed between the read and the write) the node is read
+    /// again and the same change applied to its list, at most 5 times, as upstream's
+    /// `AddOrUpdateTaintOnNode` retries on conflict (`UpdateTaintBackoff`, 5 steps): the one
+    /// retry the executor makes itself. A fifth conflict goes back as [`NodeWriteResult::Conflict`].
     async fn write_taints(&self, w: &SetTaints) -> NodeWriteResult {
         let mut current = w.current.clone();
         let mut rv = w.resource_version.clone();
@@ -182,7 +189,11 @@ impl Inner {
             let list: Vec<k8s_openapi::api::core::v1::Taint> = next.iter().map(Into::into).collect();
             let patch = json!({"metadata": {"resourceVersion": rv}, "spec": {"taints": list}});
             let req = nodes().patch(&w.node, &crate::patch_params(), &Patch::Merge(&patch));
-            match self.write("patch", "nodes", &w.node, |t| self.lean.slim::<WireNode>(with_timeout(req, t))).await {
+            match self
+                .calls
+                .write("patch", "nodes", &w.node, |t| self.lean.slim::<WireNode>(with_timeout(req, t)))
+                .await
+            {
                 CallOutcome::Ok(WireNode(node, _)) => {
                     if let Some(zone) = &w.counted_zone {
                         self.lifecycle_metrics.evictions.get_or_create(&ZoneLabels { zone: zone.clone() }).inc();

@@ -25,7 +25,7 @@ use super::{Cancel, Inner, NodeReadMode, lock};
 /// The most pods remembered as having their `DisruptionTarget` written while their delete
 /// is retried.
 const MAX_MARKED: usize = 100_000;
-use crate::metrics::{ReasonLabels, RequestLabels};
+use crate::metrics::ReasonLabels;
 use crate::runtime::lean::with_timeout;
 
 pub use nlc_core::upstream::{DELETION_BY_TAINT_MANAGER, DISRUPTION_TARGET, TAINT_MANAGER_MESSAGE};
@@ -60,7 +60,7 @@ impl Inner {
         let (namespace, name) = nlc_core::index::split_pod_key(&r.key);
         let mut delay = Duration::from_secs(1);
         loop {
-            if !self.fence.is_open() {
+            if !self.calls.fence().is_open() {
                 return TolerationsRead::Failed("not the leader".into());
             }
             let req = Request::new(Pod::url_path(&(), Some(namespace))).get(name, &GetParams::default());
@@ -174,6 +174,7 @@ impl Inner {
         }
         let patch = json!({"metadata": {"uid": ev.uid}, "status": {"conditions": [condition]}});
         match self
+            .calls
             .write("patch", "pods/status", &ev.name, |t| {
                 let req = pods.patch_subresource("status", &ev.name, &crate::patch_params(), &Patch::Strategic(&patch));
                 self.lean.send_unread(with_timeout(req, t))
@@ -218,7 +219,7 @@ impl Inner {
     async fn delete(&self, pods: &Request, ev: &EvictPod) -> EvictionResult {
         let dp = Self::delete_params(ev);
         let delete = |t| self.lean.send_unread(with_timeout(pods.delete(&ev.name, &dp), t));
-        match self.write("delete", "pods", &ev.name, delete).await {
+        match self.calls.write("delete", "pods", &ev.name, delete).await {
             CallOutcome::Ok(_) => EvictionResult::Done { deleted: true },
             // Gone, or the UID precondition failed (409): another pod now has the name.
             CallOutcome::Gone | CallOutcome::Conflict => EvictionResult::Done { deleted: false },
@@ -230,6 +231,7 @@ impl Inner {
     async fn evict_api(&self, pods: &Request, ev: &EvictPod) -> EvictionResult {
         let params = EvictParams { delete_options: Some(Self::delete_params(ev)), post_options: crate::post_params() };
         match self
+            .calls
             .write("create", "pods/eviction", &ev.name, |t| {
                 self.lean.send_unread(with_timeout(pods.evict(&ev.name, &params), t))
             })
@@ -267,27 +269,19 @@ impl Inner {
                     };
                     let name = node.to_owned();
                     let started = self.seq.load(Ordering::Relaxed);
-                    let requests = self.exec_metrics.requests.clone();
-                    let lean = self.lean.clone();
+                    let (calls, lean) = (self.calls.clone(), self.lean.clone());
                     let f: NodeTaints = async move {
-                        let read = lean.slim::<WireNode>(nodes.get(&name, &params)).await;
-                        let result = match read {
-                            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-                            read => read.map(Some),
-                        };
-                        let code = match &result {
-                            Ok(Some(_)) => 200,
-                            Ok(None) => 404,
-                            Err(kube::Error::Api(s)) => s.code,
-                            Err(_) => 0,
-                        };
-                        requests.get_or_create(&RequestLabels { verb: "get", resource: "nodes", code }).inc();
-                        match result {
-                            Ok(Some(WireNode(n, _))) => Ok(Some(Arc::new(
+                        match calls.read("get", "nodes", &name, lean.slim::<WireNode>(nodes.get(&name, &params))).await
+                        {
+                            CallOutcome::Ok(WireNode(n, _)) => Ok(Some(Arc::new(
                                 n.spec.iter().flat_map(|s| s.taints.iter().flatten()).map(Taint::from).collect(),
                             ))),
-                            Ok(None) => Ok(None),
-                            Err(e) => Err(format!("reading node {name}: {e}")),
+                            CallOutcome::Gone => Ok(None),
+                            CallOutcome::Conflict => Err(format!("reading node {name}: conflict")),
+                            CallOutcome::Fenced => Err(format!("reading node {name}: not the leader")),
+                            CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => {
+                                Err(format!("reading node {name}: {e}"))
+                            }
                         }
                     }
                     .boxed()
@@ -326,6 +320,7 @@ impl Inner {
             patch["metadata"]["resourceVersion"] = json!(rv);
         }
         match self
+            .calls
             .write("patch", "pods/status", &p.name, |t| {
                 let req = pods.patch_subresource("status", &p.name, &crate::patch_params(), &Patch::Strategic(&patch));
                 self.lean.send_unread(with_timeout(req, t))

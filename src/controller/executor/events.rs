@@ -17,8 +17,9 @@
 //!   evictions of the storm benchmark kept 7.3 MB of Events at its heap peak), and at most
 //!   [`MAX_SERIES`] series, as client-go's correlator (its LRU of 4,096): full, it forgets the
 //!   least recently seen half, whose next repeat is a new event. Before, a storm of 150,000
-//!   evictions would have held 150,000 Events for six minutes. Every write passes the
-//!   executor's fence.
+//!   evictions would have held 150,000 Events for six minutes. Every write goes through the
+//!   executor's request path ([`super::call`]): fenced, bounded by `--api-write-timeout`, counted
+//!   in `nlc_api_requests_total{resource="events"}`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,11 +37,10 @@ use kube::core::Request;
 use kube::runtime::events::{Event, EventType};
 use nlc_core::action::{EvictPod, NodeEvent, PodEvent, PodEventKind};
 use tokio::sync::{Semaphore, mpsc};
-use tracing::Instrument;
 
+use super::call::{CallOutcome, Calls};
 use crate::eviction::EvictionEvents;
-use crate::runtime::fence::Fence;
-use crate::metrics::ExecutorMetrics;
+use crate::runtime::Runtime;
 use crate::runtime::lean::{LeanClient, with_timeout};
 
 /// An event to record.
@@ -89,12 +89,14 @@ pub struct EventQueue {
 }
 
 impl EventQueue {
+    /// Starts the worker (and with `--eviction-events=per-node` the flusher) as tasks of `rt`:
+    /// counted if they fail, stopped with the process.
     pub fn start(
+        rt: &mut Runtime,
         client: LeanClient,
         instance: &str,
-        fence: Arc<Fence>,
+        calls: Arc<Calls>,
         saturation: Saturation,
-        metrics: ExecutorMetrics,
         clock: Arc<dyn Clock>,
         mode: EvictionEvents,
     ) -> Self {
@@ -104,17 +106,24 @@ impl EventQueue {
             client.clone(),
             "taint-eviction-controller",
             instance,
-            fence.clone(),
+            calls.clone(),
             clock.clone(),
         ));
-        let nodes = Arc::new(Recorder::new(client, "node-controller", instance, fence.clone(), clock));
+        let nodes = Arc::new(Recorder::new(client, "node-controller", instance, calls.clone(), clock));
         let (tx, rx) = mpsc::channel(EVENT_QUEUE);
-        let dropped = metrics.events_dropped.clone();
-        let worker = worker(rx, pods, nodes, saturation, fence, dropped.clone());
-        tokio::spawn(worker.instrument(tracing::info_span!("events")));
+        let dropped = calls.metrics().events_dropped.clone();
+        let worker = worker(rx, pods, nodes, saturation, calls, dropped.clone());
+        rt.spawn_until_shutdown("events", async move {
+            worker.await;
+            Ok(())
+        });
         let marked = Arc::new(Mutex::new(HashMap::new()));
         if mode == EvictionEvents::PerNode {
-            tokio::spawn(flush_marked(marked.clone(), tx.downgrade(), dropped.clone()));
+            let flush = flush_marked(marked.clone(), tx.downgrade(), dropped.clone());
+            rt.spawn_until_shutdown("events-per-node", async move {
+                flush.await;
+                Ok(())
+            });
         }
         Self { tx, dropped, mode, marked }
     }
@@ -169,7 +178,7 @@ async fn worker(
     pods: Arc<Recorder>,
     nodes: Arc<Recorder>,
     evictions: Saturation,
-    fence: Arc<Fence>,
+    calls: Arc<Calls>,
     dropped: prometheus_client::metrics::counter::Counter,
 ) {
     let slots = Arc::new(Semaphore::new(EVENT_WORKERS));
@@ -184,14 +193,14 @@ async fn worker(
                 Some((since, seen)) if now.since(seen) < Duration::from_secs(1) => since,
                 _ => now,
             };
-            while evictions.saturated() && since.elapsed() < EVENT_DEFER_MAX && fence.is_open() {
+            while evictions.saturated() && since.elapsed() < EVENT_DEFER_MAX && calls.fence().is_open() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             saturated = evictions.saturated().then(|| (since, Stopwatch::start()));
         } else {
             saturated = None;
         }
-        if !fence.is_open() {
+        if !calls.fence().is_open() {
             continue;
         }
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
@@ -341,39 +350,37 @@ pub struct Recorder {
     controller: String,
     instance: String,
     cache: Mutex<Cache>,
-    fence: Arc<Fence>,
+    /// The executor's request path: the fence, `--api-write-timeout`, the request metric.
+    calls: Arc<Calls>,
     /// Event times, and the 6-minute aggregation window.
     clock: Arc<dyn Clock>,
 }
 
-/// A write the fence did not let through.
-fn fenced() -> kube::Error {
-    kube::Error::Service("not the leader: the event was not written".into())
-}
-
-/// An event is best effort: given up after this long (the default `--api-write-timeout`), or at
-/// the leader's lease's bound ([`Fence::write`]).
-const EVENT_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// A write given up at its deadline.
-fn timed_out() -> kube::Error {
-    kube::Error::Service("no answer by the event's deadline".into())
+/// What a write that did not land came to.
+fn not_written<T>(outcome: CallOutcome<T>) -> Result<T, String> {
+    match outcome {
+        CallOutcome::Ok(v) => Ok(v),
+        CallOutcome::Gone => Err("gone".into()),
+        CallOutcome::Conflict => Err("conflict".into()),
+        CallOutcome::Fenced => Err("not the leader: the event was not written".into()),
+        CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => Err(e),
+    }
 }
 
 impl Recorder {
-    pub fn new(client: LeanClient, controller: &str, instance: &str, fence: Arc<Fence>, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(client: LeanClient, controller: &str, instance: &str, calls: Arc<Calls>, clock: Arc<dyn Clock>) -> Self {
         Self {
             client,
             controller: controller.to_owned(),
             instance: instance.to_owned(),
             cache: Mutex::default(),
-            fence,
+            calls,
             clock,
         }
     }
 
     /// Creates the event, or counts it on the same event recorded within 6 minutes.
-    pub async fn publish(&self, ev: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
+    pub async fn publish(&self, ev: &Event, regarding: &ObjectReference) -> Result<(), String> {
         let now = self.clock.now();
         let key = Key {
             warning: ev.type_ == EventType::Warning,
@@ -400,16 +407,20 @@ impl Recorder {
                 let patch = serde_json::json!({"count": count, "lastTimestamp": Time(now)});
                 let pp = PatchParams { field_manager: Some(crate::FIELD_MANAGER.into()), ..PatchParams::default() };
                 let req = events.patch(&name, &pp, &Patch::Merge(&patch));
-                let sent = self.fence.write(EVENT_TIMEOUT, |t| self.client.send_unread(with_timeout(req, t))).await;
-                sent.ok_or_else(fenced)?.ok_or_else(timed_out)??;
+                let sent =
+                    self.calls.write("patch", "events", &name, |t| self.client.send_unread(with_timeout(req, t)));
+                not_written(sent.await)?;
                 Series { name, count, last: now }
             }
             None => {
                 let e = self.new_event(ev, regarding, now);
                 let pp = PostParams { field_manager: Some(crate::FIELD_MANAGER.into()), ..PostParams::default() };
-                let req = events.create(&pp, serde_json::to_vec(&e).map_err(kube::Error::SerdeError)?);
-                let sent = self.fence.write(EVENT_TIMEOUT, |t| self.client.send_unread(with_timeout(req, t))).await;
-                sent.ok_or_else(fenced)?.ok_or_else(timed_out)??;
+                let body = serde_json::to_vec(&e).map_err(|e| e.to_string())?;
+                let req = events.create(&pp, body);
+                let name = e.metadata.name.as_deref().unwrap_or_default();
+                let sent =
+                    self.calls.write("create", "events", name, |t| self.client.send_unread(with_timeout(req, t)));
+                not_written(sent.await)?;
                 Series { name: e.metadata.name.unwrap_or_default(), count: 1, last: now }
             }
         };
