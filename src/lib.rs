@@ -12,9 +12,13 @@
 //!        node lifecycle: health, zones, taints      nlc_core::lifecycle   -> gate for eviction
 //!        taint eviction: deadlines, timer queue     nlc_core::eviction
 //!   -> actions (plain data)                         nlc_core::action
-//!   -> executor: the only code that writes          controller::executor  (leader-gated, paced,
-//!      to the API, reports results back                                    one call path, retries)
+//!   -> executor: the only code that writes what     controller::executor  (leader-gated, paced,
+//!      the controllers decide, reports results back                        one request path)
 //! ```
+//!
+//! Three writers stand outside the executor by design, each writing only its own object: leader
+//! election its Lease ([`runtime::leader`]), the webhook the status of TolerationRules
+//! ([`webhook::cache`]), and the [`uninstall`] command the taints of our own rules.
 //!
 //! Modules:
 //! - [`runtime`]: the one runtime of every long-running command: client, metrics registry, admin

@@ -233,7 +233,7 @@ async fn same_events<K: Wire>(j: &mut JsonWatch, p: &mut ProtoWatch) -> Vec<Stri
     panic!("no DELETED event in {n}: {types:?}")
 }
 
-// Long (262 lines): one scope of odd objects, then every way of reading them (lists, pages,
+// Long: one scope of odd objects, then every way of reading them (lists, pages,
 // errors, watches, a streaming list) compared on those same objects.
 #[tokio::test]
 async fn protobuf_lists_and_watches_decode_as_their_json() {

@@ -34,7 +34,11 @@
 //! - [`leader`]: leader election decisions, with client-go's semantics.
 //! - [`flags`]: durations and the ranges flags must fall in.
 //! - [`time`]: saturating time arithmetic, backoff, and times read as Go reads them.
+//! - [`skew`]: how far this process's clock is from the API server's.
+//! - [`uid`]: an object's UID as the cache holds it (16 bytes when it is a UUID).
 //! - [`wire`]: what the watches decode, leniently: one odd object is skipped, never a page.
+//! - [`x509`]: a serving certificate's expiry, for the webhook's metric.
+//! - [`error`]: the core's error (a value that cannot be used, a manifest that cannot be read).
 //! - [`writers`]: kube-controller-manager's own controllers left running beside this one.
 //! - `fixtures` (this crate's tests only): builders for nodes and pods, and a fake API server for
 //!   the state.

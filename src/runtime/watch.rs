@@ -536,7 +536,7 @@ where
 
 /// Watches `api` for ever (the stream never ends), in `format` where `K` has a protobuf decoder
 /// (else JSON), started again when it stays silent past `stall`. `resource` labels the metrics
-/// and logs. Long (100 lines) because it is the one retry loop every watch shares: each failure
+/// and logs. Long because it is the one retry loop every watch shares: each failure
 /// class next to its backoff and its log, in one place.
 pub fn stream_as<K>(
     api: Api<K>,
