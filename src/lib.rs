@@ -12,7 +12,7 @@
 //!        node lifecycle: health, zones, taints      nlc_core::lifecycle   -> gate for eviction
 //!        taint eviction: deadlines, timer queue     nlc_core::eviction
 //!   -> actions (plain data)                         nlc_core::action
-//!   -> executor: the only code that writes what     controller::executor  (leader-gated, paced,
+//!   -> executor: the only code that writes what     controller::executor  (while leading, paced,
 //!      the controllers decide, reports results back                        one request path)
 //! ```
 //!

@@ -266,7 +266,7 @@ async fn snapshot(
     r.evicted = evicted_rows(pods.items.iter().filter_map(evicted_by_taint), now, within);
     let nodes_written = nodes.items.iter().flat_map(|n| {
         let name = n.metadata.name.clone().unwrap_or_default();
-        nlc_core::writers::node_writes(n).into_iter().map(move |s| (name.clone(), s))
+        nlc_core::second_writers::node_writes(n).into_iter().map(move |s| (name.clone(), s))
     });
     let pods_written = pods.items.iter().flat_map(|p| {
         let key = format!(
@@ -274,7 +274,7 @@ async fn snapshot(
             p.metadata.namespace.as_deref().unwrap_or_default(),
             p.metadata.name.as_deref().unwrap_or_default()
         );
-        nlc_core::writers::pod_writes(p).into_iter().map(move |s| (key.clone(), s))
+        nlc_core::second_writers::pod_writes(p).into_iter().map(move |s| (key.clone(), s))
     });
     r.second_writers = nlc_core::status::writer_rows(nodes_written.chain(pods_written), now, within);
     Ok(r)

@@ -402,7 +402,7 @@ async fn protobuf_lists_and_watches_decode_as_their_json() {
     let body = r.bytes().await;
     let node = WireNode::from_protobuf(proto::unknown(&body).expect("a node").raw);
     assert!(node.0.metadata.managed_fields.is_some(), "kube-controller-manager's entry is kept");
-    assert!(!nlc_core::writers::node_writes(&node.0).is_empty());
+    assert!(!nlc_core::second_writers::node_writes(&node.0).is_empty());
 
     // Errors: a protobuf Status reads as kube reads the JSON one.
     for (method, uri, body) in [

@@ -117,7 +117,7 @@ fn main() {
         state.handle(Input::Node(WatchEvent::Apply(slim_node(i, true))), now, &mut out);
     }
     let timer_bytes = rss() - with_pods;
-    let pending = state.eviction.as_ref().map_or(0, TaintEviction::pending);
+    let pending = state.eviction.as_ref().map_or(0, TaintEviction::queued);
     assert!(out.is_empty(), "one-hour tolerations must only schedule");
     assert_eq!(pending, (nodes - TARGET.min(nodes)) * PODS_PER_NODE);
 

@@ -80,7 +80,7 @@ pub enum PodEventKind {
     /// tolerations than the cache keeps.
     TolerationsTruncated,
     /// `taint-eviction-controller`, Warning `SecondTaintEvictionController` (ours):
-    /// kube-controller-manager's taint eviction controller evicted the pod ([`crate::writers`]).
+    /// kube-controller-manager's taint eviction controller evicted the pod ([`crate::second_writers`]).
     EvictedByOtherController,
     /// `taint-eviction-controller`, Normal `EvictionHeld` (ours): the pod is due through a
     /// NoExecute taint, but the eviction gate holds it (its node is held, evictions are paused,
@@ -201,8 +201,8 @@ pub enum NodeEventKind {
     RemovingNode,
     NodeNotReady,
     /// Warning `SecondNodeLifecycleController` (ours): kube-controller-manager's node
-    /// lifecycle controller wrote the node's taints or Ready condition ([`crate::writers`]).
-    SecondWriter(crate::writers::Wrote),
+    /// lifecycle controller wrote the node's taints or Ready condition ([`crate::second_writers`]).
+    SecondWriter(crate::second_writers::Wrote),
 }
 
 /// An event about a node.
@@ -236,7 +236,7 @@ impl NodeEvent {
             NodeEventKind::SecondWriter(what) => format!(
                 "{} wrote node {n}'s {}: its node-lifecycle-controller runs beside this controller; turn it off",
                 UPSTREAM_MANAGER,
-                if what == crate::writers::Wrote::NodeTaints { "taints" } else { "Ready condition" },
+                if what == crate::second_writers::Wrote::NodeTaints { "taints" } else { "Ready condition" },
             ),
         }
     }

@@ -280,7 +280,7 @@ mod tests {
             created: None,
             zone: String::new(),
             exclude_disruption: false,
-            held: false,
+            on_hold: false,
             legacy_hold: false,
             unschedulable: false,
             taints: vec![],

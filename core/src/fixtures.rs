@@ -14,9 +14,33 @@ use crate::lifecycle::{Config as LifecycleConfig, NodeLifecycle};
 use crate::state::{Input, State};
 use crate::taints::{Effect, Operator, Taint, Toleration};
 
-/// `s` seconds after a fixed moment (2027-01-15T08:00:00Z).
-pub fn ts(s: f64) -> Timestamp {
-    Timestamp::from_millisecond(1_800_000_000_000 + (s * 1000.0) as i64).expect("ts")
+/// `s` seconds after a fixed moment (2027-01-15T08:00:00Z): the one time helper of the core's
+/// tests (whole or fractional seconds).
+pub fn ts(s: impl Seconds) -> Timestamp {
+    Timestamp::from_millisecond(1_800_000_000_000 + (s.seconds() * 1000.0) as i64).expect("ts")
+}
+
+/// A number of seconds, whole or not.
+pub trait Seconds {
+    fn seconds(self) -> f64;
+}
+
+impl Seconds for f64 {
+    fn seconds(self) -> f64 {
+        self
+    }
+}
+
+impl Seconds for i32 {
+    fn seconds(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+impl Seconds for i64 {
+    fn seconds(self) -> f64 {
+        self as f64
+    }
 }
 
 pub fn cond(t: &str, status: &str, heartbeat: f64) -> Condition {
@@ -54,7 +78,7 @@ pub fn node(name: &str) -> NodeBuilder {
         created: Some(ts(-1000.0)),
         zone: String::new(),
         exclude_disruption: false,
-        held: false,
+        on_hold: false,
         legacy_hold: false,
         unschedulable: false,
         taints: vec![],
@@ -113,8 +137,8 @@ impl NodeBuilder {
     }
 
     /// Labelled with the hold label.
-    pub fn held(mut self) -> Self {
-        self.0.held = true;
+    pub fn on_hold(mut self) -> Self {
+        self.0.on_hold = true;
         self
     }
 

@@ -185,9 +185,7 @@ mod tests {
     use super::*;
     use crate::index::Condition;
 
-    fn ts(s: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + s).expect("ts")
-    }
+    use crate::fixtures::ts;
 
     const GRACE: Grace = Grace { monitor: Duration::from_secs(50), startup: Duration::from_secs(60) };
 
@@ -209,7 +207,7 @@ mod tests {
             created: Some(ts(-5000)),
             zone: String::new(),
             exclude_disruption: false,
-            held: false,
+            on_hold: false,
             legacy_hold: false,
             unschedulable: false,
             taints: vec![],

@@ -50,7 +50,7 @@ pub struct SlimNode {
     /// Labelled `node.kubernetes.io/exclude-disruption`: not counted towards zone state.
     pub exclude_disruption: bool,
     /// Labelled [`crate::brakes::HOLD_LABEL`]: nothing is evicted from it.
-    pub held: bool,
+    pub on_hold: bool,
     /// Labelled [`crate::brakes::LEGACY_HOLD_LABEL`], which is not honoured any more.
     pub legacy_hold: bool,
     pub unschedulable: bool,
@@ -92,7 +92,7 @@ impl From<&Node> for SlimNode {
             created: n.metadata.creation_timestamp.as_ref().map(|t| t.0),
             zone: zone::zone_key(labels),
             exclude_disruption: labels.is_some_and(|l| l.contains_key(zone::EXCLUDE_DISRUPTION_LABEL)),
-            held: labels.is_some_and(|l| l.contains_key(crate::brakes::HOLD_LABEL)),
+            on_hold: labels.is_some_and(|l| l.contains_key(crate::brakes::HOLD_LABEL)),
             legacy_hold: labels.is_some_and(|l| l.contains_key(crate::brakes::LEGACY_HOLD_LABEL)),
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             taints: spec.iter().flat_map(|s| s.taints.iter().flatten()).map(Taint::from).collect(),

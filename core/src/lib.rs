@@ -39,7 +39,7 @@
 //! - [`wire`]: what the watches decode, leniently: one odd object is skipped, never a page.
 //! - [`x509`]: a serving certificate's expiry, for the webhook's metric.
 //! - [`error`]: the core's error (a value that cannot be used, a manifest that cannot be read).
-//! - [`writers`]: kube-controller-manager's own controllers left running beside this one.
+//! - [`second_writers`]: kube-controller-manager's own controllers left running beside this one.
 //! - `fixtures` (this crate's tests only): builders for nodes and pods, and a fake API server for
 //!   the state.
 
@@ -64,6 +64,7 @@ pub mod labels;
 pub mod leader;
 pub mod lifecycle;
 pub mod rules;
+pub mod second_writers;
 pub mod selector;
 pub mod skew;
 pub mod state;
@@ -74,7 +75,6 @@ pub mod timer_queue;
 pub mod uid;
 pub mod upstream;
 pub mod wire;
-pub mod writers;
 pub mod x509;
 pub mod zone;
 

@@ -62,7 +62,7 @@ struct Brakes<'a> {
 
 impl Gate for Brakes<'_> {
     fn confirmed(&self, node: &SlimNode, taint: &Taint, now: Timestamp) -> bool {
-        !self.evictions_paused && !node.held && self.lifecycle.is_none_or(|l| l.confirmed(node, taint, now))
+        !self.evictions_paused && !node.on_hold && self.lifecycle.is_none_or(|l| l.confirmed(node, taint, now))
     }
 }
 

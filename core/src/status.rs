@@ -36,7 +36,7 @@ pub struct Report {
     /// (their `DisruptionTarget` condition says when), newest first.
     pub evicted: Vec<EvictedRow>,
     /// kube-controller-manager's node lifecycle or taint eviction writes within the window
-    /// ([`crate::writers`]), newest first: a second writer.
+    /// ([`crate::second_writers`]), newest first: a second writer.
     pub second_writers: Vec<WriterRow>,
     /// The leader's Lease cache against its live reads (docs/spec.md §3), as it publishes it on
     /// its Lease (set by the caller; `None`: not published).
@@ -59,7 +59,7 @@ pub struct WriterRow {
 
 /// The `second_writers` rows: `(object, sighting)` within `within` before `now`.
 pub fn writer_rows(
-    sightings: impl IntoIterator<Item = (String, crate::writers::Sighting)>,
+    sightings: impl IntoIterator<Item = (String, crate::second_writers::Sighting)>,
     now: Timestamp,
     within: std::time::Duration,
 ) -> Vec<WriterRow> {
@@ -190,7 +190,7 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
                 zone: zone::display(&n.zone),
                 ready: ready.map_or_else(|| "missing".to_owned(), |c| c.status.clone()),
                 since: ready.and_then(|c| c.last_transition).map(rfc3339),
-                held: n.held,
+                held: n.on_hold,
                 taints,
             })
         })
@@ -202,7 +202,7 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
     let mut evictions: Vec<(Timestamp, EvictionRow)> = state
         .eviction
         .as_ref()
-        .map(|e| e.pending_list())
+        .map(|e| e.pending())
         .unwrap_or_default()
         .into_iter()
         .filter(|p| p.state == PendingState::Held || p.due <= horizon)
@@ -224,7 +224,7 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
         })
         .collect();
     evictions.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.pod.cmp(&b.1.pod)));
-    let mut held_nodes: Vec<String> = index.nodes.values().filter(|n| n.held).map(|n| n.name.clone()).collect();
+    let mut held_nodes: Vec<String> = index.nodes.values().filter(|n| n.on_hold).map(|n| n.name.clone()).collect();
     held_nodes.sort();
     Report {
         generated_at: rfc3339(now),
@@ -348,7 +348,8 @@ mod tests {
         let mut state =
             State::new(Some(TaintEviction::new(Default::default())), Some(NodeLifecycle::new(lifecycle_config())));
         let down = node("down").zone("a").unknown().taint(no_execute(keys::UNREACHABLE, Some(-100.0))).build();
-        let held = node("held").zone("a").unknown().held().taint(no_execute(keys::UNREACHABLE, Some(-100.0))).build();
+        let held =
+            node("held").zone("a").unknown().on_hold().taint(no_execute(keys::UNREACHABLE, Some(-100.0))).build();
         let inputs = vec![
             Input::Node(WatchEvent::Init),
             Input::Node(WatchEvent::InitApply(down)),

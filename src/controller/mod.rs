@@ -5,8 +5,8 @@
 
 pub mod args;
 pub mod executor;
+mod second_writers;
 pub mod watch;
-mod writers;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -178,7 +178,7 @@ async fn server_version(client: &kube::Client) -> Result<k8s_openapi::apimachine
 
 /// Adds the controllers to a runtime: metrics, readiness (every cache synced), liveness (the
 /// loop turns), the watches, the executor and the controller task. Long because it is
-/// the wiring: every channel, gate and component built in the order they depend on each other.
+/// the wiring: every channel and component built in the order they depend on each other.
 fn spawn(
     rt: &mut Runtime,
     cfg: args::Config,
@@ -201,12 +201,12 @@ fn spawn(
     let Placement { leader, namespace, published } = placement;
     let metrics = ControllerMetrics::register(rt);
     let second_writers =
-        writers::SecondWriters::new(SystemClock.now(), writers::WriterMetrics::register(rt.registry()));
+        second_writers::SecondWriters::new(SystemClock.now(), second_writers::WriterMetrics::register(rt.registry()));
     let (tx, rx) = mpsc::channel::<Input>(4096);
     // Only the leader decides and writes; without leader election this process does from the
     // start (one replica).
     let (leading_tx, leading) = signal::channel(leader.is_none());
-    // The executor's gate: this process leads, is not paused altogether, and not in shadow mode.
+    // The write permission: this process leads, is not paused altogether, and not in shadow mode.
     let (writes_tx, writes) = signal::channel(leader.is_none() && !dry_run);
     let standby = leader.is_some();
     let clock = SystemClock::shared();
@@ -277,7 +277,7 @@ fn spawn(
         rx,
         executor,
         clock,
-        ready: rt.ready_gate("controller caches"),
+        ready: rt.readiness_check("controller caches"),
         heartbeat: rt.heartbeat("controller loop", LOOP_STALL),
         metrics,
         reported_zones: HashSet::new(),
@@ -335,7 +335,7 @@ fn spawn_watches(
     lists: Lists,
     tx: &mpsc::Sender<Input>,
     metrics: &WatchMetrics,
-    writers: &writers::SecondWriters,
+    writers: &second_writers::SecondWriters,
 ) {
     let client = rt.client();
     // Only bound pods matter here: pending pods are no node's business.
@@ -440,7 +440,7 @@ struct Task {
     state: State,
     /// This process leads: its state decides (a standby only keeps its cache warm).
     leading: signal::Receiver<bool>,
-    /// The executor's gate.
+    /// The write permission (the executor's fence is built on it).
     writes: signal::Sender<bool>,
     /// Shadow mode: actions are counted, logged and simulated, never carried out.
     dry_run: bool,
@@ -456,7 +456,7 @@ struct Task {
     compensation: nlc_core::skew::Compensation,
     steps: StepDetector,
     /// kube-controller-manager's controllers seen writing: their Warning events.
-    second_writers: writers::SecondWriters,
+    second_writers: second_writers::SecondWriters,
     /// The pause the brakes' gauges were last set for (None before the first turn). The held
     /// nodes are recounted over every node only when it changes or when `nodes_changed` (a count
     /// per turn was 5.6 % of the 5,000-node storm's CPU).
@@ -550,9 +550,9 @@ impl Task {
             if self.dry_run {
                 self.simulate(&mut actions);
             }
-            // The write gate first: the actions of the turn that made this process the leader
+            // The write permission first: the actions of the turn that made this process the leader
             // (or lifted a pause) must find the fence open.
-            self.update_gate();
+            self.update_may_write();
             for action in actions.drain(..) {
                 self.executor.submit(action);
             }
@@ -609,12 +609,12 @@ impl Task {
         }
     }
 
-    /// Gauges and the executor's gate, after each turn of the loop.
+    /// Gauges and the write permission, after each turn of the loop.
     fn after_turn(&mut self) {
         if let Some(ev) = self.state.eviction.as_mut() {
             let next = ev.next_wakeup().map_or(0.0, |t| t.as_millisecond() as f64 / 1000.0);
             self.metrics.eviction.next_deadline.set(next);
-            self.metrics.eviction.pending.set(ev.pending() as i64);
+            self.metrics.eviction.pending.set(ev.queued() as i64);
             self.metrics.eviction.held.set(ev.held() as i64);
         }
         if let Some(lc) = &self.state.lifecycle {
@@ -626,12 +626,12 @@ impl Task {
             self.lease_holds = report.trips;
             self.lease_cache.show(report);
         }
-        self.update_gate();
+        self.update_may_write();
         let pause = self.state.pause();
         if self.nodes_changed || self.brakes_shown != Some(pause) {
             let nodes = self.state.cache.index.nodes.values();
             let (held, legacy) =
-                nodes.fold((0, 0), |(h, l), n| (h + usize::from(n.held), l + usize::from(n.legacy_hold)));
+                nodes.fold((0, 0), |(h, l), n| (h + usize::from(n.on_hold), l + usize::from(n.legacy_hold)));
             self.metrics.brakes.set(pause, held, legacy);
         }
         self.brakes_shown = Some(pause);
@@ -640,7 +640,7 @@ impl Task {
 
     /// Opens the executor's write fence while this process leads, is not paused altogether and
     /// not in shadow mode; closes it otherwise.
-    fn update_gate(&mut self) {
+    fn update_may_write(&mut self) {
         let open = *self.leading.borrow() && self.state.pause() != Pause::All && !self.dry_run;
         self.writes.send_if_modified(|w| std::mem::replace(w, open) != open);
     }

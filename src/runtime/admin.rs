@@ -23,7 +23,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 /// A component's name and whether it is ready.
-type Gate = (&'static str, watch::Receiver<bool>);
+type ReadyCheck = (&'static str, watch::Receiver<bool>);
 
 /// A state shown by `/readyz?verbose` that never fails it: its name, and what it says (`None`:
 /// nothing to say).
@@ -31,11 +31,11 @@ type Note = (&'static str, watch::Receiver<Option<String>>);
 
 /// The components whose readiness `/readyz` waits for, and the states it shows beside them.
 #[derive(Clone, Default)]
-pub struct Readiness(Arc<Mutex<(Vec<Gate>, Vec<Note>)>>);
+pub struct Readiness(Arc<Mutex<(Vec<ReadyCheck>, Vec<Note>)>>);
 
 impl Readiness {
     /// A new component, not ready until its sender says so.
-    pub fn gate(&self, name: &'static str) -> watch::Sender<bool> {
+    pub fn check(&self, name: &'static str) -> watch::Sender<bool> {
         let (tx, rx) = watch::channel(false);
         self.0.lock().unwrap_or_else(|p| p.into_inner()).0.push((name, rx));
         tx
@@ -52,10 +52,10 @@ impl Readiness {
     /// Every component, `not ready` for those that are not; then the notes.
     fn checks(&self) -> Vec<Check> {
         let lists = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let gates =
+        let checks =
             lists.0.iter().map(|(name, rx)| (*name, if *rx.borrow() { Ok(None) } else { Err("not ready".to_owned()) }));
         let notes = lists.1.iter().map(|(name, rx)| (*name, Ok(rx.borrow().clone())));
-        gates.chain(notes).collect()
+        checks.chain(notes).collect()
     }
 }
 

@@ -26,7 +26,7 @@ use crate::clock::Stopwatch;
 /// lease.
 pub struct Fence {
     /// The controller's decision: leading, not paused altogether, not in shadow mode.
-    gate: watch::Receiver<bool>,
+    may_write: watch::Receiver<bool>,
     sealed: AtomicBool,
     writes: RwLock<()>,
     /// Until when this process's lease is certainly its own (`None`: unbounded, no leader
@@ -35,8 +35,8 @@ pub struct Fence {
 }
 
 impl Fence {
-    pub fn new(gate: watch::Receiver<bool>) -> Self {
-        Self { gate, sealed: AtomicBool::new(false), writes: RwLock::new(()), until: Mutex::new((None, None)) }
+    pub fn new(may_write: watch::Receiver<bool>) -> Self {
+        Self { may_write, sealed: AtomicBool::new(false), writes: RwLock::new(()), until: Mutex::new((None, None)) }
     }
 
     fn until(&self) -> Option<Instant> {
@@ -72,7 +72,7 @@ impl Fence {
     }
 
     pub fn is_open(&self) -> bool {
-        !self.sealed.load(Ordering::SeqCst) && *self.gate.borrow() && self.left() != Some(Duration::ZERO)
+        !self.sealed.load(Ordering::SeqCst) && *self.may_write.borrow() && self.left() != Some(Duration::ZERO)
     }
 
     /// Sends the request `req` builds for a deadline, if the fence is open (checked right
@@ -118,8 +118,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn sealing_waits_for_writes_in_flight_and_stops_new_ones() {
-        let (_gate_tx, gate) = watch::channel(true);
-        let fence = Arc::new(Fence::new(gate));
+        let (_may_write_tx, may_write) = watch::channel(true);
+        let fence = Arc::new(Fence::new(may_write));
         let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
         let slow = {
             let fence = fence.clone();
@@ -146,8 +146,8 @@ mod tests {
         assert!(sealing.await.unwrap_or(false), "the seal saw it finish");
         assert_eq!(late.await.ok().flatten(), None, "nothing starts once sealing began");
         // A write that never answers is given up on at the deadline.
-        let (_gate_tx, gate) = watch::channel(true);
-        let fence = Arc::new(Fence::new(gate));
+        let (_may_write_tx, may_write) = watch::channel(true);
+        let fence = Arc::new(Fence::new(may_write));
         let stuck = {
             let fence = fence.clone();
             tokio::spawn(async move { fence.write(Duration::from_secs(60), |_| std::future::pending::<()>()).await })
@@ -159,8 +159,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn with_a_lease_every_write_is_bounded_by_the_time_left_on_it() {
-        let (_gate_tx, gate) = watch::channel(true);
-        let fence = Fence::new(gate);
+        let (_may_write_tx, may_write) = watch::channel(true);
+        let fence = Fence::new(may_write);
         let limit = Duration::from_secs(15);
         // No leader election: the write's own limit.
         assert_eq!(fence.write(limit, |d| async move { d }).await, Some(Some(limit)));
@@ -170,7 +170,7 @@ mod tests {
         assert_eq!(fence.write(limit, |d| async move { d }).await, Some(Some(Duration::from_secs(3))));
         let hung = fence.write(limit, |_| std::future::pending::<()>());
         assert_eq!(hung.await, Some(None), "given up at the lease's bound");
-        // The bound has passed: closed, whatever the gate says.
+        // The bound has passed: closed, whatever the write permission says.
         assert!(!fence.is_open());
         assert_eq!(fence.write(limit, |d| async move { d }).await, None);
         // A renewal bounds it again; a suspicion closes it until a renewal sent after it.

@@ -392,7 +392,7 @@ impl Drop for InFlight {
     }
 }
 
-/// The connection a request came on, for the gate (a request extension).
+/// The connection a request came on, for the bounds (a request extension).
 #[derive(Clone)]
 struct Conn(Arc<Activity>);
 
@@ -496,7 +496,7 @@ fn too_many_requests() -> Response {
 }
 
 #[derive(Clone)]
-struct Gate {
+struct Bounds {
     server: &'static str,
     limits: Arc<Limits>,
     permits: Arc<Semaphore>,
@@ -507,7 +507,7 @@ struct Gate {
 /// The request-level bounds: the body read whole within its time and size limits and the
 /// listener's byte budget, then a place among the requests in flight, before any handler sees
 /// it. The body's bytes stay charged until the answer is made.
-async fn gate(axum::extract::State(g): axum::extract::State<Gate>, req: Request, next: Next) -> Response {
+async fn bounds(axum::extract::State(g): axum::extract::State<Bounds>, req: Request, next: Next) -> Response {
     let reject =
         |reason: &'static str| g.metrics.rejected.get_or_create(&ReasonLabels { server: g.server, reason }).inc();
     let (parts, body) = req.into_parts();
@@ -588,14 +588,14 @@ impl Server {
     pub async fn serve(self, stop: shutdown::Signal) {
         let Self { name, listener, tls, router, limits, metrics } = self;
         let limits = Arc::new(limits);
-        let gate_state = Gate {
+        let bounds_state = Bounds {
             server: name,
             limits: limits.clone(),
             permits: Arc::new(Semaphore::new(limits.max_requests_in_flight.max(1))),
             budget: Arc::new(Budget::new(limits.body_budget_bytes)),
             metrics: metrics.clone(),
         };
-        let router = router.layer(axum::middleware::from_fn_with_state(gate_state, gate));
+        let router = router.layer(axum::middleware::from_fn_with_state(bounds_state, bounds));
         let open = Arc::new(Open::default());
         let (closing_tx, closing) = watch::channel(false);
         let mut tasks = JoinSet::new();

@@ -150,8 +150,8 @@ impl Runtime {
     }
 
     /// A component `/readyz` waits for; send `true` once it is ready.
-    pub fn ready_gate(&self, name: &'static str) -> tokio::sync::watch::Sender<bool> {
-        self.readiness.gate(name)
+    pub fn readiness_check(&self, name: &'static str) -> tokio::sync::watch::Sender<bool> {
+        self.readiness.check(name)
     }
 
     /// A state `/readyz?verbose` shows without failing on it; send what it says.

@@ -17,9 +17,9 @@ use crate::runtime::Runtime;
 /// bad address or certificate fails the start.
 pub async fn spawn(rt: &mut Runtime, cfg: server::Config) -> Result<()> {
     let metrics = WebhookMetrics::register(rt.registry());
-    let mut ready = vec![rt.ready_gate("webhook namespace cache")];
+    let mut ready = vec![rt.readiness_check("webhook namespace cache")];
     if cfg.plugins.toleration_rules {
-        ready.push(rt.ready_gate("toleration rules"));
+        ready.push(rt.readiness_check("toleration rules"));
     }
     let handles = server::Handles {
         client: rt.client(),

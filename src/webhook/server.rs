@@ -173,7 +173,7 @@ fn router(state: AppState) -> Router {
                 }
             }),
         )
-        // The body has been read whole, within its limits, by the server's gate.
+        // The body has been read whole, within its limits, by the server's bounds (`runtime::http`).
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
 }

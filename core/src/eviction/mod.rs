@@ -277,8 +277,9 @@ impl TaintEviction {
         }
     }
 
-    /// Scheduled or retrying evictions (the "pending" gauge).
-    pub fn pending(&self) -> usize {
+    /// Evictions waiting on the timer queue: scheduled or retrying (the
+    /// `nlc_evictions_pending` gauge). Every pod with an eviction in progress: [`Self::pending`].
+    pub fn queued(&self) -> usize {
         self.timers.len()
     }
 
@@ -292,7 +293,7 @@ impl TaintEviction {
     }
 
     /// Every pod with an eviction in progress: when it is (or became) due, and where it stands.
-    pub fn pending_list(&self) -> Vec<Pending> {
+    pub fn pending(&self) -> Vec<Pending> {
         let tracked = self.tracked.iter().map(|(key, t)| Pending {
             key: key.clone(),
             due: t.due,
@@ -337,7 +338,9 @@ impl TaintEviction {
     /// [`TaintEviction::recheck_held`].
     pub fn node_changed(&mut self, node: &SlimNode, old: Option<&SlimNode>, cx: Ctx<'_>, out: &mut Vec<Action>) {
         let unchanged = old.is_some_and(|o| {
-            o.selected == node.selected && o.held == node.held && o.no_execute_taints().eq(node.no_execute_taints())
+            o.selected == node.selected
+                && o.on_hold == node.on_hold
+                && o.no_execute_taints().eq(node.no_execute_taints())
         });
         self.observe_taints(node, cx.now);
         if unchanged {

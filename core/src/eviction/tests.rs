@@ -1,13 +1,9 @@
 use super::*;
 use crate::action::Cause;
 use crate::ctx::{Gate, Ungated};
-use crate::fixtures::{no_execute, node, pod, toleration};
+use crate::fixtures::{no_execute, node, pod, toleration, ts};
 use crate::index::Index;
 use crate::taints::{Effect, Taint, TaintId};
-
-fn ts(s: i64) -> Timestamp {
-    crate::fixtures::ts(s as f64)
-}
 
 /// A tiny harness: the index plus the controller, with helpers that feed changes. `gate` plays
 /// node lifecycle: the taints it does not stand behind.
@@ -134,7 +130,7 @@ fn tolerated_forever_is_never_evicted() {
     w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", None)]).build(), 0);
     w.tick(1_000_000);
     assert!(w.take().is_empty());
-    assert_eq!(w.ctl.pending(), 0);
+    assert_eq!(w.ctl.queued(), 0);
 }
 
 #[test]
@@ -206,10 +202,10 @@ fn removing_the_taint_cancels_with_an_event() {
     let mut w = EvictionWorld::new(Config::default());
     w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
-    assert_eq!(w.ctl.pending(), 1);
+    assert_eq!(w.ctl.queued(), 1);
     w.set_node(node("n1").build(), 10);
     assert_eq!(w.take(), vec![cancelling("p")]);
-    assert_eq!(w.ctl.pending(), 0);
+    assert_eq!(w.ctl.queued(), 0);
     w.tick(100);
     assert!(w.take().is_empty());
     // Nothing was scheduled for an untainted node: no cancel event either.
@@ -361,7 +357,7 @@ fn failures_retry_with_capped_backoff_until_done() {
     let ev = w.evictions();
     assert_eq!(ev[0].attempt, 6);
     w.report(&ev[0], EvictionResult::Done { deleted: true }, now);
-    assert_eq!(w.ctl.pending(), 0);
+    assert_eq!(w.ctl.queued(), 0);
     assert_eq!(w.ctl.in_flight(), 0);
 }
 
@@ -393,7 +389,7 @@ fn a_queued_eviction_is_called_off_when_its_taint_goes_away() {
     assert!(w.take().is_empty());
     w.report(&ev[0], EvictionResult::Cancelled, 2);
     assert_eq!(w.take(), vec![cancelling("p")]);
-    assert_eq!(w.ctl.in_flight() + w.ctl.pending(), 0);
+    assert_eq!(w.ctl.in_flight() + w.ctl.queued(), 0);
     // Tolerations added while queued call it off too; if the taint is back when the executor
     // answers, the pod is decided again at once.
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 3);
@@ -500,7 +496,7 @@ fn a_pod_that_starts_terminating_drops_its_timer_quietly() {
     p.terminating = true;
     w.set_pod(p, 10);
     assert!(w.take().is_empty());
-    assert_eq!(w.ctl.pending(), 0);
+    assert_eq!(w.ctl.queued(), 0);
 }
 
 #[test]
@@ -533,7 +529,7 @@ fn a_moot_result_is_retried_while_the_cache_still_says_due() {
     // The live read missed the taint (a read shared from before it was added, say); the cache
     // has it, and no further watch event will come: the pod must not be forgotten.
     w.report(&ev[0], EvictionResult::Moot, 0);
-    assert_eq!(w.ctl.pending(), 1, "retried after a backoff");
+    assert_eq!(w.ctl.queued(), 1, "retried after a backoff");
     w.tick(1);
     let again = w.evictions();
     assert_eq!(again.len(), 1);
@@ -543,7 +539,7 @@ fn a_moot_result_is_retried_while_the_cache_still_says_due() {
     w.set_node(node("n1").build(), 2);
     w.tick(10);
     assert!(w.evictions().is_empty());
-    assert_eq!(w.ctl.pending() + w.ctl.in_flight(), 0);
+    assert_eq!(w.ctl.queued() + w.ctl.in_flight(), 0);
 }
 
 #[test]
@@ -566,7 +562,7 @@ fn a_pod_waiting_for_its_deadline_is_only_a_timer() {
     w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
     assert!(w.ctl.tracked.is_empty(), "nothing to remember but the deadline");
     assert_eq!(w.ctl.deadline(&key("p")), Some(ts(30)));
-    assert_eq!(w.ctl.pending_list(), vec![Pending { key: key("p"), due: ts(30), state: PendingState::Scheduled }]);
+    assert_eq!(w.ctl.pending(), vec![Pending { key: key("p"), due: ts(30), state: PendingState::Scheduled }]);
     // A failed try is remembered, also once a later deadline is set again.
     w.tick(30);
     let ev = w.evictions();
@@ -586,7 +582,7 @@ fn a_timer_that_fires_for_a_pod_no_longer_due_cancels_with_an_event() {
     w.index.nodes.insert("n1".into(), node("n1").build());
     w.tick(30);
     assert_eq!(w.take(), vec![cancelling("p")]);
-    assert_eq!(w.ctl.pending(), 0);
+    assert_eq!(w.ctl.queued(), 0);
 }
 
 #[test]
@@ -598,7 +594,7 @@ fn a_pod_recreated_under_the_same_name_starts_afresh() {
     again.uid = "uid-p-2".into();
     w.set_pod(again, 5);
     assert!(w.take().is_empty(), "no cancelling event for a pod that never had a deadline");
-    assert_eq!(w.ctl.pending(), 0);
+    assert_eq!(w.ctl.queued(), 0);
 }
 
 #[test]
@@ -609,8 +605,8 @@ fn a_brake_holds_pods_that_only_wait_for_their_deadline() {
     // The brakes stop standing behind the taint (a pause), and everything is looked at again.
     w.unconfirmed = vec!["k".into()];
     w.recheck_all(5);
-    assert_eq!(w.ctl.pending_list().iter().map(|p| p.state).collect::<Vec<_>>(), vec![PendingState::Held]);
-    assert_eq!(w.ctl.pending(), 0, "no timer while held");
+    assert_eq!(w.ctl.pending().iter().map(|p| p.state).collect::<Vec<_>>(), vec![PendingState::Held]);
+    assert_eq!(w.ctl.queued(), 0, "no timer while held");
     w.unconfirmed.clear();
     w.recheck_all(6);
     assert_eq!(w.ctl.deadline(&key("p")), Some(ts(30)));

@@ -93,35 +93,35 @@ impl ZoneLimiter {
 mod tests {
     use super::*;
 
-    fn ts(ms: i64) -> Timestamp {
+    fn ts_ms(ms: i64) -> Timestamp {
         Timestamp::from_millisecond(1_800_000_000_000 + ms).expect("ts")
     }
 
     #[test]
     fn one_token_per_period_starting_full() {
         let l = ZoneLimiter::new(0.1, SetClock::default());
-        assert_eq!(l.try_take(ts(0)), Ok(()), "starts full");
-        assert_eq!(l.try_take(ts(1)), Err(Some(ts(10_000))));
-        assert_eq!(l.try_take(ts(9_999)), Err(Some(ts(10_000))));
-        assert_eq!(l.try_take(ts(10_000)), Ok(()));
-        assert!(l.try_take(ts(10_001)).is_err());
+        assert_eq!(l.try_take(ts_ms(0)), Ok(()), "starts full");
+        assert_eq!(l.try_take(ts_ms(1)), Err(Some(ts_ms(10_000))));
+        assert_eq!(l.try_take(ts_ms(9_999)), Err(Some(ts_ms(10_000))));
+        assert_eq!(l.try_take(ts_ms(10_000)), Ok(()));
+        assert!(l.try_take(ts_ms(10_001)).is_err());
         // Burst 1: a long idle period does not bank tokens.
-        assert_eq!(l.try_take(ts(100_000)), Ok(()));
-        assert!(l.try_take(ts(100_001)).is_err());
+        assert_eq!(l.try_take(ts_ms(100_000)), Ok(()));
+        assert!(l.try_take(ts_ms(100_001)).is_err());
     }
 
     #[test]
     fn stopped_and_swapped() {
         let mut l = ZoneLimiter::new(0.0, SetClock::default());
-        assert_eq!(l.try_take(ts(0)), Err(None), "stopped");
+        assert_eq!(l.try_take(ts_ms(0)), Err(None), "stopped");
         // From stopped (never a token) to 1/s: like upstream, the new bucket starts drained.
-        l.set_qps(1.0, ts(0));
-        assert_eq!(l.try_take(ts(0)), Err(Some(ts(1000))));
-        assert_eq!(l.try_take(ts(1000)), Ok(()));
+        l.set_qps(1.0, ts_ms(0));
+        assert_eq!(l.try_take(ts_ms(0)), Err(Some(ts_ms(1000))));
+        assert_eq!(l.try_take(ts_ms(1000)), Ok(()));
         // From a full bucket to another rate: the new one starts full.
         let mut l = ZoneLimiter::new(1.0, SetClock::default());
-        l.set_qps(0.5, ts(0));
-        assert_eq!(l.try_take(ts(0)), Ok(()));
-        assert_eq!(l.try_take(ts(1)), Err(Some(ts(2000))));
+        l.set_qps(0.5, ts_ms(0));
+        assert_eq!(l.try_take(ts_ms(0)), Ok(()));
+        assert_eq!(l.try_take(ts_ms(1)), Err(Some(ts_ms(2000))));
     }
 }

@@ -24,7 +24,7 @@ fn with_taint(w: &World, name: &str, taint: Taint) -> SlimNode {
 /// Renews the leases of `nodes` every 10 s from `from` to `until`.
 #[test]
 fn nothing_is_evicted_from_a_held_node_until_the_label_goes() {
-    let held = node("held").zone("a").held().taint(no_execute(KEY, Some(-100.0))).build();
+    let held = node("held").zone("a").on_hold().taint(no_execute(KEY, Some(-100.0))).build();
     let pods = vec![pod("p").on("held").build(), pod("t").on("held").tolerates(KEY, Some(60)).build()];
     let mut w = world(vec![held, node("n1").zone("a").build(), node("n2").zone("a").build()], pods);
     w.heartbeat(&["held", "n1", "n2"], 0.0, 30.0);
@@ -41,7 +41,7 @@ fn nothing_is_evicted_from_a_held_node_until_the_label_goes() {
     assert!(held[0].starts_with("Eviction of Pod ") && held[0].contains("held"), "{held:?}");
     // The label goes: both are past their deadlines (the taint is 130 s old), so both go at once.
     let mut released = w.node("held").clone();
-    released.held = false;
+    released.on_hold = false;
     w.update_node(released);
     let mut got = evicted(&w);
     got.sort();

@@ -1,6 +1,6 @@
 use super::*;
 
-fn ts(s: &str) -> Timestamp {
+fn rfc3339(s: &str) -> Timestamp {
     s.parse().expect("test timestamp")
 }
 
@@ -42,7 +42,7 @@ fn matching_table() {
         ("unknown operator never matches", tol("k", "In", "v", "", None), &t, ON, false),
         ("lower-case operator is unknown", tol("k", "exists", "", "", None), &t, ON, false),
         ("Exists ignores a (invalid) value", tol("k", "Exists", "zzz", "", None), &t, OFF, true),
-        ("timeAdded plays no part", tol("k", "Equal", "v", "", None), &taint("k", "v", "NoExecute").added_at(ts("2020-01-01T00:00:00Z")), OFF, true),
+        ("timeAdded plays no part", tol("k", "Equal", "v", "", None), &taint("k", "v", "NoExecute").added_at(rfc3339("2020-01-01T00:00:00Z")), OFF, true),
         ("odd taint effect, empty toleration effect", tol("k", "Exists", "", "", None), &taint("k", "", "Bogus"), OFF, true),
         ("odd taint effect, same odd toleration effect", tol("k", "Exists", "", "Bogus", None), &taint("k", "", "Bogus"), OFF, true),
         ("odd taint effect, NoExecute toleration", tol("k", "Exists", "", "NoExecute", None), &taint("k", "", "Bogus"), OFF, false),
@@ -111,18 +111,18 @@ fn first_match_order_rule() {
     assert_eq!(evaluate(std::slice::from_ref(&not_ready), &tols, OFF, |_, _| None), Outcome::Never);
     // Reversed, the 300 s toleration is the one used.
     let reversed: Vec<_> = tols.into_iter().rev().collect();
-    let at = ts("2026-01-01T00:00:00Z");
+    let at = rfc3339("2026-01-01T00:00:00Z");
     assert_eq!(
         evaluate(&[not_ready], &reversed, OFF, |_, _| Some(at)),
-        Outcome::EvictAt { seconds: 300, deadline: Some(ts("2026-01-01T00:05:00Z")) }
+        Outcome::EvictAt { seconds: 300, deadline: Some(rfc3339("2026-01-01T00:05:00Z")) }
     );
 }
 
 #[test]
 fn outcome_table() {
-    let t0 = ts("2026-01-01T00:00:00Z");
+    let t0 = rfc3339("2026-01-01T00:00:00Z");
     let nr = taint(keys::NOT_READY, "", "NoExecute").added_at(t0);
-    let un = taint(keys::UNREACHABLE, "", "NoExecute").added_at(ts("2026-01-01T00:01:00Z"));
+    let un = taint(keys::UNREACHABLE, "", "NoExecute").added_at(rfc3339("2026-01-01T00:01:00Z"));
     let ns = taint("x", "", "NoSchedule");
     let anchors = |_: usize, t: &Taint| t.time_added;
     let far = Timestamp::MAX;
@@ -141,7 +141,7 @@ fn outcome_table() {
         ("i64::MIN seconds", vec![nr.clone()], vec![tol(keys::NOT_READY, "Exists", "", "NoExecute", Some(i64::MIN))],
             Outcome::EvictNow(EvictNowCause::NonPositiveSeconds { taint: 0, toleration: 0 })),
         ("delayed", vec![nr.clone()], vec![tol(keys::NOT_READY, "Exists", "", "NoExecute", Some(300))],
-            Outcome::EvictAt { seconds: 300, deadline: Some(ts("2026-01-01T00:05:00Z")) }),
+            Outcome::EvictAt { seconds: 300, deadline: Some(rfc3339("2026-01-01T00:05:00Z")) }),
         ("huge seconds saturate", vec![nr.clone()], vec![tol(keys::NOT_READY, "Exists", "", "NoExecute", Some(i64::MAX))],
             Outcome::EvictAt { seconds: i64::MAX, deadline: Some(far) }),
         ("beyond jiff range saturates", vec![nr.clone()], vec![tol(keys::NOT_READY, "Exists", "", "NoExecute", Some(400_000_000_000))],
@@ -150,20 +150,20 @@ fn outcome_table() {
         // even when it does not come from the smallest seconds.
         ("two taints earliest deadline", vec![nr.clone(), un.clone()],
             vec![tol(keys::NOT_READY, "Exists", "", "NoExecute", Some(600)), tol(keys::UNREACHABLE, "Exists", "", "NoExecute", Some(60))],
-            Outcome::EvictAt { seconds: 60, deadline: Some(ts("2026-01-01T00:02:00Z")) }),
+            Outcome::EvictAt { seconds: 60, deadline: Some(rfc3339("2026-01-01T00:02:00Z")) }),
         // The seconds reported are those of the taint that goes first (what status says too).
         ("two taints, older taint wins", vec![nr.clone(), un.clone()],
             vec![tol(keys::NOT_READY, "Exists", "", "NoExecute", Some(90)), tol(keys::UNREACHABLE, "Exists", "", "NoExecute", Some(60))],
-            Outcome::EvictAt { seconds: 90, deadline: Some(ts("2026-01-01T00:01:30Z")) }),
+            Outcome::EvictAt { seconds: 90, deadline: Some(rfc3339("2026-01-01T00:01:30Z")) }),
         ("one forever, one timed", vec![nr.clone(), un.clone()],
             vec![tol(keys::NOT_READY, "Exists", "", "NoExecute", None), tol(keys::UNREACHABLE, "Exists", "", "NoExecute", Some(60))],
-            Outcome::EvictAt { seconds: 60, deadline: Some(ts("2026-01-01T00:02:00Z")) }),
+            Outcome::EvictAt { seconds: 60, deadline: Some(rfc3339("2026-01-01T00:02:00Z")) }),
         ("one timed, one untolerated", vec![nr.clone(), un.clone()],
             vec![tol(keys::NOT_READY, "Exists", "", "NoExecute", Some(60))],
             Outcome::EvictNow(EvictNowCause::Untolerated { taint: 1 })),
         ("one toleration used by both taints", vec![nr.clone(), un.clone()],
             vec![tol("", "Exists", "", "NoExecute", Some(120))],
-            Outcome::EvictAt { seconds: 120, deadline: Some(ts("2026-01-01T00:02:00Z")) }),
+            Outcome::EvictAt { seconds: 120, deadline: Some(rfc3339("2026-01-01T00:02:00Z")) }),
         ("seconds on a non-NoExecute toleration never decide", vec![nr.clone()],
             vec![tol(keys::NOT_READY, "Exists", "", "NoSchedule", Some(1)), tol(keys::NOT_READY, "Exists", "", "", None)],
             Outcome::Never),
@@ -185,10 +185,10 @@ fn deadline_unknown_without_anchor() {
 
 #[test]
 fn anchor_rules() {
-    let seen = ts("2026-01-01T00:00:10Z");
+    let seen = rfc3339("2026-01-01T00:00:10Z");
     assert_eq!(anchor(None, seen), seen, "no timeAdded: observation time");
-    assert_eq!(anchor(Some(ts("2026-01-01T00:00:00Z")), seen), ts("2026-01-01T00:00:00Z"));
-    assert_eq!(anchor(Some(ts("2030-01-01T00:00:00Z")), seen), seen, "future timeAdded is clamped");
+    assert_eq!(anchor(Some(rfc3339("2026-01-01T00:00:00Z")), seen), rfc3339("2026-01-01T00:00:00Z"));
+    assert_eq!(anchor(Some(rfc3339("2030-01-01T00:00:00Z")), seen), seen, "future timeAdded is clamped");
 }
 
 #[test]
@@ -197,13 +197,13 @@ fn add_seconds_saturates() {
     assert_eq!(add_seconds(Timestamp::MIN, -1), Timestamp::MIN);
     assert_eq!(add_seconds(Timestamp::UNIX_EPOCH, i64::MAX), Timestamp::MAX);
     assert_eq!(add_seconds(Timestamp::UNIX_EPOCH, i64::MIN), Timestamp::MIN);
-    assert_eq!(add_seconds(Timestamp::UNIX_EPOCH, 60), ts("1970-01-01T00:01:00Z"));
+    assert_eq!(add_seconds(Timestamp::UNIX_EPOCH, 60), rfc3339("1970-01-01T00:01:00Z"));
 }
 
 #[test]
 fn apply_changes_keeps_foreign_taints_and_time_added() {
-    let t0 = ts("2026-01-01T00:00:00Z");
-    let t1 = ts("2026-01-01T00:01:00Z");
+    let t0 = rfc3339("2026-01-01T00:00:00Z");
+    let t1 = rfc3339("2026-01-01T00:01:00Z");
     let user = taint("example.com/mine", "x", "NoSchedule");
     let unreachable = taint(keys::UNREACHABLE, "", "NoExecute").added_at(t0);
     let current = vec![user.clone(), unreachable.clone()];
@@ -231,8 +231,8 @@ fn apply_changes_keeps_foreign_taints_and_time_added() {
 
 #[test]
 fn a_pod_bound_after_the_taint_counts_from_its_binding() {
-    let added = ts("2026-01-01T00:00:00Z");
-    let later = ts("2026-01-01T01:00:00Z");
+    let added = rfc3339("2026-01-01T00:00:00Z");
+    let later = rfc3339("2026-01-01T01:00:00Z");
     assert_eq!(pod_anchor(added, None), added, "no binding time known: the taint alone");
     assert_eq!(pod_anchor(added, Some(later)), later, "bound an hour after the taint");
     assert_eq!(pod_anchor(later, Some(added)), later, "bound before the taint");
@@ -304,7 +304,7 @@ fn conversions_round_trip() {
         key: "k".into(),
         value: None,
         effect: "NoExecute".into(),
-        time_added: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ts("2026-01-01T00:00:00Z"))),
+        time_added: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(rfc3339("2026-01-01T00:00:00Z"))),
     };
     let ours = Taint::from(&k);
     assert_eq!(ours.value, "");

@@ -1,5 +1,5 @@
 //! An object's `managedFields`, reduced while parsed to what tells a second writer
-//! ([`crate::writers`]): the entries of kube-controller-manager that touch a node's taints or
+//! ([`crate::second_writers`]): the entries of kube-controller-manager that touch a node's taints or
 //! conditions, or a pod's `DisruptionTarget`, each kept with its time and a FieldsV1 tree of
 //! those paths only. Every other entry (nearly all of them) is skipped without allocating.
 //!
@@ -13,8 +13,8 @@ use serde::Deserializer;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::json;
 
+use crate::second_writers::{CONDITIONS_PATH, DISRUPTION_TARGET_KEY, READY_KEY, TAINTS_PATH};
 use crate::upstream::UPSTREAM_MANAGER;
-use crate::writers::{CONDITIONS_PATH, DISRUPTION_TARGET_KEY, READY_KEY, TAINTS_PATH};
 
 /// The `managedFields` entries of kube-controller-manager that matter, or `None`.
 pub fn upstream_fields<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<ManagedFieldsEntry>>, D::Error> {
@@ -343,8 +343,8 @@ pub(in crate::wire) mod tests {
     use k8s_openapi::api::core::v1::Node;
     use serde_json::json;
 
+    use crate::second_writers::{Wrote, node_writes};
     use crate::wire::WireNode;
-    use crate::writers::{Wrote, node_writes};
 
     fn decode(managed: serde_json::Value) -> WireNode {
         serde_json::from_value(json!({"metadata": {"name": "n", "managedFields": managed}})).expect("decodes")

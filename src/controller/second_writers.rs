@@ -1,4 +1,4 @@
-//! A second writer reported ([`nlc_core::writers`]): every replica counts and logs what its
+//! A second writer reported ([`nlc_core::second_writers`]): every replica counts and logs what its
 //! watches show of kube-controller-manager's node lifecycle or taint eviction writes; the
 //! leader also records a Warning event on the object. The watches call [`SecondWriters::node`]
 //! and [`SecondWriters::pod`] as they decode; the controller task takes the events with
@@ -11,7 +11,7 @@ use crate::clock::Stopwatch;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use nlc_core::action::{Action, NodeEvent, NodeEventKind, PodEvent, PodEventKind};
-use nlc_core::writers::{Sighting, Tracker, node_writes, pod_writes};
+use nlc_core::second_writers::{Sighting, Tracker, node_writes, pod_writes};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
