@@ -93,14 +93,24 @@ pub struct ControllerArgs {
 pub struct Config {
     pub selector: Selector,
     pub match_options: MatchOptions,
-    pub kube_api_qps: f64,
-    pub kube_api_burst: u32,
+    pub requests: Requests,
     pub instance: String,
     pub dry_run: bool,
-    pub api_write_timeout: Duration,
     pub streaming_lists: bool,
-    pub kube_api_content_type: crate::runtime::watch::Format,
     pub max_clock_skew_compensation: Duration,
+}
+
+/// How every request of the executor is paced and bounded; it builds its own configuration from
+/// this and the controllers' pacing (`executor::ExecutorConfig::new`).
+#[derive(Debug)]
+pub struct Requests {
+    /// `--kube-api-qps` and `--kube-api-burst`.
+    pub kube_api_qps: f64,
+    pub kube_api_burst: u32,
+    /// `--api-write-timeout`.
+    pub write_timeout: Duration,
+    /// `--kube-api-content-type`: the wire format of answers (and of the watches).
+    pub wire: crate::runtime::watch::Format,
 }
 
 impl ControllerArgs {
@@ -120,18 +130,20 @@ impl ControllerArgs {
         Ok(Config {
             selector: node_selector.parse()?,
             match_options: enable_comparison_operators.options(),
-            kube_api_qps: check_rate("--kube-api-qps", kube_api_qps)?,
-            kube_api_burst,
+            requests: Requests {
+                kube_api_qps: check_rate("--kube-api-qps", kube_api_qps)?,
+                kube_api_burst,
+                write_timeout: check_duration(
+                    "--api-write-timeout",
+                    api_write_timeout,
+                    Duration::from_millis(100),
+                    Duration::from_secs(600),
+                )?,
+                wire: kube_api_content_type,
+            },
             instance: instance_name(instance),
             dry_run,
-            api_write_timeout: check_duration(
-                "--api-write-timeout",
-                api_write_timeout,
-                Duration::from_millis(100),
-                Duration::from_secs(600),
-            )?,
             streaming_lists,
-            kube_api_content_type,
             max_clock_skew_compensation: check_duration(
                 "--max-clock-skew-compensation",
                 max_clock_skew_compensation,

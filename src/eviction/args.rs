@@ -83,8 +83,17 @@ pub enum EvictionEvents {
 #[derive(Debug)]
 pub struct Config {
     pub decisions: Option<nlc_core::eviction::Config>,
+    pub pacing: Pacing,
+}
+
+/// How the executor carries out evictions; it builds its own configuration from this
+/// (`executor::ExecutorConfig::new`). A new flag of that kind is a field here.
+#[derive(Debug)]
+pub struct Pacing {
+    /// `--pod-eviction-qps` and its burst; 0 is unlimited.
     pub pod_eviction_qps: f64,
     pub pod_eviction_burst: u32,
+    /// `--eviction-concurrency`: the eviction workers.
     pub concurrency: usize,
     pub node_read: NodeReadMode,
     pub events: EvictionEvents,
@@ -121,13 +130,13 @@ impl EvictionArgs {
             // Set by the state from whether node lifecycle runs in this process.
             eviction_only: false,
         });
-        Ok(Config {
-            decisions,
+        let pacing = Pacing {
             pod_eviction_qps,
             pod_eviction_burst,
             concurrency: eviction_concurrency,
             node_read: eviction_node_read,
             events: eviction_events,
-        })
+        };
+        Ok(Config { decisions, pacing })
     }
 }

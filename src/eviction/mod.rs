@@ -3,4 +3,4 @@
 
 pub mod args;
 
-pub use args::{Config, EvictionArgs, EvictionEvents, NodeReadMode};
+pub use args::{Config, EvictionArgs, EvictionEvents, NodeReadMode, Pacing};

@@ -80,11 +80,21 @@ pub struct LifecycleArgs {
 #[derive(Debug)]
 pub struct Config {
     pub decisions: Option<nlc_core::lifecycle::Config>,
-    pub mark_pods_not_ready_qps: f64,
-    pub node_taint_qps: f64,
-    pub node_taint_burst: u32,
+    pub pacing: Pacing,
     /// The text of `--config`, when given (for `/configz`).
     pub config_file: Option<String>,
+}
+
+/// How the executor paces node lifecycle's writes; it builds its own configuration from this
+/// (`executor::ExecutorConfig::new`). A new flag of that kind is a field here.
+#[derive(Debug)]
+pub struct Pacing {
+    /// `--mark-pods-not-ready-qps`.
+    pub mark_pods_not_ready_qps: f64,
+    /// `--node-taint-qps` and `--node-taint-burst`: taint writes other than a node's first
+    /// NoExecute taint, which its zone paces.
+    pub node_taint_qps: f64,
+    pub node_taint_burst: u32,
 }
 
 impl LifecycleArgs {
@@ -165,7 +175,8 @@ impl LifecycleArgs {
             mark_pods_not_ready,
             check_leases: node_controller_lease_circuit_breaker,
         });
-        Ok(Config { decisions, mark_pods_not_ready_qps, node_taint_qps, node_taint_burst, config_file })
+        let pacing = Pacing { mark_pods_not_ready_qps, node_taint_qps, node_taint_burst };
+        Ok(Config { decisions, pacing, config_file })
     }
 }
 

@@ -37,9 +37,11 @@ use tracing::Instrument;
 
 pub use call::{CallOutcome, Fence};
 
+use super::args::Requests;
 use crate::clock::Clock;
 use crate::error::Result;
-use crate::eviction::{EvictionEvents, NodeReadMode};
+use crate::eviction::{self, EvictionEvents, NodeReadMode};
+use crate::lifecycle;
 use crate::metrics::{EvictionMetrics, ExecutorMetrics, LifecycleMetrics};
 use crate::runtime::Runtime;
 use crate::runtime::lean::LeanClient;
@@ -79,38 +81,17 @@ pub struct ExecutorConfig {
     pub wire: Format,
 }
 
-/// The rates and sizes the executor is built from, as the flags give them.
-pub struct Budget {
-    pub pod_eviction_qps: f64,
-    pub pod_eviction_burst: u32,
-    pub kube_api_qps: f64,
-    pub kube_api_burst: u32,
-    pub concurrency: usize,
-    pub node_taint_qps: f64,
-    pub node_taint_burst: u32,
-    pub mark_pods_not_ready_qps: f64,
-    pub write_timeout: Duration,
-    pub node_read: NodeReadMode,
-    pub eviction_events: EvictionEvents,
-    pub wire: Format,
-}
-
 impl ExecutorConfig {
-    pub fn new(budget: Budget, instance: String) -> Self {
-        let Budget {
-            pod_eviction_qps,
-            pod_eviction_burst,
-            kube_api_qps,
-            kube_api_burst,
-            concurrency,
-            node_taint_qps,
-            node_taint_burst,
-            mark_pods_not_ready_qps,
-            write_timeout,
-            node_read,
-            eviction_events,
-            wire,
-        } = budget;
+    /// Built from each component's own pacing, as its flags give it.
+    pub fn new(
+        requests: &Requests,
+        eviction: &eviction::Pacing,
+        lifecycle: &lifecycle::args::Pacing,
+        instance: String,
+    ) -> Self {
+        let &Requests { kube_api_qps, kube_api_burst, write_timeout, wire } = requests;
+        let &eviction::Pacing { pod_eviction_qps, pod_eviction_burst, concurrency, node_read, events } = eviction;
+        let &lifecycle::args::Pacing { mark_pods_not_ready_qps, node_taint_qps, node_taint_burst } = lifecycle;
         Self {
             eviction_limiter: limiter(pod_eviction_qps, pod_eviction_burst),
             api_limiter: limiter(kube_api_qps, kube_api_burst),
@@ -121,7 +102,7 @@ impl ExecutorConfig {
             instance,
             write_timeout,
             node_read,
-            eviction_events,
+            eviction_events: events,
             wire,
         }
     }
