@@ -11,6 +11,11 @@
 #       JUnit report and `results.md` (spec, result, seconds) to OUT_DIR, and fails when a spec
 #       fails. SET: `ci` (what CI runs on every change: the two [Conformance] NoExecuteTaintManager
 #       specs and the untainted-nodes one) or `all` (every spec docs/e2e-upstream.md lists).
+#   scripts/e2e-upstream.sh images
+#       Makes the images the pod-generation spec of `all` needs and the offline node image lacks:
+#       agnhost (built from the same module, cached), nginx (the agnhost image under nginx's name:
+#       the spec only swaps a running container's image and keeps its `pause` argument) and busybox
+#       (a shell that exits at once, the init container's whole job). `run all` loads them.
 #
 # The binary is built as scripts/build-controlplane.sh builds kube-apiserver: a throwaway module
 # requires k8s.io/kubernetes and replaces its staging modules (read from its go.mod) with their
@@ -46,8 +51,13 @@ ALL_SPECS=(
   'Kubectl taint'
   'SchedulerPredicates validates that taints-tolerations is respected'
   'SchedulerPriorities Pod should be preferably scheduled to nodes pod can tolerate'
+  'Pod Generation pod generation should start at 1 and increment per update'
 )
-ALL_COUNT=15
+ALL_COUNT=16
+# What the specs of `all` ask for beyond pause (test/utils/image/manifest.go of $K8S).
+AGNHOST_IMAGE=registry.k8s.io/e2e-test-images/agnhost:2.66.1
+NGINX_IMAGE=registry.k8s.io/e2e-test-images/nginx:1.27.0-2
+BUSYBOX_IMAGE=registry.k8s.io/e2e-test-images/busybox:1.37.0-2
 
 build() {
   local dir=$CACHE_ROOT/e2e-upstream bin=$CACHE_ROOT/e2e-upstream/e2e-$K8S.test
@@ -56,10 +66,23 @@ build() {
     echo "$bin"
     return
   fi
-  command -v go >/dev/null || { log "go is not installed; it is needed to build upstream's e2e binary"; exit 1; }
   local start; start=$(date +%s)
   local work=$CACHE_ROOT/src/e2e-$K8S
-  rm -rf "$work" && mkdir -p "$work" "$dir"
+  mkdir -p "$dir"
+  wrapper "$work" test/e2e test/e2e/e2e_test.go
+  (cd "$work" && go test -c -trimpath -ldflags "$(k8s_ldflags "$K8S")" -o "$bin.partial" k8s.io/kubernetes/test/e2e) >&2
+  mv "$bin.partial" "$bin"
+  log "built $bin in $(( $(date +%s) - start ))s"
+  echo "$bin"
+}
+
+# A throwaway module in WORK that requires k8s.io/kubernetes@$K8S with its staging modules replaced,
+# and blank-imports PKG (when it is not a main package) and the imports of FILE, so that
+# `go mod tidy` records every module they need.
+wrapper() {
+  local work=$1 pkg=$2 file=$3
+  command -v go >/dev/null || { log "go is not installed; it is needed to build upstream's test programs"; exit 1; }
+  rm -rf "$work" && mkdir -p "$work"
   local modfile src
   modfile=$(go mod download -json "k8s.io/kubernetes@$K8S" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
   src=$(go mod download -json "k8s.io/kubernetes@$K8S" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
@@ -67,19 +90,39 @@ build() {
   printf 'module nlc.local/e2e-upstream\n\ngo 1.24\n' >"$work/go.mod"
   local args
   args=$(k8s_module_edits "$K8S" "$modfile") || { log "no staging modules found in $modfile"; exit 1; }
-  # The suite's test imports, blank-imported so that `go mod tidy` records every module they need.
   {
-    printf 'package e2edeps\n\nimport (\n\t_ "k8s.io/kubernetes/test/e2e"\n'
-    sed -n '/^import (/,/^)/p' "$src/test/e2e/e2e_test.go" | grep -v '^[[:space:]]*//' | grep -o '"[^"]*"' |
+    printf 'package e2edeps\n\nimport (\n'
+    grep -q '^package main$' "$src/$file" || printf '\t_ "k8s.io/kubernetes/%s"\n' "$pkg"
+    sed -n '/^import (/,/^)/p' "$src/$file" | grep -v '^[[:space:]]*//' | grep -o '"[^"]*"' |
       grep -v '^"\(flag\|fmt\|os\|path/filepath\|testing\)"$' | sort -u | sed 's/^/\t_ /'
     printf ')\n'
   } >"$work/deps.go"
   # shellcheck disable=SC2086 # one argument per line, none with spaces
   (cd "$work" && go mod edit $args && go mod tidy) >&2
-  (cd "$work" && go test -c -trimpath -ldflags "$(k8s_ldflags "$K8S")" -o "$bin.partial" k8s.io/kubernetes/test/e2e) >&2
-  mv "$bin.partial" "$bin"
-  log "built $bin in $(( $(date +%s) - start ))s"
-  echo "$bin"
+}
+
+images() {
+  local bin=$CACHE_ROOT/e2e-upstream/agnhost-$K8S
+  if [[ ! -x $bin ]]; then
+    local start; start=$(date +%s)
+    wrapper "$CACHE_ROOT/src/agnhost-$K8S" test/images/agnhost test/images/agnhost/agnhost.go
+    mkdir -p "$(dirname "$bin")"
+    (cd "$CACHE_ROOT/src/agnhost-$K8S" && go build -trimpath -o "$bin.partial" k8s.io/kubernetes/test/images/agnhost) >&2
+    mv "$bin.partial" "$bin"
+    log "built $bin in $(( $(date +%s) - start ))s"
+  fi
+  docker image inspect local/kind-slim:bookworm >/dev/null 2>&1 ||
+    { log "no local/kind-slim:bookworm image: scripts/kind-image.sh makes it with the node image"; exit 1; }
+  local ctx; ctx=$(mktemp -d)
+  install -m 0755 "$bin" "$ctx/agnhost"
+  # As upstream's agnhost image: the program is the entrypoint, `pause` the default command.
+  printf 'FROM local/kind-slim:bookworm\nCOPY agnhost /agnhost\nENTRYPOINT ["/agnhost"]\nCMD ["pause"]\n' >"$ctx/Dockerfile.agnhost"
+  printf 'FROM local/kind-slim:bookworm\nCMD ["sh"]\n' >"$ctx/Dockerfile.busybox"
+  docker build -q -f "$ctx/Dockerfile.agnhost" -t "$AGNHOST_IMAGE" "$ctx" >/dev/null
+  docker tag "$AGNHOST_IMAGE" "$NGINX_IMAGE"
+  docker build -q -f "$ctx/Dockerfile.busybox" -t "$BUSYBOX_IMAGE" "$ctx" >/dev/null
+  rm -rf "$ctx"
+  log "made $AGNHOST_IMAGE, $NGINX_IMAGE (the same program) and $BUSYBOX_IMAGE (a shell)"
 }
 
 run() {
@@ -96,6 +139,10 @@ run() {
   for n in $(kind get nodes --name "$CLUSTER"); do
     docker exec "$n" ctr -n k8s.io images tag --force registry.k8s.io/pause:3.10 registry.k8s.io/pause:3.10.2 >/dev/null
   done
+  if [[ $set == all ]]; then
+    images
+    kind load docker-image "$AGNHOST_IMAGE" "$NGINX_IMAGE" "$BUSYBOX_IMAGE" --name "$CLUSTER" >&2
+  fi
   local focus=() s
   for s in "${specs[@]}"; do focus+=("--ginkgo.focus=$s"); done
   local rc=0 start; start=$(date +%s)
@@ -140,7 +187,10 @@ on_kind() {
   rm -f "$kc"
   export CLUSTER=${CLUSTER_UPSTREAM:-nlc-upstream}
   trap 'scripts/kind.sh down >/dev/null 2>&1 || true' EXIT
-  KUBECONFIG=$kc BUILD_IMAGE=${BUILD_IMAGE:-0} scripts/kind.sh up >&2
+  # kube-apiserver's DefaultTolerationSeconds off: the webhook alone adds the defaults, and the
+  # pod-generation spec (which replaces a running pod's tolerations) passes only if it re-adds
+  # them on UPDATE, as the plugin does.
+  KUBECONFIG=$kc BUILD_IMAGE=${BUILD_IMAGE:-0} APISERVER_DEFAULT_TOLERATIONS=off scripts/kind.sh up >&2
   (run "$kc" all "$out") || rc=$?
   {
     printf '# make e2e-upstream: the last run
@@ -158,6 +208,7 @@ on_kind() {
 case "${1:-}" in
   build) build ;;
   run) shift; run "$@" ;;
+  images) images ;;
   kind) shift; on_kind "$@" ;;
-  *) echo "usage: $0 build | run KUBECONFIG ci|all OUT_DIR | kind [OUT_DIR]" >&2; exit 2 ;;
+  *) echo "usage: $0 build | images | run KUBECONFIG ci|all OUT_DIR | kind [OUT_DIR]" >&2; exit 2 ;;
 esac

@@ -12,12 +12,14 @@
 # default: scripts/kind-image.sh's), GRACE (20s: --node-monitor-grace-period and
 # --node-startup-grace-period, short so that the demo takes seconds; upstream's default is 50s),
 # VALUES (a Helm values file added to the install), KUBECONFIG (where kind writes the cluster's
-# credentials, as kind does). `make e2e-kind` runs exactly this `up` and `down`.
+# credentials, as kind does), APISERVER_DEFAULT_TOLERATIONS (on; off: kube-apiserver runs without
+# its DefaultTolerationSeconds plugin, so the webhook alone adds the 300 s defaults, on CREATE and
+# UPDATE: the cluster of `make e2e-upstream`). `make e2e-kind` runs exactly this `up` and `down`.
 #
 # The node image: kindest/node from Docker Hub where a registry is reachable, else built here
 # from the package registries (scripts/kind-image.sh, cached). kube-controller-manager runs
 # without its node-lifecycle and taint-eviction controllers (kubeadm's own value, minus those
-# two: `*` alone drops bootstrapsigner and tokencleaner and workers cannot join), and
+# two: `*` alone drops bootstrapsigner and tokencleaner and workers cannot join), and by default
 # kube-apiserver keeps its DefaultTolerationSeconds (a webhook outage degrades to 300 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +28,7 @@ IMAGE=${IMAGE:-node-lifecycle-controller:dev}
 BUILD_IMAGE=${BUILD_IMAGE:-1}
 GRACE=${GRACE:-20s}
 VALUES=${VALUES:-}
+APISERVER_DEFAULT_TOLERATIONS=${APISERVER_DEFAULT_TOLERATIONS:-on}
 CACHE_ROOT=${NLC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-controller}
 export PATH=$CACHE_ROOT/kind/bin:$CACHE_ROOT/tools:$PATH
 NS=node-lifecycle-controller
@@ -39,6 +42,16 @@ up() {
   local node_image=${NODE_IMAGE:-}
   [[ -n $node_image ]] || node_image=$(scripts/kind-image.sh | tail -1)
   scripts/build-controlplane.sh >/dev/null # helm and kubectl, as the tests use them
+  local apiserver=''
+  case $APISERVER_DEFAULT_TOLERATIONS in
+    on) ;;
+    off) apiserver='
+        apiServer:
+          extraArgs:
+            - name: disable-admission-plugins
+              value: DefaultTolerationSeconds' ;;
+    *) echo "APISERVER_DEFAULT_TOLERATIONS: on or off, not $APISERVER_DEFAULT_TOLERATIONS" >&2; exit 2 ;;
+  esac
   cat <<KIND | kind create cluster --name "$CLUSTER" --image "$node_image" --config=-
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
@@ -54,7 +67,7 @@ nodes:
         controllerManager:
           extraArgs:
             - name: controllers
-              value: "*,bootstrapsigner,tokencleaner,-node-lifecycle-controller,-taint-eviction-controller"
+              value: "*,bootstrapsigner,tokencleaner,-node-lifecycle-controller,-taint-eviction-controller"$apiserver
   - role: worker
     labels: {topology.kubernetes.io/zone: zone-a}
   - role: worker
