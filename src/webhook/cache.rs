@@ -234,30 +234,14 @@ pub async fn namespaces(
 ) {
     let api: Api<Tolerant<PartialObjectMeta<Namespace>>> = Api::all(client);
     let mut events = std::pin::pin!(stream(api, watcher::Config::default(), "namespaces", metrics.clone()));
-    let mut building: Option<Namespaces> = None;
-    let name = |ns: &Tolerant<PartialObjectMeta<Namespace>>| kube::Resource::meta(ns).name.clone().unwrap_or_default();
+    let mut relist: Relist<Namespaces> = Relist::default();
     while let Some(item) = events.next().await {
         let Item::Event(ev) = item else { continue };
-        match ev {
-            watcher::Event::Init => building = Some(Namespaces::new()),
-            watcher::Event::InitApply(ns) => {
-                let key = name(&ns);
-                if let Some(b) = building.as_mut() {
-                    match ns {
-                        Tolerant::Ok(ns) => {
-                            b.insert(key, NamespaceInfo::from_meta(&ns.metadata));
-                        }
-                        // Unreadable: keep what the cache had for it, if anything.
-                        Tolerant::Bad { .. } => {
-                            if let Some(old) = knowledge.namespace(&key) {
-                                b.insert(key, old);
-                            }
-                        }
-                    }
-                }
-            }
-            watcher::Event::InitDone => {
-                if let (Some(b), Ok(mut c)) = (building.take(), knowledge.namespaces.write()) {
+        let read = |ns: PartialObjectMeta<Namespace>| NamespaceInfo::from_meta(&ns.metadata);
+        let ev = match relist.step(ev, read, |key| knowledge.namespace(key)) {
+            Step::Listing => continue,
+            Step::Listed(listed) => {
+                if let (Some(b), Ok(mut c)) = (listed, knowledge.namespaces.write()) {
                     metrics
                         .objects
                         .get_or_create(&crate::runtime::watch::ResourceLabels { resource: "namespaces" })
@@ -266,7 +250,11 @@ pub async fn namespaces(
                 }
                 knowledge.synced.store(true, Ordering::Release);
                 let _ = synced.send(true);
+                continue;
             }
+            Step::Event(ev) => ev,
+        };
+        match ev {
             watcher::Event::Apply(Tolerant::Ok(ns)) => {
                 knowledge.remember(
                     &ns.metadata.name.clone().unwrap_or_default(),
@@ -276,9 +264,78 @@ pub async fn namespaces(
             watcher::Event::Apply(Tolerant::Bad { .. }) => {}
             watcher::Event::Delete(ns) => {
                 if let Ok(mut c) = knowledge.namespaces.write() {
-                    c.remove(&name(&ns));
+                    c.remove(&name_of(&ns));
                 }
             }
+            // Handed to the re-list above.
+            watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => {}
+        }
+    }
+}
+
+fn name_of<K: kube::Resource>(k: &K) -> String {
+    k.meta().name.clone().unwrap_or_default()
+}
+
+/// The re-list protocol of a watch folded into a map by name, as kube-runtime's reflector folds
+/// it (`Store::apply_watcher_event`): `Init` starts a new map, each `InitApply` fills it (an
+/// object that could not be decoded keeps its last readable value), `InitDone` hands it over
+/// whole. The one fold of the webhook's watches (namespaces, toleration rules).
+struct Relist<M> {
+    building: Option<M>,
+}
+
+impl<M> Default for Relist<M> {
+    fn default() -> Self {
+        Self { building: None }
+    }
+}
+
+/// Where an event left the re-list.
+enum Step<K, M> {
+    /// Part of a re-list still under way.
+    Listing,
+    /// The re-list is complete: its map (`None` for an `InitDone` without an `Init`).
+    Listed(Option<M>),
+    /// Not part of a re-list: an `Apply` or `Delete`, for the caller.
+    Event(watcher::Event<Tolerant<K>>),
+}
+
+impl<M: Default> Relist<M> {
+    /// Whether a re-list is under way.
+    fn listing(&self) -> bool {
+        self.building.is_some()
+    }
+
+    /// Takes `ev` into the re-list: `read` makes a listed object's value, `kept` gives an
+    /// unreadable object's last readable one.
+    fn step<K: kube::Resource, V>(
+        &mut self,
+        ev: watcher::Event<Tolerant<K>>,
+        read: impl FnOnce(K) -> V,
+        kept: impl FnOnce(&str) -> Option<V>,
+    ) -> Step<K, M>
+    where
+        M: Extend<(String, V)>,
+    {
+        match ev {
+            watcher::Event::Init => {
+                self.building = Some(M::default());
+                Step::Listing
+            }
+            watcher::Event::InitApply(object) => {
+                let key = name_of(&object);
+                if let Some(b) = self.building.as_mut() {
+                    let value = match object {
+                        Tolerant::Ok(k) => Some(read(k)),
+                        Tolerant::Bad { .. } => kept(&key),
+                    };
+                    b.extend(value.map(|v| (key, v)));
+                }
+                Step::Listing
+            }
+            watcher::Event::InitDone => Step::Listed(self.building.take()),
+            ev => Step::Event(ev),
         }
     }
 }
@@ -297,7 +354,7 @@ pub async fn rules(
     let mut events =
         std::pin::pin!(stream(watched, watcher::Config::default(), "tolerationrules", watch_metrics).fuse());
     let mut all: BTreeMap<String, TolerationRule> = BTreeMap::new();
-    let mut building: Option<BTreeMap<String, TolerationRule>> = None;
+    let mut relist: Relist<BTreeMap<String, TolerationRule>> = Relist::default();
     // Status writes that failed are tried again on the next change or after a while.
     let mut resync = tokio::time::interval(Duration::from_secs(30));
     loop {
@@ -316,11 +373,11 @@ pub async fn rules(
         let Item::Event(ev) = item else { continue };
         // Apply this event and every one already waiting, then publish once: a burst (the
         // status writes below come back as events) costs one rebuild, not one per event.
-        let mut changed = apply_rule_event(ev, &mut all, &mut building);
+        let mut changed = apply_rule_event(ev, &mut all, &mut relist);
         while let Some(Some(Item::Event(more))) = events.next().now_or_never() {
-            changed |= apply_rule_event(more, &mut all, &mut building);
+            changed |= apply_rule_event(more, &mut all, &mut relist);
         }
-        if changed && building.is_none() {
+        if changed && !relist.listing() {
             publish(&api, &all, &knowledge, &metrics).await;
             let _ = synced.send(true);
         }
@@ -332,36 +389,19 @@ pub async fn rules(
 fn apply_rule_event(
     ev: watcher::Event<Tolerant<TolerationRule>>,
     all: &mut BTreeMap<String, TolerationRule>,
-    building: &mut Option<BTreeMap<String, TolerationRule>>,
+    relist: &mut Relist<BTreeMap<String, TolerationRule>>,
 ) -> bool {
-    let name = |r: &Tolerant<TolerationRule>| kube::Resource::meta(r).name.clone().unwrap_or_default();
-    match ev {
-        watcher::Event::Init => {
-            *building = Some(BTreeMap::new());
-            false
-        }
-        watcher::Event::InitApply(r) => {
-            let key = name(&r);
-            if let Some(b) = building.as_mut() {
-                match r {
-                    Tolerant::Ok(r) => {
-                        b.insert(key, r);
-                    }
-                    Tolerant::Bad { .. } => {
-                        if let Some(old) = all.get(&key) {
-                            b.insert(key, old.clone());
-                        }
-                    }
-                }
-            }
-            false
-        }
-        watcher::Event::InitDone => {
-            if let Some(b) = building.take() {
+    let ev = match relist.step(ev, |r| r, |key| all.get(key).cloned()) {
+        Step::Listing => return false,
+        Step::Listed(listed) => {
+            if let Some(b) = listed {
                 *all = b;
             }
-            true
+            return true;
         }
+        Step::Event(ev) => ev,
+    };
+    match ev {
         watcher::Event::Apply(Tolerant::Ok(r)) => {
             // A status write (ours) comes back as an event: kept, nothing to rebuild for it.
             let key = r.metadata.name.clone().unwrap_or_default();
@@ -371,9 +411,11 @@ fn apply_rule_event(
         }
         watcher::Event::Apply(Tolerant::Bad { .. }) => false,
         watcher::Event::Delete(r) => {
-            all.remove(&name(&r));
+            all.remove(&name_of(&r));
             true
         }
+        // Handed to the re-list above.
+        watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => false,
     }
 }
 
