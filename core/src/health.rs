@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 
 use crate::action::ConditionWrite;
 use crate::condition;
@@ -121,7 +121,7 @@ impl Probe {
     /// When the node's grace period runs out.
     pub fn deadline(&self, grace: Grace) -> Timestamp {
         let g = if self.has_ready { grace.monitor } else { grace.startup };
-        self.at.checked_add(SignedDuration::try_from(g).unwrap_or(SignedDuration::MAX)).unwrap_or(Timestamp::MAX)
+        crate::time::after(self.at, g)
     }
 
     pub fn overdue(&self, grace: Grace, now: Timestamp) -> bool {

@@ -196,9 +196,7 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
         })
         .collect();
     not_ready.sort_by(|a, b| a.since.cmp(&b.since).then_with(|| a.name.cmp(&b.name)));
-    let horizon = now
-        .checked_add(jiff::SignedDuration::try_from(within).unwrap_or(jiff::SignedDuration::MAX))
-        .unwrap_or(Timestamp::MAX);
+    let horizon = crate::time::after(now, within);
     let mut evictions: Vec<(Timestamp, EvictionRow)> = state
         .eviction
         .as_ref()

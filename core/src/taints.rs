@@ -317,11 +317,7 @@ pub fn first_tolerating(tolerations: &[Toleration], taint: &Taint, opts: MatchOp
 /// Adds whole seconds to a timestamp without ever overflowing: beyond the representable range
 /// the result saturates ("far future" / "far past").
 pub fn add_seconds(at: Timestamp, seconds: i64) -> Timestamp {
-    at.checked_add(SignedDuration::from_secs(seconds)).unwrap_or(if seconds >= 0 {
-        Timestamp::MAX
-    } else {
-        Timestamp::MIN
-    })
+    crate::time::shift(at, SignedDuration::from_secs(seconds))
 }
 
 /// Where a taint's countdown starts: its `timeAdded`, or when we first observed it if it has

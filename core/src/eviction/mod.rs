@@ -557,8 +557,7 @@ impl TaintEviction {
                 // after a backoff, or at once when the watch brings a change.
                 t.attempts = t.attempts.saturating_add(1);
                 t.phase = Phase::Retrying;
-                let delay = SignedDuration::try_from(backoff(base, cap, t.attempts)).unwrap_or(SignedDuration::MAX);
-                self.timers.set(key.clone(), cx.now.checked_add(delay).unwrap_or(Timestamp::MAX));
+                self.timers.set(key.clone(), crate::time::after(cx.now, backoff(base, cap, t.attempts)));
             }
         }
     }
