@@ -15,6 +15,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 
 pub trait Clock: Send + Sync + 'static {
@@ -162,6 +165,50 @@ impl StepDetector {
         self.inst = inst;
         let step = walled.saturating_sub(passed);
         (step.unsigned_abs() > STEP_TOLERANCE).then_some(step)
+    }
+}
+
+/// This process's clock against the API server's.
+#[derive(Clone, Default)]
+pub struct ClockMetrics {
+    pub skew: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub precision: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub steps: Counter,
+    /// The compensation in force (`--max-clock-skew-compensation` at most).
+    pub compensation: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// 1 while the skew is beyond the cap.
+    pub capped: Gauge,
+}
+
+impl ClockMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "nlc_clock_skew_seconds",
+            "How far this process's clock is ahead of the API server's (negative: behind), measured from the Date of its answers; an eviction waits out a positive skew",
+            m.skew.clone(),
+        );
+        registry.register(
+            "nlc_clock_skew_precision_seconds",
+            "Half the width of the bounds the Date headers put on nlc_clock_skew_seconds",
+            m.precision.clone(),
+        );
+        registry.register(
+            "nlc_clock_steps",
+            "Steps of the wall clock seen (NTP steps, a VM resumed): each restarts node grace periods and zone limiters, and keeps pending evictions' remaining time",
+            m.steps.clone(),
+        );
+        registry.register(
+            "nlc_clock_skew_compensation_seconds",
+            "What every eviction deadline is moved by for the skew: the skew, once several samples agree, at most --max-clock-skew-compensation",
+            m.compensation.clone(),
+        );
+        registry.register(
+            "nlc_clock_skew_capped",
+            "1 while the skew is beyond --max-clock-skew-compensation: deadlines move by the cap only",
+            m.capped.clone(),
+        );
+        m
     }
 }
 

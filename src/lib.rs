@@ -33,8 +33,8 @@
 //!   cluster as listed.
 //! - [`clock`]: the one clock (wall time that follows the system, monotonic sleeps, step
 //!   detection; a fake one for tests).
-//! - [`config`]: the top-level command; [`output`]: `-o` of the reports; [`metrics`]: the metric
-//!   families; [`error`]: the error.
+//! - [`config`]: the top-level command; [`output`]: `-o` of the reports; [`metrics`]: their
+//!   rendering (each component's metric families live beside it); [`error`]: the error.
 
 #![warn(clippy::disallowed_methods)]
 

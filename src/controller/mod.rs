@@ -5,6 +5,7 @@
 
 pub mod args;
 pub mod executor;
+mod metrics;
 mod second_writers;
 mod task;
 pub mod watch;
@@ -29,10 +30,10 @@ pub use args::RunArgs;
 
 use crate::clock::{Clock, StepDetector, SystemClock};
 use crate::error::Result;
-use crate::metrics::{BrakeMetrics, ClockMetrics, EvictionMetrics, ExecutorMetrics, LifecycleMetrics};
 use crate::runtime::Runtime;
 use crate::runtime::watch::WatchMetrics;
 use executor::{Executor, ExecutorConfig};
+use metrics::ControllerMetrics;
 use nlc_core::wire::{WireLease, WireNode, WirePod};
 use task::{LeaseCacheShown, Task};
 
@@ -390,27 +391,4 @@ fn spawn_until_shutdown(rt: &mut Runtime, name: &'static str, task: impl Future<
         task.await;
         Ok(())
     });
-}
-
-#[derive(Clone)]
-struct ControllerMetrics {
-    clock: ClockMetrics,
-    brakes: BrakeMetrics,
-    watch: WatchMetrics,
-    eviction: EvictionMetrics,
-    executor: ExecutorMetrics,
-    lifecycle: LifecycleMetrics,
-}
-
-impl ControllerMetrics {
-    fn register(rt: &mut Runtime) -> Self {
-        Self {
-            watch: rt.watch_metrics(),
-            eviction: EvictionMetrics::register(rt.registry()),
-            executor: ExecutorMetrics::register(rt.registry()),
-            lifecycle: LifecycleMetrics::register(rt.registry()),
-            brakes: BrakeMetrics::register(rt.registry()),
-            clock: ClockMetrics::register(rt.registry()),
-        }
-    }
 }

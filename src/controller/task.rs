@@ -12,12 +12,12 @@ use nlc_core::brakes::Pause;
 use nlc_core::state::{Input, State};
 use tokio::sync::{mpsc, watch as signal};
 
-use super::ControllerMetrics;
 use super::executor::Executor;
+use super::metrics::ControllerMetrics;
 use super::second_writers;
 use crate::clock::{Clock, StepDetector, far_future};
 use crate::error::Result;
-use crate::metrics::ZoneLabels;
+use crate::lifecycle::metrics::ZoneLabels;
 use crate::runtime::admin::Heartbeat;
 use crate::runtime::shutdown;
 use crate::runtime::watch::ResourceLabels;

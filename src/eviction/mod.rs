@@ -2,5 +2,6 @@
 //! and what they turn into.
 
 pub mod args;
+pub mod metrics;
 
 pub use args::{Config, EvictionArgs, EvictionEvents, NodeReadMode, Pacing};

@@ -2,5 +2,6 @@
 //! flags and what they turn into.
 
 pub mod args;
+pub mod metrics;
 
 pub use args::{Config, LifecycleArgs};

@@ -33,7 +33,7 @@ use nlc_core::wire::Tolerant;
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::metrics::WebhookMetrics;
+use super::metrics::WebhookMetrics;
 use crate::runtime::watch::{Item, WatchMetrics, stream};
 
 /// How long a live namespace read may take (the API server gives the whole webhook call 2 s).

@@ -4,13 +4,14 @@
 
 pub mod args;
 pub mod cache;
+pub mod metrics;
 pub mod server;
 
 pub use args::{WebhookArgs, WebhookCommand};
 
 use crate::error::Result;
-use crate::metrics::WebhookMetrics;
 use crate::runtime::Runtime;
+use metrics::WebhookMetrics;
 
 /// Adds the webhook to a runtime: its metrics, its readiness (the namespace cache and, when they
 /// are on, the toleration rules have synced) and its tasks. Binds its listener now, so that a

@@ -25,8 +25,8 @@ use nlc_core::admission::{
 
 use super::cache::{self, Knowledge, Lookup};
 
+use super::metrics::WebhookMetrics;
 use crate::error::{Error, Result};
-use crate::metrics::WebhookMetrics;
 use crate::runtime::http::{HttpMetrics, Limits, Peer};
 use crate::runtime::watch::WatchMetrics;
 use crate::runtime::{shutdown, tls};

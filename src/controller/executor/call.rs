@@ -11,7 +11,7 @@ use std::time::Duration;
 pub use crate::runtime::fence::Fence;
 
 use super::Inner;
-use crate::metrics::{ExecutorMetrics, RequestLabels};
+use super::metrics::{ExecutorMetrics, RequestLabels};
 
 /// What an API call came to.
 #[derive(Debug)]

@@ -18,6 +18,7 @@
 
 mod call;
 mod events;
+pub mod metrics;
 mod nodes;
 mod pods;
 mod queue;
@@ -40,15 +41,17 @@ pub use call::{CallOutcome, Fence};
 use super::args::Requests;
 use crate::clock::Clock;
 use crate::error::Result;
+use crate::eviction::metrics::EvictionMetrics;
 use crate::eviction::{self, EvictionEvents, NodeReadMode};
 use crate::lifecycle;
-use crate::metrics::{EvictionMetrics, ExecutorMetrics, LifecycleMetrics};
+use crate::lifecycle::metrics::LifecycleMetrics;
 use crate::runtime::Runtime;
 use crate::runtime::lean::LeanClient;
 use crate::runtime::shutdown::Signal;
 use crate::runtime::watch::Format;
 use call::Calls;
 use events::{EventQueue, QueuedEvent, Saturation};
+use metrics::ExecutorMetrics;
 use pods::NodeRead;
 
 /// A token bucket for `qps` with `burst`; `None` when `qps` is 0 (unlimited). Never panics:

@@ -21,7 +21,7 @@ use serde_json::json;
 
 use super::Inner;
 use super::call::CallOutcome;
-use crate::metrics::{ResultLabels, ZoneLabels};
+use crate::lifecycle::metrics::{ResultLabels, ZoneLabels};
 use crate::runtime::lean::with_timeout;
 
 /// Observes the time since its start when dropped (every way out of a status write).

@@ -25,7 +25,7 @@ use super::{Cancel, Inner, NodeReadMode, lock};
 /// The most pods remembered as having their `DisruptionTarget` written while their delete
 /// is retried.
 const MAX_MARKED: usize = 100_000;
-use crate::metrics::ReasonLabels;
+use crate::eviction::metrics::ReasonLabels;
 use crate::runtime::lean::with_timeout;
 
 pub use nlc_core::upstream::{DELETION_BY_TAINT_MANAGER, DISRUPTION_TARGET, TAINT_MANAGER_MESSAGE};
@@ -147,7 +147,7 @@ impl Inner {
             self.metrics.deletions.inc();
             self.metrics.deletion_duration.observe(late);
             let kind = if ev.immediate { "immediate" } else { "timed" };
-            self.metrics.lateness.get_or_create(&crate::metrics::KindLabels { kind }).observe(late);
+            self.metrics.lateness.get_or_create(&crate::eviction::metrics::KindLabels { kind }).observe(late);
             tracing::info!(pod = %ev.key, node = %ev.node, method = ?ev.method, lateness_ms = (late * 1000.0) as u64, "evicted");
         }
         result
