@@ -34,5 +34,7 @@ async fn without_streaming_lists_the_controller_lists_in_pages_and_evicts() {
         "the untolerated pod was not evicted:\n{}",
         c.logs()
     );
-    assert!(c.logs().contains("does not stream initial lists; listing in pages"), "{}", c.logs());
+    let m = c.metrics().await;
+    let refused = metric(&m, "nlc_watch_streaming_refused_total{resource=\"pods\"}");
+    assert!(refused.is_some_and(|n| n >= 1.0), "the pod watch did not fall back to pages:\n{m}");
 }

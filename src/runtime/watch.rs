@@ -131,6 +131,8 @@ pub struct WatchMetrics {
     pub formats: Family<FormatLabels, Gauge>,
     /// Refusals of protobuf that made a watch fall back to JSON, by resource.
     pub protobuf_refused: Family<ResourceLabels, Counter>,
+    /// Refusals of a streamed initial list that made a watch list in pages, by resource.
+    pub streaming_refused: Family<ResourceLabels, Counter>,
     /// Watches started again because they delivered nothing for their stall bound, by resource.
     pub stalls: Family<ResourceLabels, Counter>,
     /// When each watch last delivered an event or a bookmark.
@@ -206,6 +208,11 @@ impl WatchMetrics {
             "nlc_watch_protobuf_refused",
             "Watches the API server refused protobuf to (406, 415 or a JSON answer) and that read JSON since, by resource",
             m.protobuf_refused.clone(),
+        );
+        registry.register(
+            "nlc_watch_streaming_refused",
+            "Watches the API server refused a streamed initial list to (WatchList off) and that list in pages since, by resource",
+            m.streaming_refused.clone(),
         );
         registry.register(
             "nlc_watch_stalls",
@@ -604,6 +611,7 @@ where
                 }
                 Err(e) if s.streaming && refuses_streaming(&e) => {
                     tracing::info!(resource = s.resource, error = %e, "the API server does not stream initial lists; listing in pages");
+                    s.metrics.streaming_refused.get_or_create(&labels).inc();
                     s.streaming = false;
                     s.config.initial_list_strategy = watcher::InitialListStrategy::ListWatch;
                     s.reopen();
