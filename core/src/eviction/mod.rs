@@ -649,19 +649,18 @@ impl TaintEviction {
         let pod = cx.index.pods.get(key)?;
         let node = cx.index.nodes.get(&*pod.node_name)?;
         let bound = self.bound(key, pod, cx.now);
-        let mut best: Option<(Due, &Taint)> = None;
-        for (taint, due) in self.taint_dues(pod, node, bound, cx.now) {
-            if due != Due::Never && best.as_ref().is_none_or(|(b, _)| due < *b) {
-                best = Some((due, taint));
-            }
-        }
-        let (_, taint) = best?;
-        let seconds = match self.read_list(pod).and_then(|l| l.first(taint)) {
+        let seconds_for = |taint: &Taint| match self.read_list(pod).and_then(|l| l.first(taint)) {
             Some(first) => first.as_ref().and_then(|t| t.toleration_seconds),
             None => taints::first_tolerating(&pod.tolerations, taint, self.cfg.match_options)
                 .and_then(|j| pod.tolerations[j].toleration_seconds),
         };
-        Some((taint.id(), seconds))
+        // As [`taints::evaluate`] (and so `explain`) names it: the first taint due now, else the
+        // earliest deadline and, on a tie, the toleration with the fewest seconds.
+        self.taint_dues(pod, node, bound, cx.now)
+            .filter(|(_, due)| *due != Due::Never)
+            .map(|(taint, due)| (due, seconds_for(taint), taint))
+            .min_by_key(|(due, seconds, _)| (*due, seconds.filter(|_| *due != Due::Now)))
+            .map(|(_, seconds, taint)| (taint.id(), seconds))
     }
 
     fn verdict(&self, key: &PodKey, pod: &SlimPod, cx: Ctx<'_>) -> Verdict {

@@ -695,71 +695,92 @@ mod one_rule {
             bound in -400i64..=0,
             now in 0i64..200,
         ) {
-            let at = |s: i64| crate::fixtures::ts(s as f64);
-            // Distinct keys: a node cannot carry two taints of one key and effect.
-            let mut seen = std::collections::HashSet::new();
-            let taints: Vec<serde_json::Value> = taints
-                .into_iter()
-                .filter(|(k, _)| seen.insert(*k))
-                .map(|(k, added)| json!({"key": KEYS[k], "effect": "NoExecute", "timeAdded": at(added)}))
-                .collect();
-            let tolerations: Vec<serde_json::Value> = tolerations
-                .into_iter()
-                .map(|(k, no_execute, secs)| {
-                    let mut t = json!({"operator": "Exists"});
-                    if k < 3 {
-                        t["key"] = json!(KEYS[k]);
-                    }
-                    if no_execute {
-                        t["effect"] = json!("NoExecute");
-                    }
-                    if let Some(s) = secs {
-                        t["tolerationSeconds"] = json!(s);
-                    }
-                    t
-                })
-                .collect();
-            let node: k8s_openapi::api::core::v1::Node =
-                serde_json::from_value(json!({"metadata": {"name": "n", "uid": "un"}, "spec": {"taints": taints}}))
-                    .expect("node");
-            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
-                "metadata": {"name": "p", "namespace": "ns", "uid": "up", "creationTimestamp": at(bound - 5)},
-                "spec": {"nodeName": "n", "tolerations": tolerations, "containers": [{"name": "c", "image": "x"}]},
-                "status": {"conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": at(bound)}]}
-            }))
-            .expect("pod");
-
-            // The controller, from the slim objects its watches make.
-            let mut w = EvictionWorld::new(Config::default());
-            w.set_node(SlimNode::new(&node, &crate::selector::Selector::default()), now);
-            w.set_pod(SlimPod::from(&pod), now);
-            let evicted = !w.evictions().is_empty();
-            let deadline = w.ctl.deadline(&key("p"));
-            let cx = Ctx { index: &w.index, now: at(now), gate: &Ungated };
-            let cause = w.ctl.cause(&key("p"), cx);
-
-            // explain, from the full objects.
-            let e = explain(&node, &pod, MatchOptions::default(), at(now));
-            let explained_at: Option<Timestamp> = e.eviction.deadline.as_deref().and_then(|d| d.parse().ok());
-            match e.eviction.decision {
-                Decision::Immediate => prop_assert!(evicted, "explain: now; controller: {deadline:?}"),
-                Decision::Delayed => {
-                    let d = explained_at.expect("a delayed decision has a deadline");
-                    if d <= at(now) {
-                        prop_assert!(evicted, "explain: {d} (past); controller: {deadline:?}");
-                    } else {
-                        prop_assert_eq!(deadline, Some(d));
-                    }
-                }
-                Decision::Never | Decision::None => prop_assert!(!evicted && deadline.is_none()),
-            }
-            // status names a cause exactly when the controller has the pod going, with the
-            // seconds of the toleration explain reports.
-            prop_assert_eq!(cause.is_some(), evicted || deadline.is_some());
-            if let Some((_, seconds)) = cause {
-                prop_assert_eq!(seconds, e.eviction.toleration_seconds);
-            }
+            agree(taints, tolerations, bound, now)?;
         }
+    }
+
+    /// Found by CI: two taints due at the same moment through tolerations of different seconds.
+    /// `status` named the first taint on the node, `explain` the toleration with fewer seconds.
+    #[test]
+    fn a_tie_between_deadlines_is_named_alike() {
+        // b added at -20 tolerated 30 s, a added at -10 tolerated 20 s: both due at 10.
+        for taints in [vec![(1, -20), (0, -10)], vec![(0, -10), (1, -20)]] {
+            let r = agree(taints, vec![(0, false, Some(20)), (1, false, Some(30))], -400, 0);
+            assert!(r.is_ok(), "{r:?}");
+        }
+    }
+
+    fn agree(
+        taints: Vec<(usize, i64)>,
+        tolerations: Vec<(usize, bool, Option<i64>)>,
+        bound: i64,
+        now: i64,
+    ) -> Result<(), TestCaseError> {
+        let at = |s: i64| crate::fixtures::ts(s as f64);
+        // Distinct keys: a node cannot carry two taints of one key and effect.
+        let mut seen = std::collections::HashSet::new();
+        let taints: Vec<serde_json::Value> = taints
+            .into_iter()
+            .filter(|(k, _)| seen.insert(*k))
+            .map(|(k, added)| json!({"key": KEYS[k], "effect": "NoExecute", "timeAdded": at(added)}))
+            .collect();
+        let tolerations: Vec<serde_json::Value> = tolerations
+            .into_iter()
+            .map(|(k, no_execute, secs)| {
+                let mut t = json!({"operator": "Exists"});
+                if k < 3 {
+                    t["key"] = json!(KEYS[k]);
+                }
+                if no_execute {
+                    t["effect"] = json!("NoExecute");
+                }
+                if let Some(s) = secs {
+                    t["tolerationSeconds"] = json!(s);
+                }
+                t
+            })
+            .collect();
+        let node: k8s_openapi::api::core::v1::Node =
+            serde_json::from_value(json!({"metadata": {"name": "n", "uid": "un"}, "spec": {"taints": taints}}))
+                .expect("node");
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "up", "creationTimestamp": at(bound - 5)},
+            "spec": {"nodeName": "n", "tolerations": tolerations, "containers": [{"name": "c", "image": "x"}]},
+            "status": {"conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": at(bound)}]}
+        }))
+        .expect("pod");
+
+        // The controller, from the slim objects its watches make.
+        let mut w = EvictionWorld::new(Config::default());
+        w.set_node(SlimNode::new(&node, &crate::selector::Selector::default()), now);
+        w.set_pod(SlimPod::from(&pod), now);
+        let evicted = !w.evictions().is_empty();
+        let deadline = w.ctl.deadline(&key("p"));
+        let cx = Ctx { index: &w.index, now: at(now), gate: &Ungated };
+        let cause = w.ctl.cause(&key("p"), cx);
+
+        // explain, from the full objects.
+        let e = explain(&node, &pod, MatchOptions::default(), at(now));
+        let explained_at: Option<Timestamp> = e.eviction.deadline.as_deref().and_then(|d| d.parse().ok());
+        match e.eviction.decision {
+            Decision::Immediate => prop_assert!(evicted, "explain: now; controller: {deadline:?}"),
+            Decision::Delayed => {
+                let d = explained_at.expect("a delayed decision has a deadline");
+                if d <= at(now) {
+                    prop_assert!(evicted, "explain: {d} (past); controller: {deadline:?}");
+                } else {
+                    prop_assert_eq!(deadline, Some(d));
+                }
+            }
+            Decision::Never | Decision::None => prop_assert!(!evicted && deadline.is_none()),
+        }
+        // status names a cause exactly when the controller has the pod going, with the
+        // seconds of the toleration explain reports.
+        prop_assert_eq!(cause.is_some(), evicted || deadline.is_some());
+        if let Some((_, seconds)) = cause {
+            prop_assert_eq!(seconds, e.eviction.toleration_seconds);
+        }
+        Ok(())
     }
 }
 
