@@ -43,8 +43,9 @@ async fn namespace_annotated(client: &kube::Client, scope: &str, annotations: se
     name
 }
 
-/// Creates a pod through the API server; whether the webhook added the default tolerations, and
-/// how long the API server took.
+/// Creates a pod in `ns`: whether the webhook added its defaults, and the round trip. The
+/// registration gives the webhook 2 s and ignores its failure, so `false` is a call the webhook
+/// did not answer in time; the round trip also holds the API server's own work.
 async fn mutated(client: &kube::Client, ns: &str) -> (bool, Duration) {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"generateName": "p-"},
@@ -123,11 +124,11 @@ async fn a_slowloris_and_a_connection_flood_leave_the_api_servers_calls_answered
         }
     }
     assert!(idle.len() >= 290 && slow.len() >= 290, "the flood did not connect: {} {}", idle.len(), slow.len());
-    // The API server's calls are answered meanwhile, well within their 2 s timeout.
+    // The API server's calls are answered meanwhile, within their 2 s timeout (a pod created
+    // unmutated says the webhook missed it; see `mutated`).
     for _ in 0..10 {
         let (ok, took) = mutated(&client, &ns).await;
-        assert!(ok, "a pod created during the flood was not mutated:\n{}", w.logs());
-        assert!(took < Duration::from_secs(2), "took {took:?}");
+        assert!(ok, "a pod created during the flood was not mutated (round trip {took:?}):\n{}", w.logs());
     }
     // A slow client sending one byte a second does not keep its head open past the timeout.
     let mut dribble = tls(w.port, &[b"http/1.1"]).await.expect("connect");
@@ -275,7 +276,7 @@ async fn floods_of_idle_connections_keep_neither_the_probes_nor_the_api_server_o
         slowest = slowest.max(took);
         if probes % 5 == 0 {
             let (ok, took) = mutated(&client, &ns).await;
-            assert!(ok && took < Duration::from_secs(2), "admission during the flood: {ok} in {took:?}\n{}", w.logs());
+            assert!(ok, "admission during the flood went unanswered (round trip {took:?})\n{}", w.logs());
             calls += 1;
         }
         assert!(c.wait_exit(Duration::ZERO).await.is_none(), "the controller exited:\n{}", c.logs());
@@ -427,8 +428,10 @@ async fn two_hundred_largest_reviews_at_once_stay_within_the_memory_limit() {
         .collect();
     let (mut calls, mut slowest) = (0, Duration::ZERO);
     while attack.iter().any(|a| !a.is_finished()) {
+        // Answered in time is the bound (see `mutated`); the round trip is reported, not bounded
+        // (2.13 s on a loaded CI machine, the defaults added).
         let (ok, took) = mutated(&client, &ns).await;
-        assert!(ok && took < Duration::from_secs(2), "admission during the flood: {ok} in {took:?}\n{}", w.logs());
+        assert!(ok, "admission during the flood went unanswered (round trip {took:?})\n{}", w.logs());
         (calls, slowest) = (calls + 1, slowest.max(took));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -832,7 +835,7 @@ async fn with_a_client_ca_only_the_api_servers_certificate_is_answered() {
     until_mutated(&client, &ns).await;
     for _ in 0..5 {
         let (mutated, took) = mutated(&client, &ns).await;
-        assert!(mutated && took < Duration::from_secs(2), "admission through mTLS: {mutated}, {took:?}");
+        assert!(mutated, "admission through mTLS went unanswered (round trip {took:?})");
     }
 
     // Any other client, with no certificate or one the cluster's own CA signed, gets nothing.
