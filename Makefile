@@ -17,7 +17,7 @@ run:
 test: controlplane
 	scripts/test-deps.sh
 	$(CARGO) build --locked -p nlc-testenv --bin controlplane
-	$(CARGO) test --workspace --locked --no-fail-fast $(if $(TEST_SKIP),-- $(foreach t,$(TEST_SKIP),--skip $(t)))
+	CARGO=$(CARGO) scripts/test.py $(foreach t,$(TEST_SKIP),--skip $(t))
 
 # The suite against the oldest supported Kubernetes (CI runs it beside `make test`, the newest),
 # but for the three-minute flood of our own listeners: what it checks is ours (the probes and the

@@ -1,8 +1,8 @@
 //! Never judge a node from a stale Lease cache (docs/spec.md §3; upstream 1.37's
 //! `NodeControllerLeaseCircuitBreaker`, kubernetes issue 85221), side by side with
 //! kube-controller-manager. Each controller talks to its own real kube-apiserver through the
-//! loopback fault proxy, which stops passing the bytes of Lease watch answers on for two
-//! minutes (the stream stays open; GETs and every other request pass) while every Lease goes on
+//! loopback fault proxy, which stops passing the bytes of Lease watch answers on for a
+//! minute (the stream stays open; GETs and every other request pass) while every Lease goes on
 //! renewing. Neither may write a node Unknown, a taint or a pod's status meanwhile (the API
 //! servers' audit logs say what each wrote). A node that really stops during the freeze is
 //! marked a grace period after the watch resumes.
@@ -23,7 +23,8 @@ use nlc_testenv::{ControlPlane, Options};
 use serde_json::json;
 
 const GRACE_S: f64 = 10.0;
-const FREEZE: Duration = Duration::from_secs(120);
+/// Six grace periods; a node stopping 20 s in is silent for four of them before the watch resumes.
+const FREEZE: Duration = Duration::from_secs(60);
 /// Into the freeze, one node's kubelet really stops.
 const STOPS_AFTER: Duration = Duration::from_secs(20);
 
