@@ -31,6 +31,19 @@ pub enum CallOutcome<T> {
     Fenced,
 }
 
+impl<T> CallOutcome<T> {
+    /// The answer, `None` when the object is gone (404); otherwise why there is none, for a log.
+    pub fn found(self) -> Result<Option<T>, String> {
+        match self {
+            CallOutcome::Ok(v) => Ok(Some(v)),
+            CallOutcome::Gone => Ok(None),
+            CallOutcome::Conflict => Err("conflict".into()),
+            CallOutcome::Fenced => Err("not the leader".into()),
+            CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => Err(e),
+        }
+    }
+}
+
 /// The one request path: the fence, the write timeout and the request metric.
 pub(super) struct Calls {
     fence: Arc<Fence>,

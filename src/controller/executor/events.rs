@@ -358,13 +358,7 @@ pub struct Recorder {
 
 /// What a write that did not land came to.
 fn not_written<T>(outcome: CallOutcome<T>) -> Result<T, String> {
-    match outcome {
-        CallOutcome::Ok(v) => Ok(v),
-        CallOutcome::Gone => Err("gone".into()),
-        CallOutcome::Conflict => Err("conflict".into()),
-        CallOutcome::Fenced => Err("not the leader: the event was not written".into()),
-        CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => Err(e),
-    }
+    outcome.found()?.ok_or_else(|| "gone".into())
 }
 
 impl Recorder {

@@ -143,13 +143,8 @@ impl Inner {
 
     async fn read_node(&self, name: &str) -> Result<Option<Box<SlimNode>>, String> {
         let req = nodes().get(name, &GetParams::default());
-        match self.calls.read("get", "nodes", name, self.lean.slim::<WireNode>(req)).await {
-            CallOutcome::Ok(WireNode(node, _)) => Ok(Some(Box::new(SlimNode::from(&node)))),
-            CallOutcome::Gone => Ok(None),
-            CallOutcome::Conflict => Err("conflict".into()),
-            CallOutcome::Fenced => Err("not the leader".into()),
-            CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => Err(e),
-        }
+        let found = self.calls.read("get", "nodes", name, self.lean.slim::<WireNode>(req)).await.found()?;
+        Ok(found.map(|WireNode(node, _)| Box::new(SlimNode::from(&node))))
     }
 
     /// Applies a taint change to the node's live list and writes the whole list with the
