@@ -73,9 +73,14 @@ kind-image:
 # On a real kind cluster: the chart installed as a user would, node failures by freezing workers
 # (tests/kind/main.rs). Logs and a summary in target/e2e-kind/.
 KIND_BIN = $${NLC_CACHE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/node-lifecycle-controller}/kind/bin/kind
+# Upstream's e2e binary builds beside the node image (whose downloads and docker steps leave the
+# CPU idle); its log is printed if it fails.
 e2e-kind: controlplane image
-	scripts/e2e-upstream.sh build >/dev/null
-	node_image=$$(scripts/kind-image.sh | tail -1) && \
+	mkdir -p target
+	set -o pipefail; scripts/e2e-upstream.sh build >target/e2e-upstream-build.log 2>&1 & e2e_build=$$!; \
+	node_image=$$(scripts/kind-image.sh | tail -1); image_status=$$?; \
+	wait $$e2e_build || { cat target/e2e-upstream-build.log; exit 1; }; \
+	[ $$image_status -eq 0 ] || exit $$image_status; \
 	NLC_KIND_NODE_IMAGE=$$node_image NLC_KIND_BIN=$(KIND_BIN) NLC_E2E_IMAGE=$(E2E_IMAGE) \
 	$(CARGO) test --locked --features e2e --test kind -- --nocapture
 
