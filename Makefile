@@ -156,7 +156,7 @@ bench-lifecycle: controlplane build-release
 # webhook's connections; then the same without faults: docs/bench/chaos.md (see bench/src/chaos.rs).
 BIN_DIR = $${CARGO_TARGET_DIR:-target}/release
 bench-chaos: controlplane build-release
-	mkdir -p docs/bench/runs
-	$(BIN_DIR)/bench chaos --controller $(BIN_DIR)/node-lifecycle-controller $(BENCH_ARGS) > docs/bench/runs/chaos-faults.json
-	$(BIN_DIR)/bench chaos --no-faults --controller $(BIN_DIR)/node-lifecycle-controller $(BENCH_ARGS) > docs/bench/runs/chaos-no-faults.json
-	$(BIN_DIR)/bench chaos-report --with docs/bench/runs/chaos-faults.json --without docs/bench/runs/chaos-no-faults.json > docs/bench/chaos.md
+	mkdir -p bench/results/runs
+	$(BIN_DIR)/bench chaos --controller $(BIN_DIR)/node-lifecycle-controller $(BENCH_ARGS) > bench/results/runs/chaos-faults.json
+	$(BIN_DIR)/bench chaos --no-faults --controller $(BIN_DIR)/node-lifecycle-controller $(BENCH_ARGS) > bench/results/runs/chaos-no-faults.json
+	$(BIN_DIR)/bench chaos-report --with bench/results/runs/chaos-faults.json --without bench/results/runs/chaos-no-faults.json > docs/bench/chaos.md
