@@ -87,14 +87,10 @@ async fn watches_recover_within_two_seconds_of_an_api_server_restart() {
 /// Polls the metrics on `port` until the `resource` watch has delivered more events than
 /// `before`; when it had.
 async fn more_events(port: u16, resource: &str, before: f64) -> Option<Timestamp> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let labels = format!("resource=\"{resource}\"");
-    while std::time::Instant::now() < deadline {
+    eventually(Duration::from_secs(20), || async {
         let m = http_get(port, "/metrics").await.map(|r| r.1).unwrap_or_default();
-        if metric_sum(&m, "nlc_watch_events_total", &[&labels]) > before {
-            return Some(Timestamp::now());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    None
+        (metric_sum(&m, "nlc_watch_events_total", &[&labels]) > before).then(Timestamp::now)
+    })
+    .await
 }

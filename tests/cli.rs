@@ -10,7 +10,7 @@ use kube::api::{Api, PostParams};
 use nlc_testenv::{shared, unique};
 
 mod common;
-use common::{BIN, free_port, http_get};
+use common::{BIN, eventually, free_port, http_get};
 use serde_json::json;
 
 #[tokio::test]
@@ -30,16 +30,11 @@ async fn run_becomes_ready_serves_metrics_and_stops_on_sigterm() {
         .spawn()
         .expect("spawn controller");
 
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut ready = false;
-    while Instant::now() < deadline {
-        if let Some((200, _)) = http_get(port, "/readyz").await {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(ready, "controller never became ready");
+    let ready = eventually(Duration::from_secs(30), || async {
+        matches!(http_get(port, "/readyz").await, Some((200, _))).then_some(())
+    })
+    .await;
+    assert!(ready.is_some(), "controller never became ready");
     assert_eq!(http_get(port, "/healthz").await.map(|r| r.0), Some(200));
     let (code, metrics) = http_get(port, "/metrics").await.expect("metrics");
     assert_eq!(code, 200);

@@ -385,8 +385,14 @@ async fn evict_mode_is_blocked_by_a_pdb_then_falls_back_to_delete() {
     let metrics = c.metrics().await;
     assert!(metric_sum(&metrics, "nlc_eviction_failures_total", &["reason=\"disruption_budget\""]) > 0.0, "{metrics}");
     // The pod says why it waited, and that it was deleted after all, once each (issue 25).
-    tokio::time::sleep(Duration::from_secs(1)).await; // events are written in the background
-    let events = pod_events(&s.client, &s.ns, "guarded").await;
+    // Events are written in the background: wait for both, then count.
+    let both = ["EvictionBlocked", "EvictionFallback"];
+    let events = eventually(Duration::from_secs(10), || async {
+        let events = pod_events(&s.client, &s.ns, "guarded").await;
+        both.iter().all(|r| events.iter().any(|(e, _)| e.as_str() == *r)).then_some(events)
+    })
+    .await
+    .unwrap_or_else(|| panic!("never told both {both:?}:\n{}", c.logs()));
     for reason in ["EvictionBlocked", "EvictionFallback"] {
         let n = events.iter().filter(|(r, _)| r == reason).count();
         assert_eq!(n, 1, "{reason}: {events:?}");

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use jiff::Timestamp;
@@ -22,14 +22,7 @@ fn election(lease: &'static str, extra: &[&'static str]) -> Vec<&'static str> {
 
 /// Waits until `c` leads `lease`; returns when it was seen leading.
 async fn wait_leading(c: &Controller, lease: &str, timeout: Duration) -> Option<Timestamp> {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if c.leads(lease).await {
-            return Some(Timestamp::now());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    None
+    eventually_every(timeout, Duration::from_millis(20), || async { c.leads(lease).await.then(Timestamp::now) }).await
 }
 
 fn writes(metrics: &str) -> f64 {

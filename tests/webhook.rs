@@ -4,9 +4,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::BIN;
+use common::{BIN, eventually_every};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Toleration};
 use kube::api::{Api, DeleteParams, PostParams};
@@ -175,16 +175,11 @@ async fn a_rotated_certificate_is_picked_up_without_a_restart() {
     // Rotate the files in place (cert-manager writes new contents into the mounted secret).
     std::fs::copy(&other.serving_cert, &cert).expect("rotate cert");
     std::fs::copy(&other.serving_key, &key).expect("rotate key");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut mutated = false;
-    while Instant::now() < deadline {
-        if !create_pod(&client, &ns, json!([])).await.is_empty() {
-            mutated = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(mutated, "the webhook did not serve the rotated certificate");
+    let mutated = eventually_every(Duration::from_secs(15), Duration::from_millis(200), || async {
+        (!create_pod(&client, &ns, json!([])).await.is_empty()).then_some(())
+    })
+    .await;
+    assert!(mutated.is_some(), "the webhook did not serve the rotated certificate");
     let _ = Api::<MutatingWebhookConfiguration>::all(client.clone()).delete(&name, &DeleteParams::default()).await;
 }
 

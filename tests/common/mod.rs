@@ -642,6 +642,32 @@ pub fn ready_of(node: &Node) -> Option<k8s_openapi::api::core::v1::NodeCondition
     node.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready").cloned()
 }
 
+/// Calls `probe` every 50 ms until it answers `Some`, for at most `timeout`; `None` if it never
+/// did. The one polling loop of the tests: a wait for something to happen, never a fixed sleep.
+pub async fn eventually<T, Fut>(timeout: Duration, probe: impl FnMut() -> Fut) -> Option<T>
+where
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually_every(timeout, Duration::from_millis(50), probe).await
+}
+
+/// [`eventually`], polling every `every` (finer where the moment it happened is measured).
+pub async fn eventually_every<T, Fut>(timeout: Duration, every: Duration, mut probe: impl FnMut() -> Fut) -> Option<T>
+where
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe().await {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
 /// Polls `node` until `pred` holds; returns the node and when it was first seen holding.
 pub async fn wait_node(
     s: &Scope,
@@ -649,16 +675,11 @@ pub async fn wait_node(
     timeout: Duration,
     pred: impl Fn(&Node) -> bool,
 ) -> Option<(Node, Timestamp)> {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if let Ok(n) = s.nodes().get(node).await
-            && pred(&n)
-        {
-            return Some((n, Timestamp::now()));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    None
+    eventually(timeout, || async {
+        let n = s.nodes().get(node).await.ok()?;
+        pred(&n).then(|| (n, Timestamp::now()))
+    })
+    .await
 }
 
 pub async fn node_now(s: &Scope, node: &str) -> Node {
