@@ -51,7 +51,8 @@ def targets():
         for t in pkg["targets"]:
             # As `cargo test --workspace`: a target that needs a feature (e2e, kind) is left out.
             if "test" in t["kind"] and not t.get("required-features"):
-                jobs.append((t["name"], ["-p", pkg["name"], "--test", t["name"]]))
+                # --workspace: the features the build step unified, so nothing is rebuilt.
+                jobs.append((t["name"], ["--workspace", "--test", t["name"]]))
     return jobs
 
 
