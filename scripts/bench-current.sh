@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# docs/bench/compare.md and its chart: the current comparison, written by `bench compare` from the
+# newest reports of each configuration kept under bench/results (which set each comes from, and
+# why, in docs/bench/README.md). `make bench-compare` measures anew; this re-renders what is kept.
+#
+#   BENCH=path/to/bench scripts/bench-current.sh     (default: the release build's, else debug's)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+T=${CARGO_TARGET_DIR:-target}
+BENCH=${BENCH:-$( [[ -x $T/release/bench ]] && echo "$T/release/bench" || echo "$T/debug/bench")}
+[[ -x $BENCH ]] || { echo "bench-current: no bench binary (cargo build -p nlc-bench --bin bench)" >&2; exit 1; }
+R=bench/results
+runs=$(mktemp -d)
+trap 'rm -rf "$runs"' EXIT
+link() { for f in "$@"; do ln -s "$PWD/$f" "$runs/"; done; }
+# 5,000 × 30: ours, kube-controller-manager at our budget and the HTTP/1.1 floor, 2026-12-04's
+# three interleaved rounds (the controller at b6795cc, with the skew fix).
+link $R/fast-path-costs/5000-rounds-2/*.json
+# kube-controller-manager at its defaults: paced by its own 20 requests/s, the same to the tenth of
+# a second in every set; the 2026-12-02 matrix's runs.
+link $R/fast-path-matrix/runs/5000-kcm-default-*.json
+# 1,000 × 30 and the lifecycle workload: the 2026-12-02 matrix (build ac9e984).
+link $R/fast-path-matrix/runs/1000-*.json $R/fast-path-matrix/runs/lifecycle-*.json
+"$BENCH" compare --runs "$runs" --out docs/bench \
+  --command "scripts/bench-current.sh (reports: $R/fast-path-costs/5000-rounds-2 and $R/fast-path-matrix/runs; docs/bench/README.md says which runs are from which set)"
+if command -v rsvg-convert >/dev/null; then
+  rsvg-convert -o docs/bench/compare.png docs/bench/compare.svg
+else
+  echo "bench-current: rsvg-convert missing (apt-get install librsvg2-bin): docs/bench/compare.png not written" >&2
+fi
