@@ -20,7 +20,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 
-pub trait Clock: Send + Sync + 'static {
+pub(crate) trait Clock: Send + Sync + 'static {
     /// Wall-clock now.
     fn now(&self) -> Timestamp;
     /// Monotonic now (tokio's, so paused time in tests applies).
@@ -41,24 +41,24 @@ pub trait Clock: Send + Sync + 'static {
 /// a `Clock` or a `Stopwatch` (clippy's `disallowed-methods` holds it to that).
 /// Tokio's monotonic clock, so paused time in tests applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Stopwatch(Instant);
+pub(crate) struct Stopwatch(Instant);
 
 impl Stopwatch {
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         Self(Instant::now())
     }
 
-    pub fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         self.0.elapsed()
     }
 
     /// How long after `earlier` this one started (zero if before).
-    pub fn since(&self, earlier: Stopwatch) -> Duration {
+    pub(crate) fn since(&self, earlier: Stopwatch) -> Duration {
         self.0.saturating_duration_since(earlier.0)
     }
 
     /// The monotonic instant it started at (to sleep until a time after it).
-    pub fn instant(&self) -> Instant {
+    pub(crate) fn instant(&self) -> Instant {
         self.0
     }
 }
@@ -72,22 +72,22 @@ impl std::ops::Add<Duration> for Stopwatch {
 }
 
 /// A jitter in [0, 1): the wall clock's sub-second nanoseconds (no random source needed).
-pub fn jitter() -> f64 {
+pub(crate) fn jitter() -> f64 {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     f64::from(nanos % 1_000_000) / 1_000_000.0
 }
 
 /// Roughly thirty years ahead: what "never" means for a sleeping task.
-pub fn far_future() -> Instant {
+pub(crate) fn far_future() -> Instant {
     Instant::now() + std::time::Duration::from_secs(86_400 * 365 * 30)
 }
 
 /// The system's wall clock and tokio's monotonic clock.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl SystemClock {
-    pub fn shared() -> Arc<dyn Clock> {
+    pub(crate) fn shared() -> Arc<dyn Clock> {
         Arc::new(Self)
     }
 }
@@ -106,7 +106,7 @@ impl Clock for SystemClock {
 /// [`FakeClock::step`] moves the wall clock alone, as an NTP correction or an operator would.
 #[cfg(test)]
 #[derive(Debug)]
-pub struct FakeClock {
+pub(crate) struct FakeClock {
     wall0: Timestamp,
     inst0: Instant,
     offset: Mutex<SignedDuration>,
@@ -114,12 +114,12 @@ pub struct FakeClock {
 
 #[cfg(test)]
 impl FakeClock {
-    pub fn starting_at(wall0: Timestamp) -> Self {
+    pub(crate) fn starting_at(wall0: Timestamp) -> Self {
         Self { wall0, inst0: Instant::now(), offset: Mutex::new(SignedDuration::ZERO) }
     }
 
     /// Steps the wall clock by `by` (negative: backwards); monotonic time is unaffected.
-    pub fn step(&self, by: SignedDuration) {
+    pub(crate) fn step(&self, by: SignedDuration) {
         let mut o = self.offset.lock().unwrap_or_else(|p| p.into_inner());
         *o = o.saturating_add(by);
     }
@@ -140,24 +140,24 @@ impl Clock for FakeClock {
 
 /// How far the wall clock may drift from the monotonic clock between two looks before it
 /// counts as a step (NTP slews far more slowly than this).
-pub const STEP_TOLERANCE: Duration = Duration::from_secs(1);
+pub(crate) const STEP_TOLERANCE: Duration = Duration::from_secs(1);
 
 /// Notices wall-clock steps: between two observations the wall clock should advance by what
 /// the monotonic clock advanced.
 #[derive(Clone, Copy, Debug)]
-pub struct StepDetector {
+pub(crate) struct StepDetector {
     wall: Timestamp,
     inst: Instant,
 }
 
 impl StepDetector {
-    pub fn new(clock: &dyn Clock) -> Self {
+    pub(crate) fn new(clock: &dyn Clock) -> Self {
         Self { wall: clock.now(), inst: clock.instant() }
     }
 
     /// The step since the last observation, if the wall clock moved by more than
     /// [`STEP_TOLERANCE`] beyond (or short of) the monotonic clock.
-    pub fn observe(&mut self, clock: &dyn Clock) -> Option<SignedDuration> {
+    pub(crate) fn observe(&mut self, clock: &dyn Clock) -> Option<SignedDuration> {
         let (wall, inst) = (clock.now(), clock.instant());
         let walled = wall.duration_since(self.wall);
         let passed = SignedDuration::try_from(inst.duration_since(self.inst)).unwrap_or(SignedDuration::MAX);
@@ -170,18 +170,18 @@ impl StepDetector {
 
 /// This process's clock against the API server's.
 #[derive(Clone, Default)]
-pub struct ClockMetrics {
-    pub skew: Gauge<f64, std::sync::atomic::AtomicU64>,
-    pub precision: Gauge<f64, std::sync::atomic::AtomicU64>,
-    pub steps: Counter,
+pub(crate) struct ClockMetrics {
+    pub(crate) skew: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub(crate) precision: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub(crate) steps: Counter,
     /// The compensation in force (`--max-clock-skew-compensation` at most).
-    pub compensation: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub(crate) compensation: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// 1 while the skew is beyond the cap.
-    pub capped: Gauge,
+    pub(crate) capped: Gauge,
 }
 
 impl ClockMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register(
             "nlc_clock_skew_seconds",

@@ -59,7 +59,7 @@ pub enum Error {
 
 impl Error {
     /// The label of `nlc_task_failures_total{error}`.
-    pub fn metric_label(&self) -> &'static str {
+    pub(crate) fn metric_label(&self) -> &'static str {
         match self {
             Self::Invalid(_) => "config",
             Self::Kubeconfig(_) => "kubeconfig",

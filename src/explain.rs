@@ -16,44 +16,44 @@ use nlc_core::explain::{explain, parse_manifest, render_text};
 use crate::error::Result;
 use crate::runtime::args::ClientArgs;
 
-pub use crate::output::OutputFormat;
+pub(crate) use crate::output::OutputFormat;
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
     /// A Node manifest (YAML or JSON; `-` for stdin), or with --from-cluster a node name
     /// (not with --admission).
     #[arg(long, required_unless_present = "admission")]
-    pub node: Option<String>,
+    pub(crate) node: Option<String>,
     /// A Pod manifest (YAML or JSON; `-` for stdin), or with --from-cluster `namespace/name`.
     #[arg(long)]
-    pub pod: String,
+    pub(crate) pod: String,
     /// Read the node and the pod from the cluster instead of files.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub from_cluster: bool,
+    pub(crate) from_cluster: bool,
     /// Honour the `Lt` / `Gt` toleration operators (feature gate
     /// TaintTolerationComparisonOperators, off by default upstream).
     #[arg(long, value_enum, default_value = "auto", num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_COMPARISON_OPERATORS")]
-    pub enable_comparison_operators: nlc_core::taints::ComparisonOperators,
+    pub(crate) enable_comparison_operators: nlc_core::taints::ComparisonOperators,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
-    pub output: OutputFormat,
+    pub(crate) output: OutputFormat,
     /// What the admission webhook's plugins (DefaultTolerationSeconds, PodTolerationRestriction,
     /// ExtendedResourceToleration, toleration rules) would do to the pod on CREATE, and why.
     /// The namespace and the rules come from --namespace-manifest and --rules, or with
     /// --from-cluster from the cluster.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub admission: bool,
+    pub(crate) admission: bool,
     /// With --admission: the pod's Namespace manifest (its labels and annotations).
     #[arg(long, requires = "admission")]
-    pub namespace_manifest: Option<String>,
+    pub(crate) namespace_manifest: Option<String>,
     /// With --admission: TolerationRule manifests (YAML, several documents).
     #[arg(long, requires = "admission")]
-    pub rules: Option<String>,
+    pub(crate) rules: Option<String>,
     /// With --admission: PodTolerationRestriction's cluster-wide Configuration file.
     #[arg(long, requires = "admission")]
-    pub pod_toleration_restriction_config: Option<String>,
+    pub(crate) pod_toleration_restriction_config: Option<String>,
     #[command(flatten)]
-    pub client: ClientArgs,
+    pub(crate) client: ClientArgs,
 }
 
 fn input(source_name: &str, problem: impl ToString) -> crate::Error {
@@ -100,7 +100,7 @@ pub async fn run(args: ExplainArgs) -> Result<()> {
 
 /// Reads a manifest of kind `kind` from a file (`-` for stdin), YAML or JSON. Every failure
 /// names the file and the problem on one line.
-pub fn read_manifest<K: serde::de::DeserializeOwned>(path: &str, kind: &str) -> Result<K> {
+pub(crate) fn read_manifest<K: serde::de::DeserializeOwned>(path: &str, kind: &str) -> Result<K> {
     let (name, text) = if path == "-" {
         let mut s = String::new();
         std::io::stdin().read_to_string(&mut s).map_err(|e| input("<stdin>", e))?;
@@ -112,7 +112,7 @@ pub fn read_manifest<K: serde::de::DeserializeOwned>(path: &str, kind: &str) -> 
 }
 
 /// Reads the node and the pod (`namespace/name`, or `name` in `default`) from the cluster.
-pub async fn from_cluster_objects(client: kube::Client, node: &str, pod: &str) -> Result<(Node, Pod)> {
+pub(crate) async fn from_cluster_objects(client: kube::Client, node: &str, pod: &str) -> Result<(Node, Pod)> {
     let (ns, name) = pod.split_once('/').unwrap_or(("default", pod));
     let nodes: kube::Api<Node> = kube::Api::all(client.clone());
     let pods: kube::Api<Pod> = kube::Api::namespaced(client, ns);

@@ -37,16 +37,21 @@
 //!   rendering (each component's metric families live beside it); [`error`]: the error.
 
 #![warn(clippy::disallowed_methods)]
+// An application, not a library: `pub` is what the binary, the integration tests and the bench
+// use, everything else is `pub(crate)` so that rustc's dead-code lint sees it. Its documentation
+// is built with `--document-private-items` (`make lint`), where links to crate-private items
+// resolve.
+#![allow(rustdoc::private_intra_doc_links)]
 
-pub mod clock;
+pub(crate) mod clock;
 pub mod config;
 pub mod controller;
 pub mod error;
-pub mod eviction;
+pub(crate) mod eviction;
 pub mod explain;
-pub mod lifecycle;
-pub mod metrics;
-pub mod output;
+pub(crate) mod lifecycle;
+pub(crate) mod metrics;
+pub(crate) mod output;
 pub mod runtime;
 pub mod status;
 pub mod uninstall;
@@ -57,14 +62,14 @@ pub use error::{Error, Result};
 /// What every write names as its author: the field manager of every patch and create, and the
 /// client's User-Agent, so that managedFields and audit logs tell our writes from another
 /// controller's.
-pub const FIELD_MANAGER: &str = concat!("node-lifecycle-controller/", env!("CARGO_PKG_VERSION"));
+pub(crate) const FIELD_MANAGER: &str = concat!("node-lifecycle-controller/", env!("CARGO_PKG_VERSION"));
 
 /// Patch parameters naming us as the field manager.
-pub fn patch_params() -> kube::api::PatchParams {
+pub(crate) fn patch_params() -> kube::api::PatchParams {
     kube::api::PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..kube::api::PatchParams::default() }
 }
 
 /// Create and replace parameters naming us as the field manager.
-pub fn post_params() -> kube::api::PostParams {
+pub(crate) fn post_params() -> kube::api::PostParams {
     kube::api::PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..kube::api::PostParams::default() }
 }

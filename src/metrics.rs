@@ -6,7 +6,7 @@
 use prometheus_client::registry::Registry;
 
 /// Renders the registry in the OpenMetrics text format.
-pub fn render(registry: &Registry) -> String {
+pub(crate) fn render(registry: &Registry) -> String {
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, registry) {
         tracing::warn!(error = %e, "encoding metrics");

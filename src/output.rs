@@ -2,7 +2,7 @@
 //! commands and the top-level command that holds their flags do not import each other.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     Text,
     Json,
 }

@@ -31,46 +31,46 @@ use crate::output::OutputFormat;
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     #[command(flatten)]
-    pub client: ClientArgs,
+    pub(crate) client: ClientArgs,
     /// The controller's namespace (where its pause ConfigMap lives).
     #[arg(short = 'n', long, default_value = "node-lifecycle-controller", env = "NLC_NAMESPACE")]
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// Show the evictions due within this long (held ones are always shown).
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
-    pub within: Duration,
+    pub(crate) within: Duration,
     /// Redraw every `--interval` in place, like `top` (Ctrl-C stops); with `-o json`, one JSON
     /// document per line.
     #[arg(short = 'w', long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub watch: bool,
+    pub(crate) watch: bool,
     /// How often `-w` redraws.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
-    pub output: OutputFormat,
+    pub(crate) output: OutputFormat,
     /// Honour the `Lt` / `Gt` toleration operators, as the controller does with the same flag.
     #[arg(long, value_enum, default_value = "auto", num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_COMPARISON_OPERATORS")]
-    pub enable_comparison_operators: nlc_core::taints::ComparisonOperators,
+    pub(crate) enable_comparison_operators: nlc_core::taints::ComparisonOperators,
     /// Only check that the controller runs: a leader holds its Lease (`--lease`, in the
     /// namespace) and renewed it within the Lease's duration. Prints one line and exits 0, or
     /// exits 1 saying what is wrong; reads nothing else (for `helm test` and checks from
     /// outside the cluster).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub check: bool,
+    pub(crate) check: bool,
     /// The controller's leader election Lease (its `--leader-elect-resource-name`).
     #[arg(long, default_value = "node-lifecycle-controller")]
-    pub lease: String,
+    pub(crate) lease: String,
     /// Decide with the configuration the leader runs with (its `/configz`, which it publishes on
     /// its Lease), not with the lifecycle flags and `--enable-comparison-operators` given here.
     /// When the Lease carries none (no leader, or leader election off), the flags given here
     /// are used, and the report says so.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub controller_config: bool,
+    pub(crate) controller_config: bool,
     /// The controller's node lifecycle flags (its taint rules, grace periods and rates shape
     /// what it decides), used with `--controller-config=false` or when the leader publishes
     /// no configuration.
     #[command(flatten)]
-    pub lifecycle: LifecycleArgs,
+    pub(crate) lifecycle: LifecycleArgs,
 }
 
 /// The flags of a controller's `/configz` that shape what `status` decides, parsed with the

@@ -23,23 +23,23 @@ use crate::runtime::args::ClientArgs;
 #[derive(Debug, Args)]
 pub struct UninstallArgs {
     #[command(flatten)]
-    pub client: ClientArgs,
+    pub(crate) client: ClientArgs,
     /// The controller's taint rules file (as given to `run --config`).
     #[arg(long, env = "NLC_CONFIG")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// The controller's extra rules (as given to `run --taint-rule`, repeatable).
     #[arg(long = "taint-rule", value_parser = rules::parse_rule_flag, env = "NLC_TAINT_RULES", value_delimiter = ',')]
-    pub taint_rules: Vec<RuleSpec>,
+    pub(crate) taint_rules: Vec<RuleSpec>,
     /// Only the nodes matching this label selector.
     #[arg(long, default_value = "", env = "NLC_NODE_SELECTOR")]
-    pub node_selector: String,
+    pub(crate) node_selector: String,
     /// Print what would be removed; change nothing.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_DRY_RUN")]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
 }
 
 /// The taints only this controller's rules manage: its rules minus upstream's table.
-pub fn own_taints(use_defaults: bool, extra: &[RuleSpec]) -> Result<Vec<TaintId>> {
+pub(crate) fn own_taints(use_defaults: bool, extra: &[RuleSpec]) -> Result<Vec<TaintId>> {
     let upstream: Vec<TaintId> =
         rules::upstream_defaults().iter().map(|r| TaintId::new(r.key.clone(), r.effect.clone())).collect();
     let mut out: Vec<TaintId> = Vec::new();

@@ -15,28 +15,28 @@ use crate::runtime::Runtime;
 use crate::runtime::watch::WatchMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ModeLabels {
-    pub mode: &'static str,
+pub(crate) struct ModeLabels {
+    pub(crate) mode: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ActionLabels {
-    pub action: &'static str,
+pub(crate) struct ActionLabels {
+    pub(crate) action: &'static str,
 }
 
 /// The brakes and shadow mode.
 #[derive(Clone, Default)]
-pub struct BrakeMetrics {
-    pub pause: Family<ModeLabels, Gauge>,
+pub(crate) struct BrakeMetrics {
+    pub(crate) pause: Family<ModeLabels, Gauge>,
     /// 1 while the pause ConfigMap can be read (the brakes work), 0 while it is forbidden.
-    pub available: Gauge,
-    pub held_nodes: Gauge,
-    pub legacy_held_nodes: Gauge,
-    pub dry_run: Family<ActionLabels, Counter>,
+    pub(crate) available: Gauge,
+    pub(crate) held_nodes: Gauge,
+    pub(crate) legacy_held_nodes: Gauge,
+    pub(crate) dry_run: Family<ActionLabels, Counter>,
 }
 
 impl BrakeMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register("nlc_pause", "1 for the pause in force (none, evictions or all)", m.pause.clone());
         registry.register(
@@ -62,7 +62,7 @@ impl BrakeMetrics {
         m
     }
 
-    pub fn set(&self, pause: nlc_core::brakes::Pause, held: usize, legacy: usize) {
+    pub(crate) fn set(&self, pause: nlc_core::brakes::Pause, held: usize, legacy: usize) {
         use nlc_core::brakes::Pause;
         for p in [Pause::None, Pause::Evictions, Pause::All] {
             self.pause.get_or_create(&ModeLabels { mode: p.as_str() }).set(i64::from(p == pause));
@@ -80,7 +80,7 @@ impl BrakeMetrics {
     }
 
     /// Counts a shadow-mode action; returns its name.
-    pub fn dry_run(&self, action: &nlc_core::action::Action) -> &'static str {
+    pub(crate) fn dry_run(&self, action: &nlc_core::action::Action) -> &'static str {
         use nlc_core::action::Action;
         let name = match action {
             Action::EvictPod(_) => "evict_pod",

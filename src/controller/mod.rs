@@ -3,12 +3,12 @@
 //! ([`nlc_core::state::State`]): watch tasks send it events, it decides, and it hands actions
 //! to the executor, which reports back.
 
-pub mod args;
-pub mod executor;
+pub(crate) mod args;
+pub(crate) mod executor;
 mod metrics;
 mod second_writers;
 mod task;
-pub mod watch;
+pub(crate) mod watch;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -26,7 +26,7 @@ use nlc_core::selector::Selector;
 use nlc_core::state::{Input, State};
 use tokio::sync::{mpsc, watch as signal};
 
-pub use args::RunArgs;
+pub(crate) use args::RunArgs;
 
 use crate::clock::{Clock, StepDetector, SystemClock};
 use crate::error::Result;
@@ -37,7 +37,7 @@ use metrics::ControllerMetrics;
 use nlc_core::wire::{WireLease, WireNode, WirePod};
 use task::{LeaseCacheShown, Task};
 
-pub use nlc_core::upstream::NODE_LEASE_NAMESPACE;
+pub(crate) use nlc_core::upstream::NODE_LEASE_NAMESPACE;
 
 /// `/livez` fails when the controller loop has not turned for this long (it turns at least every
 /// second).

@@ -24,24 +24,24 @@ const LOG_EVERY: Duration = Duration::from_secs(60);
 const MAX_PENDING: usize = 256;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WriterLabels {
-    pub manager: String,
-    pub what: &'static str,
+pub(crate) struct WriterLabels {
+    pub(crate) manager: String,
+    pub(crate) what: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ManagerLabels {
-    pub manager: String,
+pub(crate) struct ManagerLabels {
+    pub(crate) manager: String,
 }
 
 #[derive(Clone, Default)]
-pub struct WriterMetrics {
+pub(crate) struct WriterMetrics {
     writes: Family<WriterLabels, Counter>,
     last: Family<ManagerLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
 impl WriterMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register(
             "nlc_second_writer_writes",
@@ -66,14 +66,14 @@ struct Pending {
 
 /// Shared by the watches (which report) and the controller task (which records events).
 #[derive(Clone)]
-pub struct SecondWriters {
+pub(crate) struct SecondWriters {
     tracker: Arc<Mutex<Tracker>>,
     pending: Arc<Mutex<Pending>>,
     metrics: WriterMetrics,
 }
 
 impl SecondWriters {
-    pub fn new(since: jiff::Timestamp, metrics: WriterMetrics) -> Self {
+    pub(crate) fn new(since: jiff::Timestamp, metrics: WriterMetrics) -> Self {
         Self {
             tracker: Arc::new(Mutex::new(Tracker::new(since))),
             pending: Arc::new(Mutex::new(Pending::default())),
@@ -81,7 +81,7 @@ impl SecondWriters {
         }
     }
 
-    pub fn node(&self, n: &Node) {
+    pub(crate) fn node(&self, n: &Node) {
         if n.metadata.managed_fields.is_none() {
             return;
         }
@@ -97,7 +97,7 @@ impl SecondWriters {
         }
     }
 
-    pub fn pod(&self, p: &Pod) {
+    pub(crate) fn pod(&self, p: &Pod) {
         if p.metadata.managed_fields.is_none() {
             return;
         }
@@ -144,7 +144,7 @@ impl SecondWriters {
     }
 
     /// The events to record, once each.
-    pub fn take_events(&self) -> Vec<Action> {
+    pub(crate) fn take_events(&self) -> Vec<Action> {
         std::mem::take(&mut self.pending.lock().unwrap_or_else(PoisonError::into_inner).events)
     }
 }

@@ -37,7 +37,7 @@ fn map_event<K: Decoded, S>(
 }
 
 /// `namespace/name` or `name`, as the cache keys its objects.
-pub fn key_of<K: Resource>(k: &K) -> String {
+pub(crate) fn key_of<K: Resource>(k: &K) -> String {
     let m = k.meta();
     let name = m.name.as_deref().unwrap_or_default();
     match m.namespace.as_deref() {
@@ -47,20 +47,20 @@ pub fn key_of<K: Resource>(k: &K) -> String {
 }
 
 /// What one watch of the controller reads.
-pub struct Watched<K: Resource> {
-    pub api: Api<K>,
-    pub config: watcher::Config,
+pub(crate) struct Watched<K: Resource> {
+    pub(crate) api: Api<K>,
+    pub(crate) config: watcher::Config,
     /// The wire format asked for (JSON where `K` has no protobuf decoder or the API server
     /// refuses it).
-    pub format: Format,
+    pub(crate) format: Format,
     /// The metrics' and logs' label.
-    pub resource: &'static str,
+    pub(crate) resource: &'static str,
     /// How long it may stay silent before it is started again.
-    pub stall: Option<Stall>,
+    pub(crate) stall: Option<Stall>,
 }
 
 /// Runs until the receiver is dropped.
-pub async fn run<K, S, I>(
+pub(crate) async fn run<K, S, I>(
     watched: Watched<K>,
     slim: impl Fn(&K) -> S + Send + 'static,
     wrap: fn(WatchEvent<S>) -> I,
@@ -90,7 +90,7 @@ pub async fn run<K, S, I>(
 
 /// Watches the pause ConfigMap (docs/spec.md §11) and tells the controller task its value: a
 /// missing ConfigMap is no pause.
-pub async fn pause(
+pub(crate) async fn pause(
     client: kube::Client,
     namespace: String,
     tx: mpsc::Sender<nlc_core::state::Input>,

@@ -10,49 +10,49 @@ use nlc_core::taints::MatchOptions;
 use crate::error::Result;
 
 #[derive(Debug, Args)]
-pub struct EvictionArgs {
+pub(crate) struct EvictionArgs {
     /// Run the taint eviction controller (evict pods that do not tolerate NoExecute taints).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_TAINT_EVICTION")]
-    pub enable_taint_eviction: bool,
+    pub(crate) enable_taint_eviction: bool,
     /// How pods are removed.
     #[arg(long, value_enum, default_value = "delete", env = "NLC_EVICTION_MODE")]
-    pub eviction_mode: EvictionMode,
+    pub(crate) eviction_mode: EvictionMode,
     /// With `--eviction-mode evict`: how long evictions may keep failing (a PodDisruptionBudget,
     /// or anything else) before the pod is deleted anyway, so that a dead node is always drained
     /// in the end; 0 waits forever.
     #[arg(long, default_value = "5m", value_parser = parse_duration, env = "NLC_PDB_MAX_WAIT")]
-    pub pdb_max_wait: Duration,
+    pub(crate) pdb_max_wait: Duration,
     /// Pace pod deletions/evictions, in pods per second; 0 means unlimited.
     #[arg(long, default_value_t = 0.0, env = "NLC_POD_EVICTION_QPS")]
-    pub pod_eviction_qps: f64,
+    pub(crate) pod_eviction_qps: f64,
     /// Burst allowed above `--pod-eviction-qps`.
     #[arg(long, default_value_t = 1, env = "NLC_POD_EVICTION_BURST")]
-    pub pod_eviction_burst: u32,
+    pub(crate) pod_eviction_burst: u32,
     /// Leave pods in phase Succeeded or Failed alone (upstream deletes them: kubernetes issue 96363).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_SKIP_TERMINAL_PODS")]
-    pub skip_terminal_pods: bool,
+    pub(crate) skip_terminal_pods: bool,
     /// Evictions carried out concurrently.
     #[arg(long, default_value_t = 32, env = "NLC_EVICTION_CONCURRENCY")]
-    pub eviction_concurrency: usize,
+    pub(crate) eviction_concurrency: usize,
     /// First retry delay after a failed eviction; it doubles on each failure up to
     /// `--eviction-retry-max-delay`. Failed evictions are retried until they succeed or become moot.
     #[arg(long, default_value = "200ms", value_parser = parse_duration, env = "NLC_EVICTION_RETRY_DELAY")]
-    pub eviction_retry_delay: Duration,
+    pub(crate) eviction_retry_delay: Duration,
     /// Longest delay between retries of a failed eviction.
     #[arg(long, default_value = "30s", value_parser = parse_duration, env = "NLC_EVICTION_RETRY_MAX_DELAY")]
-    pub eviction_retry_max_delay: Duration,
+    pub(crate) eviction_retry_max_delay: Duration,
     /// What an immediate eviction (or one that waited in a rate limiter) reads of its node right
     /// before writing, to go ahead only if a taint that made it due is still there.
     #[arg(long, value_enum, default_value = "quorum", env = "NLC_EVICTION_NODE_READ")]
-    pub eviction_node_read: NodeReadMode,
+    pub(crate) eviction_node_read: NodeReadMode,
     /// The `Marking for deletion` events of evictions.
     #[arg(long, value_enum, default_value = "per-pod", env = "NLC_EVICTION_EVENTS")]
-    pub eviction_events: EvictionEvents,
+    pub(crate) eviction_events: EvictionEvents,
 }
 
 /// What an eviction reads of its node right before writing (`--eviction-node-read`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum NodeReadMode {
+pub(crate) enum NodeReadMode {
     /// A quorum read from etcd: a taint removed a moment ago, which the node watch has not
     /// delivered yet, stops the eviction (kubernetes issue 119862).
     #[default]
@@ -67,7 +67,7 @@ pub enum NodeReadMode {
 
 /// The `Marking for deletion` events of evictions (`--eviction-events`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum EvictionEvents {
+pub(crate) enum EvictionEvents {
     /// One event on each pod, as upstream records it.
     #[default]
     PerPod,
@@ -81,27 +81,27 @@ pub enum EvictionEvents {
 /// What the flags turn into: the decisions' configuration (`None`: not run here) and the
 /// executor's pacing of evictions.
 #[derive(Debug)]
-pub struct Config {
-    pub decisions: Option<nlc_core::eviction::Config>,
-    pub pacing: Pacing,
+pub(crate) struct Config {
+    pub(crate) decisions: Option<nlc_core::eviction::Config>,
+    pub(crate) pacing: Pacing,
 }
 
 /// How the executor carries out evictions; it builds its own configuration from this
 /// (`executor::ExecutorConfig::new`). A new flag of that kind is a field here.
 #[derive(Debug)]
-pub struct Pacing {
+pub(crate) struct Pacing {
     /// `--pod-eviction-qps` and its burst; 0 is unlimited.
-    pub pod_eviction_qps: f64,
-    pub pod_eviction_burst: u32,
+    pub(crate) pod_eviction_qps: f64,
+    pub(crate) pod_eviction_burst: u32,
     /// `--eviction-concurrency`: the eviction workers.
-    pub concurrency: usize,
-    pub node_read: NodeReadMode,
-    pub events: EvictionEvents,
+    pub(crate) concurrency: usize,
+    pub(crate) node_read: NodeReadMode,
+    pub(crate) events: EvictionEvents,
 }
 
 impl EvictionArgs {
     /// Checks the values and builds the configuration.
-    pub fn into_config(self, match_options: MatchOptions) -> Result<Config> {
+    pub(crate) fn into_config(self, match_options: MatchOptions) -> Result<Config> {
         let Self {
             enable_taint_eviction,
             eviction_mode,

@@ -10,26 +10,26 @@ use prometheus_client::registry::Registry;
 /// The taint eviction controller. The first two keep upstream's names; upstream records the
 /// duration in the wrong unit (it multiplies a Duration by time.Second), ours is in seconds.
 #[derive(Clone)]
-pub struct EvictionMetrics {
-    pub deletions: Counter,
-    pub deletion_duration: Histogram,
-    pub lateness: Family<KindLabels, Histogram, fn() -> Histogram>,
-    pub fire_lateness: Histogram,
-    pub pending: Gauge,
+pub(crate) struct EvictionMetrics {
+    pub(crate) deletions: Counter,
+    pub(crate) deletion_duration: Histogram,
+    pub(crate) lateness: Family<KindLabels, Histogram, fn() -> Histogram>,
+    pub(crate) fire_lateness: Histogram,
+    pub(crate) pending: Gauge,
     /// The soonest scheduled deadline (Unix seconds), 0 with none.
-    pub next_deadline: Gauge<f64, std::sync::atomic::AtomicU64>,
-    pub held: Gauge,
-    pub in_flight: Gauge,
-    pub failures: Family<ReasonLabels, Counter>,
-    pub cancelled: Counter,
-    pub truncated: Counter,
+    pub(crate) next_deadline: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub(crate) held: Gauge,
+    pub(crate) in_flight: Gauge,
+    pub(crate) failures: Family<ReasonLabels, Counter>,
+    pub(crate) cancelled: Counter,
+    pub(crate) truncated: Counter,
 }
 
 /// `timed`: the deadline came from a toleration's seconds; `immediate`: the pod was not
 /// tolerated (its "deadline" is the moment that was decided).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
-    pub kind: &'static str,
+pub(crate) struct KindLabels {
+    pub(crate) kind: &'static str,
 }
 
 /// 1 ms to ~65 s.
@@ -38,8 +38,8 @@ fn lateness_histogram() -> Histogram {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabels {
-    pub reason: &'static str,
+pub(crate) struct ReasonLabels {
+    pub(crate) reason: &'static str,
 }
 
 impl Default for EvictionMetrics {
@@ -64,7 +64,7 @@ impl Default for EvictionMetrics {
 }
 
 impl EvictionMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register(
             "taint_eviction_controller_pod_deletions",
@@ -122,4 +122,5 @@ impl EvictionMetrics {
 }
 
 /// The reasons of `nlc_eviction_failures_total`.
-pub const EVICTION_FAILURE_REASONS: [&str; 5] = ["node_read", "condition", "delete", "eviction", "disruption_budget"];
+pub(crate) const EVICTION_FAILURE_REASONS: [&str; 5] =
+    ["node_read", "condition", "delete", "eviction", "disruption_budget"];

@@ -1,7 +1,7 @@
 //! The taint eviction controller. Its decisions are [`nlc_core::eviction`]; here are its flags
 //! and what they turn into.
 
-pub mod args;
-pub mod metrics;
+pub(crate) mod args;
+pub(crate) mod metrics;
 
-pub use args::{Config, EvictionArgs, EvictionEvents, NodeReadMode, Pacing};
+pub(crate) use args::{Config, EvictionArgs, EvictionEvents, NodeReadMode, Pacing};

@@ -12,94 +12,94 @@ use nlc_core::zone::Rates;
 use crate::error::Result;
 
 #[derive(Clone, Debug, Args)]
-pub struct LifecycleArgs {
+pub(crate) struct LifecycleArgs {
     /// Run the node lifecycle controller (heartbeats, conditions, taints).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_NODE_LIFECYCLE")]
-    pub enable_node_lifecycle: bool,
+    pub(crate) enable_node_lifecycle: bool,
     /// The period of the safety-net pass over all nodes; a node is judged the moment its grace
     /// period runs out, not on this period.
     #[arg(long, default_value = "5s", value_parser = parse_duration, env = "NLC_NODE_MONITOR_PERIOD")]
-    pub node_monitor_period: Duration,
+    pub(crate) node_monitor_period: Duration,
     /// How long a running node may go without a heartbeat (Lease renewal or Ready heartbeat)
     /// before it is marked Unknown. Upstream's guidance: more than 45s.
     #[arg(long, default_value = "50s", value_parser = parse_duration, env = "NLC_NODE_MONITOR_GRACE_PERIOD")]
-    pub node_monitor_grace_period: Duration,
+    pub(crate) node_monitor_grace_period: Duration,
     /// How long a node that never posted Ready may stay silent before it is marked Unknown.
     #[arg(long, default_value = "60s", value_parser = parse_duration, env = "NLC_NODE_STARTUP_GRACE_PERIOD")]
-    pub node_startup_grace_period: Duration,
+    pub(crate) node_startup_grace_period: Duration,
     /// Nodes per second given their first NoExecute taint in a healthy zone.
     #[arg(long, default_value_t = 0.1, env = "NLC_NODE_EVICTION_RATE")]
-    pub node_eviction_rate: f64,
+    pub(crate) node_eviction_rate: f64,
     /// Nodes per second given their first NoExecute taint in a partially disrupted zone larger
     /// than --large-cluster-size-threshold (smaller zones stop).
     #[arg(long, default_value_t = 0.01, env = "NLC_SECONDARY_NODE_EVICTION_RATE")]
-    pub secondary_node_eviction_rate: f64,
+    pub(crate) secondary_node_eviction_rate: f64,
     /// Zone size above which a partially disrupted zone is still tainted (at the secondary rate).
     #[arg(long, default_value_t = 50, env = "NLC_LARGE_CLUSTER_SIZE_THRESHOLD")]
-    pub large_cluster_size_threshold: usize,
+    pub(crate) large_cluster_size_threshold: usize,
     /// Fraction of a zone's nodes that must be not ready (and at least 3) for it to be partially
     /// disrupted.
     #[arg(long, default_value_t = 0.55, env = "NLC_UNHEALTHY_ZONE_THRESHOLD")]
-    pub unhealthy_zone_threshold: f64,
+    pub(crate) unhealthy_zone_threshold: f64,
     /// Set the Ready condition of a node's pods to False when the node stops being ready
     /// (upstream's MarkPodsNotReady).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_MARK_PODS_NOT_READY")]
-    pub mark_pods_not_ready: bool,
+    pub(crate) mark_pods_not_ready: bool,
     /// Pace MarkPodsNotReady writes, in pods per second; 0 means unlimited.
     #[arg(long, default_value_t = 50.0, env = "NLC_MARK_PODS_NOT_READY_QPS")]
-    pub mark_pods_not_ready_qps: f64,
+    pub(crate) mark_pods_not_ready_qps: f64,
     /// Pace taint writes (NoSchedule taints, swaps, removals) in a storm, in writes per second;
     /// 0 means unlimited. First NoExecute taints are paced by their zone instead.
     #[arg(long, default_value_t = 50.0, env = "NLC_NODE_TAINT_QPS")]
-    pub node_taint_qps: f64,
+    pub(crate) node_taint_qps: f64,
     /// Burst allowed above `--node-taint-qps`.
     #[arg(long, default_value_t = 100, env = "NLC_NODE_TAINT_BURST")]
-    pub node_taint_burst: u32,
+    pub(crate) node_taint_burst: u32,
     /// A YAML or JSON file with `taintRules` (and `defaultTaintRules: false` to drop upstream's
     /// table); see the README.
     #[arg(long, env = "NLC_CONFIG")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// An extra condition -> taint rule, `CONDITION=STATUS:KEY:EFFECT` (repeatable), e.g.
     /// `KernelDeadlock=True:example.com/kernel-deadlock:NoExecute`.
     #[arg(long = "taint-rule", value_parser = rules::parse_rule_flag, env = "NLC_TAINT_RULES", value_delimiter = ',')]
-    pub taint_rules: Vec<RuleSpec>,
+    pub(crate) taint_rules: Vec<RuleSpec>,
     /// Read a silent node's Lease live before marking it Unknown, and judge no node silent while
     /// the Lease cache is behind what the read found (upstream 1.37's feature gate
     /// NodeControllerLeaseCircuitBreaker, on by default there; here on every supported version).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_NODE_CONTROLLER_LEASE_CIRCUIT_BREAKER")]
-    pub node_controller_lease_circuit_breaker: bool,
+    pub(crate) node_controller_lease_circuit_breaker: bool,
     /// Accept a NoExecute rule on a condition's healthy state (`Ready=True`, or `False` of any
     /// other condition, e.g. `KernelDeadlock=False`), which taints every healthy node NoExecute:
     /// refused without it.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ALLOW_NO_EXECUTE_ON_HEALTHY_NODES")]
-    pub allow_no_execute_on_healthy_nodes: bool,
+    pub(crate) allow_no_execute_on_healthy_nodes: bool,
 }
 
 /// What the flags turn into: the decisions' configuration (`None`: not run here) and the
 /// executor's pacing of node lifecycle's writes.
 #[derive(Debug)]
-pub struct Config {
-    pub decisions: Option<nlc_core::lifecycle::Config>,
-    pub pacing: Pacing,
+pub(crate) struct Config {
+    pub(crate) decisions: Option<nlc_core::lifecycle::Config>,
+    pub(crate) pacing: Pacing,
     /// The text of `--config`, when given (for `/configz`).
-    pub config_file: Option<String>,
+    pub(crate) config_file: Option<String>,
 }
 
 /// How the executor paces node lifecycle's writes; it builds its own configuration from this
 /// (`executor::ExecutorConfig::new`). A new flag of that kind is a field here.
 #[derive(Debug)]
-pub struct Pacing {
+pub(crate) struct Pacing {
     /// `--mark-pods-not-ready-qps`.
-    pub mark_pods_not_ready_qps: f64,
+    pub(crate) mark_pods_not_ready_qps: f64,
     /// `--node-taint-qps` and `--node-taint-burst`: taint writes other than a node's first
     /// NoExecute taint, which its zone paces.
-    pub node_taint_qps: f64,
-    pub node_taint_burst: u32,
+    pub(crate) node_taint_qps: f64,
+    pub(crate) node_taint_burst: u32,
 }
 
 impl LifecycleArgs {
     /// Checks the values and builds the configuration (reading `--config`).
-    pub fn into_config(self) -> Result<Config> {
+    pub(crate) fn into_config(self) -> Result<Config> {
         let file = match &self.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -113,7 +113,7 @@ impl LifecycleArgs {
 
     /// The same, with `file` (its name for errors, and its text) for `--config`'s file: how
     /// `status` builds the leader's configuration from its `/configz`.
-    pub fn with_config_text(self, file: Option<(String, String)>) -> Result<Config> {
+    pub(crate) fn with_config_text(self, file: Option<(String, String)>) -> Result<Config> {
         let Self {
             enable_node_lifecycle,
             node_monitor_period,

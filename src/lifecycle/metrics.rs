@@ -8,34 +8,34 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ZoneLabels {
-    pub zone: String,
+pub(crate) struct ZoneLabels {
+    pub(crate) zone: String,
 }
 
 /// The node lifecycle controller, with upstream's names (`node_collector_*`).
 #[derive(Clone)]
-pub struct LifecycleMetrics {
-    pub zone_health: Family<ZoneLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    pub zone_size: Family<ZoneLabels, Gauge>,
-    pub unhealthy_nodes: Family<ZoneLabels, Gauge>,
-    pub evictions: Family<ZoneLabels, Counter>,
-    pub detection_delay: Histogram,
-    pub all_zones_disrupted: Gauge,
-    pub pods_marked_not_ready: Counter,
-    pub update_node_health: Histogram,
-    pub update_all_nodes_health: Histogram,
+pub(crate) struct LifecycleMetrics {
+    pub(crate) zone_health: Family<ZoneLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub(crate) zone_size: Family<ZoneLabels, Gauge>,
+    pub(crate) unhealthy_nodes: Family<ZoneLabels, Gauge>,
+    pub(crate) evictions: Family<ZoneLabels, Counter>,
+    pub(crate) detection_delay: Histogram,
+    pub(crate) all_zones_disrupted: Gauge,
+    pub(crate) pods_marked_not_ready: Counter,
+    pub(crate) update_node_health: Histogram,
+    pub(crate) update_all_nodes_health: Histogram,
     /// 1 while no node is judged silent because the Lease cache is behind a live read.
-    pub lease_cache_stale: Gauge,
+    pub(crate) lease_cache_stale: Gauge,
     /// Holds begun (the controller task adds what the state counted since its last look).
-    pub lease_cache_holds: Counter,
+    pub(crate) lease_cache_holds: Counter,
     /// Live reads of a silent node's Lease, by what they found.
-    pub lease_checks: Family<ResultLabels, Counter>,
+    pub(crate) lease_checks: Family<ResultLabels, Counter>,
 }
 
 /// What a request found.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-pub struct ResultLabels {
-    pub result: &'static str,
+pub(crate) struct ResultLabels {
+    pub(crate) result: &'static str,
 }
 
 impl Default for LifecycleMetrics {
@@ -61,7 +61,7 @@ impl Default for LifecycleMetrics {
 }
 
 impl LifecycleMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register(
             "node_collector_zone_health",

@@ -1,7 +1,7 @@
 //! The node lifecycle controller. Its decisions are [`nlc_core::lifecycle`]; here are its
 //! flags and what they turn into.
 
-pub mod args;
-pub mod metrics;
+pub(crate) mod args;
+pub(crate) mod metrics;
 
-pub use args::{Config, LifecycleArgs};
+pub(crate) use args::{Config, LifecycleArgs};

@@ -31,11 +31,11 @@ type Note = (&'static str, watch::Receiver<Option<String>>);
 
 /// The components whose readiness `/readyz` waits for, and the states it shows beside them.
 #[derive(Clone, Default)]
-pub struct Readiness(Arc<Mutex<(Vec<ReadyCheck>, Vec<Note>)>>);
+pub(crate) struct Readiness(Arc<Mutex<(Vec<ReadyCheck>, Vec<Note>)>>);
 
 impl Readiness {
     /// A new component, not ready until its sender says so.
-    pub fn check(&self, name: &'static str) -> watch::Sender<bool> {
+    pub(crate) fn check(&self, name: &'static str) -> watch::Sender<bool> {
         let (tx, rx) = watch::channel(false);
         self.0.lock().unwrap_or_else(|p| p.into_inner()).0.push((name, rx));
         tx
@@ -43,7 +43,7 @@ impl Readiness {
 
     /// A new state that `/readyz?verbose` shows and that never makes it fail (the process can
     /// serve; it says what holds it back).
-    pub fn note(&self, name: &'static str) -> watch::Sender<Option<String>> {
+    pub(crate) fn note(&self, name: &'static str) -> watch::Sender<Option<String>> {
         let (tx, rx) = watch::channel(None);
         self.0.lock().unwrap_or_else(|p| p.into_inner()).1.push((name, rx));
         tx
@@ -62,14 +62,14 @@ impl Readiness {
 /// A loop that must keep making progress: `/livez` fails when it has not beaten within
 /// `timeout`.
 #[derive(Clone)]
-pub struct Heartbeat {
+pub(crate) struct Heartbeat {
     name: &'static str,
     last: Arc<Mutex<Stopwatch>>,
     timeout: Duration,
 }
 
 impl Heartbeat {
-    pub fn beat(&self) {
+    pub(crate) fn beat(&self) {
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Stopwatch::start();
     }
 
@@ -81,10 +81,10 @@ impl Heartbeat {
 
 /// The loops whose progress `/livez` checks.
 #[derive(Clone, Default)]
-pub struct Liveness(Arc<Mutex<Vec<Heartbeat>>>);
+pub(crate) struct Liveness(Arc<Mutex<Vec<Heartbeat>>>);
 
 impl Liveness {
-    pub fn heartbeat(&self, name: &'static str, timeout: Duration) -> Heartbeat {
+    pub(crate) fn heartbeat(&self, name: &'static str, timeout: Duration) -> Heartbeat {
         let hb = Heartbeat { name, last: Arc::new(Mutex::new(Stopwatch::start())), timeout };
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push(hb.clone());
         hb
@@ -154,23 +154,23 @@ struct AdminState {
 
 /// What the admin listeners serve from.
 #[derive(Clone)]
-pub struct Admin {
-    pub registry: Arc<Registry>,
-    pub readiness: Readiness,
-    pub liveness: Liveness,
-    pub stop: super::shutdown::Signal,
+pub(crate) struct Admin {
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) readiness: Readiness,
+    pub(crate) liveness: Liveness,
+    pub(crate) stop: super::shutdown::Signal,
     /// `/configz`'s document ([`super::configz::Configz::document`]).
-    pub configz: Arc<str>,
+    pub(crate) configz: Arc<str>,
 }
 
 impl Admin {
     /// The probes only (the plain-HTTP probe port).
-    pub fn probes(&self) -> Router {
+    pub(crate) fn probes(&self) -> Router {
         probe_routes().with_state(self.state(None))
     }
 
     /// The probes, `/metrics` and `/configz`, the last two guarded by `guard` when there is one.
-    pub fn metrics(&self, guard: Option<super::auth::Delegated>) -> Router {
+    pub(crate) fn metrics(&self, guard: Option<super::auth::Delegated>) -> Router {
         probe_routes().route("/metrics", get(metrics)).route("/configz", get(configz)).with_state(self.state(guard))
     }
 

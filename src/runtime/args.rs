@@ -26,32 +26,32 @@ pub struct ClientArgs {
 
 /// The admin endpoints: the metrics listener and the probe listener.
 #[derive(Clone, Debug, Args)]
-pub struct AdminArgs {
+pub(crate) struct AdminArgs {
     /// Address for `/metrics` (and `/healthz`, `/livez`, `/readyz`, always allowed); `0` turns
     /// it off.
     #[arg(long, default_value = "0.0.0.0:8080", env = "NLC_METRICS_BIND_ADDRESS")]
-    pub metrics_bind_address: Bind,
+    pub(crate) metrics_bind_address: Bind,
     /// Serve `/metrics` over HTTPS to callers the API server authenticates (TokenReview) and
     /// authorizes for `get` on the non-resource URL `/metrics` (SubjectAccessReview); `false`:
     /// plain HTTP to anyone.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_METRICS_SECURE")]
-    pub metrics_secure: bool,
+    pub(crate) metrics_secure: bool,
     /// The metrics endpoint's serving certificate (PEM), reloaded when it changes; without it
     /// (and its key) a self-signed certificate is made at start.
     #[arg(long, env = "NLC_METRICS_TLS_CERT_FILE")]
-    pub metrics_tls_cert_file: Option<PathBuf>,
+    pub(crate) metrics_tls_cert_file: Option<PathBuf>,
     /// The key of `--metrics-tls-cert-file` (PEM).
     #[arg(long, env = "NLC_METRICS_TLS_PRIVATE_KEY_FILE")]
-    pub metrics_tls_private_key_file: Option<PathBuf>,
+    pub(crate) metrics_tls_private_key_file: Option<PathBuf>,
     /// Address for the plain-HTTP probes `/healthz`, `/livez` and `/readyz` (no
     /// authentication: the kubelet has no token); `0` turns it off.
     #[arg(long, default_value = "0.0.0.0:8081", env = "NLC_HEALTH_PROBE_BIND_ADDRESS")]
-    pub health_probe_bind_address: Bind,
+    pub(crate) health_probe_bind_address: Bind,
 }
 
 /// A listener's address, or `0`: no listener.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Bind(pub Option<SocketAddr>);
+pub(crate) struct Bind(pub Option<SocketAddr>);
 
 impl std::str::FromStr for Bind {
     type Err = String;
@@ -76,7 +76,7 @@ impl std::fmt::Display for Bind {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// `text` also (kube-controller-manager's `--logging-format` name).
     #[value(alias = "text")]
     Plain,
@@ -87,8 +87,8 @@ pub enum LogFormat {
 pub struct LogArgs {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value = "plain", env = "NLC_LOG_FORMAT")]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
     /// Log filter, in `RUST_LOG` syntax (e.g. `info`, `node_lifecycle_controller=debug,kube=warn`).
     #[arg(long, global = true, default_value = "info", env = "NLC_LOG_LEVEL")]
-    pub log_level: String,
+    pub(crate) log_level: String,
 }

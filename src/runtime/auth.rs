@@ -48,15 +48,15 @@ const MAX_NEGATIVE: usize = 256;
 const MAX_REVIEWS: usize = 4;
 /// Reviews one address may cause, per second (burst four times that): a scraper's token is
 /// reviewed once per TTL; an address sending new tokens faster is sending junk.
-pub const REVIEWS_PER_SOURCE_PER_SECOND: u32 = 5;
+pub(crate) const REVIEWS_PER_SOURCE_PER_SECOND: u32 = 5;
 /// How long past its TTL an identity's last answer still serves while reviews are busy.
-pub const STALE_FOR: Duration = Duration::from_secs(300);
+pub(crate) const STALE_FOR: Duration = Duration::from_secs(300);
 /// A review the API server does not answer within this long fails (503, not cached).
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a request may do.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Allowed,
     /// No token, or one the API server does not authenticate.
     Unauthenticated,
@@ -80,7 +80,7 @@ type SourceLimiter = governor::RateLimiter<
 
 /// The reviewer of the protected paths (`/metrics`, `/configz`).
 #[derive(Clone)]
-pub struct Delegated {
+pub(crate) struct Delegated {
     client: kube::Client,
     /// Answers naming an identity (allowed or forbidden).
     cache: Arc<Mutex<Answers>>,
@@ -93,7 +93,7 @@ pub struct Delegated {
 
 /// Why a request could not be reviewed (answered 503, never cached).
 #[derive(Debug, thiserror::Error)]
-pub enum ReviewError {
+pub(crate) enum ReviewError {
     #[error(transparent)]
     Api(#[from] kube::Error),
     #[error("no answer within {0:?}")]
@@ -103,7 +103,7 @@ pub enum ReviewError {
 }
 
 impl Delegated {
-    pub fn new(client: kube::Client, registry: &mut Registry) -> Self {
+    pub(crate) fn new(client: kube::Client, registry: &mut Registry) -> Self {
         let results = Family::<ResultLabels, Counter>::default();
         registry.register(
             "nlc_metrics_requests",
@@ -123,13 +123,13 @@ impl Delegated {
     }
 
     /// Counts a request's result.
-    pub fn count(&self, result: &'static str) {
+    pub(crate) fn count(&self, result: &'static str) {
         self.results.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// The verdict on a request for `path` carrying this `Authorization` header value (if
     /// any); `Err` when the API server could not answer.
-    pub async fn review(
+    pub(crate) async fn review(
         &self,
         authorization: Option<&[u8]>,
         path: &'static str,

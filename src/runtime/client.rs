@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 /// `--kubeconfig` (with `--context`) if given; else `--context` in the default kubeconfig; else
 /// `Config::infer()`: `KUBECONFIG` or `~/.kube/config` when present, otherwise the in-cluster
 /// service account.
-pub async fn config(args: &ClientArgs) -> Result<kube::Config> {
+pub(crate) async fn config(args: &ClientArgs) -> Result<kube::Config> {
     let options = KubeConfigOptions { context: args.context.clone(), ..KubeConfigOptions::default() };
     let config = match (&args.kubeconfig, &args.context) {
         (Some(path), _) => {
@@ -40,11 +40,11 @@ pub struct Skew {
 }
 
 /// An estimate counts as known to this much (the compensation's rule, docs/spec.md §9).
-pub const PRECISE: SignedDuration = SignedDuration::from_millis(500);
+pub(crate) const PRECISE: SignedDuration = SignedDuration::from_millis(500);
 
 impl Skew {
     /// How far our clock is ahead of the API server furthest behind it, and how precisely.
-    pub fn get(&self) -> Option<(SignedDuration, SignedDuration)> {
+    pub(crate) fn get(&self) -> Option<(SignedDuration, SignedDuration)> {
         self.estimators.lock().unwrap_or_else(|p| p.into_inner()).skew(PRECISE)
     }
 
@@ -188,6 +188,6 @@ fn custom_client(config: kube::Config, skew: &Skew, http2: bool) -> Result<kube:
     Ok(kube::Client::new(service, config.default_namespace))
 }
 
-pub async fn client(args: &ClientArgs) -> Result<kube::Client> {
+pub(crate) async fn client(args: &ClientArgs) -> Result<kube::Client> {
     Ok(client_with_skew(args).await?.0)
 }

@@ -13,21 +13,21 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// The Lease annotation carrying the leader's configuration document.
-pub const ANNOTATION: &str = "node-lifecycle-controller.io/configz";
+pub(crate) const ANNOTATION: &str = "node-lifecycle-controller.io/configz";
 
 /// A process's configuration.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Configz {
     /// The subcommand (`run`, `webhook`).
-    pub command: String,
+    pub(crate) command: String,
     /// `--version`'s text.
-    pub version: String,
+    pub(crate) version: String,
     /// Every flag (its long name, no dashes) with its values in effect.
-    pub flags: BTreeMap<String, Vec<String>>,
+    pub(crate) flags: BTreeMap<String, Vec<String>>,
     /// The text of the `--config` file, when one is given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config_file: Option<String>,
+    pub(crate) config_file: Option<String>,
 }
 
 /// The document's envelope, as kube components answer `/configz`.
@@ -39,7 +39,7 @@ struct Document {
 impl Configz {
     /// The chosen subcommand's flags from a parsed command line: every flag that has a value
     /// (given, from the environment, or defaulted). `cmd` is the command `matches` came from.
-    pub fn from_matches(cmd: &clap::Command, matches: &clap::ArgMatches) -> Self {
+    pub(crate) fn from_matches(cmd: &clap::Command, matches: &clap::ArgMatches) -> Self {
         let Some((name, sub)) = matches.subcommand() else {
             return Self::default();
         };
@@ -58,19 +58,19 @@ impl Configz {
     }
 
     /// The JSON document `/configz` answers.
-    pub fn document(&self) -> String {
+    pub(crate) fn document(&self) -> String {
         serde_json::to_string(&Document { componentconfig: self.clone() })
             .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
     }
 
     /// Reads a document [`Configz::document`] wrote.
-    pub fn from_document(text: &str) -> Result<Self, String> {
+    pub(crate) fn from_document(text: &str) -> Result<Self, String> {
         serde_json::from_str::<Document>(text).map(|d| d.componentconfig).map_err(|e| e.to_string())
     }
 
     /// The flags `keep` accepts as command-line arguments (`--name=value`, one per value), to
     /// parse again with the same flag definitions.
-    pub fn args(&self, keep: impl Fn(&str) -> bool) -> Vec<String> {
+    pub(crate) fn args(&self, keep: impl Fn(&str) -> bool) -> Vec<String> {
         self.flags
             .iter()
             .filter(|(name, _)| keep(name))

@@ -24,7 +24,7 @@ use crate::clock::Stopwatch;
 /// lease could be someone else's. A step of the wall clock or a gap in this process's
 /// scheduling makes it suspect ([`Fence::suspect`]): closed until the next renewal confirms the
 /// lease.
-pub struct Fence {
+pub(crate) struct Fence {
     /// The controller's decision: leading, not paused altogether, not in shadow mode.
     may_write: watch::Receiver<bool>,
     sealed: AtomicBool,
@@ -35,7 +35,7 @@ pub struct Fence {
 }
 
 impl Fence {
-    pub fn new(may_write: watch::Receiver<bool>) -> Self {
+    pub(crate) fn new(may_write: watch::Receiver<bool>) -> Self {
         Self { may_write, sealed: AtomicBool::new(false), writes: RwLock::new(()), until: Mutex::new((None, None)) }
     }
 
@@ -46,7 +46,7 @@ impl Fence {
     /// The lease is certainly this process's until `until`, from a renewal (or acquisition)
     /// written successfully and sent at `sent`; one sent before the last suspicion confirms
     /// nothing.
-    pub fn bound(&self, until: Instant, sent: Instant) {
+    pub(crate) fn bound(&self, until: Instant, sent: Instant) {
         let mut state = self.until.lock().unwrap_or_else(|p| p.into_inner());
         if state.1.is_some_and(|suspected| sent < suspected) {
             return;
@@ -57,7 +57,7 @@ impl Fence {
     /// Something happened that the lease's bound cannot account for (the wall clock stepped,
     /// this process was not scheduled for a while): closed until a renewal sent after now bounds
     /// it again. Nothing changes without leader election.
-    pub fn suspect(&self) {
+    pub(crate) fn suspect(&self) {
         let now = Stopwatch::start().instant();
         let mut state = self.until.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(u) = state.0.as_mut() {
@@ -67,11 +67,11 @@ impl Fence {
     }
 
     /// The time left before the bound (`None`: unbounded).
-    pub fn left(&self) -> Option<Duration> {
+    pub(crate) fn left(&self) -> Option<Duration> {
         self.until().map(|u| u.saturating_duration_since(Stopwatch::start().instant()))
     }
 
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         !self.sealed.load(Ordering::SeqCst) && *self.may_write.borrow() && self.left() != Some(Duration::ZERO)
     }
 
@@ -79,7 +79,7 @@ impl Fence {
     /// before it is sent), holding the fence until it completes or its deadline passes: the
     /// time left on the lease, at most `limit`. `None` when closed; `Some(None)` when the
     /// deadline passed first.
-    pub async fn write<T, F: Future<Output = T>>(
+    pub(crate) async fn write<T, F: Future<Output = T>>(
         &self,
         limit: Duration,
         req: impl FnOnce(Duration) -> F,
@@ -92,19 +92,15 @@ impl Fence {
         Some(tokio::time::timeout(deadline, req(deadline)).await.ok())
     }
 
-    /// The bound, if there is one: writes in flight are given up by then.
-    pub fn deadline(&self) -> Option<Instant> {
-        self.until()
-    }
-
     /// Closes the fence for good and waits, until `deadline`, for the writes in flight. Whether
     /// they all finished.
-    pub async fn seal(&self, deadline: tokio::time::Instant) -> bool {
+    pub(crate) async fn seal(&self, deadline: tokio::time::Instant) -> bool {
         self.sealed.store(true, Ordering::SeqCst);
         tokio::time::timeout_at(deadline, self.writes.write()).await.is_ok()
     }
 
-    pub fn is_sealed(&self) -> bool {
+    #[cfg(test)]
+    fn is_sealed(&self) -> bool {
         self.sealed.load(Ordering::SeqCst)
     }
 }

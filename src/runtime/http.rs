@@ -42,7 +42,6 @@
 //! Everything is counted in `nlc_http_*{server}`.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -73,36 +72,36 @@ use super::shutdown;
 
 /// A listener's bounds.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Limits {
-    pub header_read_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub body_timeout: Duration,
-    pub max_header_bytes: usize,
-    pub max_body_bytes: usize,
-    pub max_connections: usize,
+pub(crate) struct Limits {
+    pub(crate) header_read_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) body_timeout: Duration,
+    pub(crate) max_header_bytes: usize,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) max_connections: usize,
     /// Connections from one source address at once.
-    pub max_connections_per_source: usize,
-    pub max_requests_in_flight: usize,
+    pub(crate) max_connections_per_source: usize,
+    pub(crate) max_requests_in_flight: usize,
     /// Bytes of request bodies held at once, over all connections (see the module doc).
-    pub body_budget_bytes: usize,
-    pub http2: bool,
+    pub(crate) body_budget_bytes: usize,
+    pub(crate) http2: bool,
     /// HTTP/2 only: streams per connection.
-    pub max_concurrent_streams: u32,
-    pub shutdown_delay: Duration,
-    pub shutdown_timeout: Duration,
+    pub(crate) max_concurrent_streams: u32,
+    pub(crate) shutdown_delay: Duration,
+    pub(crate) shutdown_timeout: Duration,
 }
 
 /// kube-apiserver's request cap is 3 MiB; an AdmissionReview around the largest pod it accepts
 /// is a little larger.
-pub const MAX_BODY_BYTES: usize = 3_670_016;
+pub(crate) const MAX_BODY_BYTES: usize = 3_670_016;
 
 /// Bodies up to this size may also draw on the budget's reserve (an eighth of it): an
 /// AdmissionReview of an ordinary pod is a few kilobytes.
-pub const SMALL_BODY_BYTES: usize = 64 * 1024;
+pub(crate) const SMALL_BODY_BYTES: usize = 64 * 1024;
 
 impl Limits {
     /// The admin endpoint's: small requests (`GET`s), few clients (kubelet probes, Prometheus).
-    pub fn admin() -> Self {
+    pub(crate) fn admin() -> Self {
         Self {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(90),
@@ -122,27 +121,27 @@ impl Limits {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ServerLabels {
-    pub server: &'static str,
+pub(crate) struct ServerLabels {
+    pub(crate) server: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabels {
-    pub server: &'static str,
-    pub reason: &'static str,
+pub(crate) struct ReasonLabels {
+    pub(crate) server: &'static str,
+    pub(crate) reason: &'static str,
 }
 
 /// The metrics of every listener, registered once per process.
 #[derive(Clone, Default)]
-pub struct HttpMetrics {
-    pub open: Family<ServerLabels, Gauge>,
-    pub closed: Family<ReasonLabels, Counter>,
-    pub rejected: Family<ReasonLabels, Counter>,
-    pub accept_errors: Family<ServerLabels, Counter>,
+pub(crate) struct HttpMetrics {
+    pub(crate) open: Family<ServerLabels, Gauge>,
+    pub(crate) closed: Family<ReasonLabels, Counter>,
+    pub(crate) rejected: Family<ReasonLabels, Counter>,
+    pub(crate) accept_errors: Family<ServerLabels, Counter>,
 }
 
 impl HttpMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register("nlc_http_connections", "Open connections, by listener", m.open.clone());
         registry.register(
@@ -398,7 +397,7 @@ struct Conn(Arc<Activity>);
 
 /// The address a request came from (a request extension every handler can read).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Peer(pub std::net::IpAddr);
+pub(crate) struct Peer(pub std::net::IpAddr);
 
 /// A request being handled (its body in), also when its future is dropped.
 struct Handling(Arc<Activity>);
@@ -565,27 +564,23 @@ impl AcceptErrors {
 }
 
 /// A listener: what it serves, over TLS or not, within which bounds.
-pub struct Server {
-    pub name: &'static str,
-    pub listener: tokio::net::TcpListener,
-    pub tls: Option<tokio_rustls::TlsAcceptor>,
-    pub router: Router,
-    pub limits: Limits,
-    pub metrics: HttpMetrics,
+pub(crate) struct Server {
+    pub(crate) name: &'static str,
+    pub(crate) listener: tokio::net::TcpListener,
+    pub(crate) tls: Option<tokio_rustls::TlsAcceptor>,
+    pub(crate) router: Router,
+    pub(crate) limits: Limits,
+    pub(crate) metrics: HttpMetrics,
 }
 
 impl Server {
     /// The ALPN protocols a TLS listener with these limits offers.
-    pub fn alpn(limits: &Limits) -> Vec<Vec<u8>> {
+    pub(crate) fn alpn(limits: &Limits) -> Vec<Vec<u8>> {
         if limits.http2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] }
     }
 
-    pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.listener.local_addr().ok()
-    }
-
     /// Serves until shutdown (then drains, see the module doc).
-    pub async fn serve(self, stop: shutdown::Signal) {
+    pub(crate) async fn serve(self, stop: shutdown::Signal) {
         let Self { name, listener, tls, router, limits, metrics } = self;
         let limits = Arc::new(limits);
         let bounds_state = Bounds {

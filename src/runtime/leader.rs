@@ -30,39 +30,39 @@ use crate::error::{Error, Result};
 
 /// Leader election, with kube-controller-manager's flag names and defaults.
 #[derive(Clone, Debug, Args)]
-pub struct LeaderArgs {
+pub(crate) struct LeaderArgs {
     /// Elect a leader among the replicas; only the leader writes. Without it, this process writes
     /// as soon as it starts (one replica only).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_LEADER_ELECT")]
-    pub leader_elect: bool,
+    pub(crate) leader_elect: bool,
     /// How long a standby waits, after it last saw the lease change, before it takes over.
     #[arg(long, default_value = "15s", value_parser = parse_duration, env = "NLC_LEADER_ELECT_LEASE_DURATION")]
-    pub leader_elect_lease_duration: Duration,
+    pub(crate) leader_elect_lease_duration: Duration,
     /// How long the leader keeps trying to renew before it stops writing and exits.
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "NLC_LEADER_ELECT_RENEW_DEADLINE")]
-    pub leader_elect_renew_deadline: Duration,
+    pub(crate) leader_elect_renew_deadline: Duration,
     /// How often the leader renews, and a standby retries.
     #[arg(long, default_value = "2s", value_parser = parse_duration, env = "NLC_LEADER_ELECT_RETRY_PERIOD")]
-    pub leader_elect_retry_period: Duration,
+    pub(crate) leader_elect_retry_period: Duration,
     /// The Lease's name.
     #[arg(long, default_value = "node-lifecycle-controller", env = "NLC_LEADER_ELECT_RESOURCE_NAME")]
-    pub leader_elect_resource_name: String,
+    pub(crate) leader_elect_resource_name: String,
     /// The Lease's namespace, which is also where the pause ConfigMap is watched (default: the
     /// pod's own, `$POD_NAMESPACE` or the service account's; out of a cluster `kube-system`).
     #[arg(long, env = "NLC_LEADER_ELECT_RESOURCE_NAMESPACE")]
-    pub leader_elect_resource_namespace: Option<String>,
+    pub(crate) leader_elect_resource_namespace: Option<String>,
 }
 
 #[derive(Clone, Debug)]
-pub struct Config {
-    pub elector: leader::Config,
-    pub name: String,
-    pub namespace: String,
+pub(crate) struct Config {
+    pub(crate) elector: leader::Config,
+    pub(crate) name: String,
+    pub(crate) namespace: String,
     /// Written on the Lease with every write of this process ([`super::configz::ANNOTATION`]).
-    pub annotations: std::collections::BTreeMap<String, String>,
+    pub(crate) annotations: std::collections::BTreeMap<String, String>,
     /// Annotations the process keeps current (the Lease cache's state, [`LEASE_CACHE_ANNOTATION`]),
     /// written with each renewal.
-    pub live: Option<watch::Receiver<std::collections::BTreeMap<String, String>>>,
+    pub(crate) live: Option<watch::Receiver<std::collections::BTreeMap<String, String>>>,
 }
 
 /// A leader that wakes this much later than it asked suspects its lease ([`Fence::suspect`]).
@@ -70,7 +70,7 @@ const SCHEDULING_GAP: Duration = Duration::from_secs(1);
 
 /// The Lease annotation carrying the leader's Lease cache against its live reads
 /// ([`nlc_core::lifecycle::LeaseCacheReport`], JSON), which `status` shows.
-pub const LEASE_CACHE_ANNOTATION: &str = "node-lifecycle-controller.io/lease-cache";
+pub(crate) const LEASE_CACHE_ANNOTATION: &str = "node-lifecycle-controller.io/lease-cache";
 
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -79,7 +79,7 @@ impl LeaderArgs {
     /// stable across restarts (the pod's name, or the host's name and id), so that a process
     /// that finds its own identity holding the Lease, after a crash, takes it back at once
     /// instead of waiting out its own lease.
-    pub fn into_config(self, instance: &str) -> Result<Option<Config>> {
+    pub(crate) fn into_config(self, instance: &str) -> Result<Option<Config>> {
         let Self {
             leader_elect,
             leader_elect_lease_duration,
@@ -129,7 +129,7 @@ impl LeaderArgs {
 
 /// The controller's namespace: the flag's, else the pod's (`$POD_NAMESPACE`, the service
 /// account's), else `kube-system` (out of a cluster).
-pub fn own_namespace(flag: Option<String>) -> String {
+pub(crate) fn own_namespace(flag: Option<String>) -> String {
     flag.or_else(|| std::env::var("POD_NAMESPACE").ok())
         .filter(|s| !s.is_empty())
         .or_else(|| std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE).ok().map(|s| s.trim().to_owned()))
@@ -146,7 +146,7 @@ pub fn own_namespace(flag: Option<String>) -> String {
 /// the pod exists, and the kubelet starts a container again only after the previous one has
 /// exited. Out of a cluster the identity is the host's name and id, so two processes started
 /// on one host against one Lease are refused here, with the flag to tell them apart.
-pub fn claim_identity(cfg: &Config) -> Result<std::os::unix::net::UnixListener> {
+pub(crate) fn claim_identity(cfg: &Config) -> Result<std::os::unix::net::UnixListener> {
     use std::os::linux::net::SocketAddrExt;
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(identity_lock_name(cfg).as_bytes())
         .map_err(|source| Error::Io { what: "naming the leader election identity lock".into(), source })?;
@@ -196,13 +196,13 @@ struct OpLabels {
 /// upstream's `leader_election_master_status{name}` (1 while this process leads), and failed
 /// requests on the Lease.
 #[derive(Clone)]
-pub struct LeaderMetrics {
+pub(crate) struct LeaderMetrics {
     status: Family<NameLabels, Gauge>,
     errors: Family<OpLabels, prometheus_client::metrics::counter::Counter>,
 }
 
 impl LeaderMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let m = Self { status: Family::default(), errors: Family::default() };
         registry.register(
             "leader_election_master_status",
@@ -447,7 +447,7 @@ impl Candidate {
 /// Runs for the life of the process: a standby until it acquires the lease, then the leader
 /// until shutdown (releasing it) or until it loses it (an error, which ends the process).
 #[allow(clippy::too_many_arguments)] // the election's parts, each passed once from the wiring
-pub async fn run(
+pub(crate) async fn run(
     client: kube::Client,
     cfg: Config,
     leading: watch::Sender<bool>,

@@ -26,11 +26,11 @@ use super::watch::proto::{PROTOBUF, error_status, media_type};
 use super::watch::{Decoded, Format};
 
 /// A request as [`kube::core::Request`] builds it.
-pub type Built = Result<hyper::Request<Vec<u8>>, kube::core::request::Error>;
+pub(crate) type Built = Result<hyper::Request<Vec<u8>>, kube::core::request::Error>;
 
 /// `req` with `?timeout=` set to `d` (whole milliseconds, at least one): the API server gives the
 /// request up by then, as the client does ([`super::fence::Fence::write`]).
-pub fn with_timeout(req: Built, d: std::time::Duration) -> Built {
+pub(crate) fn with_timeout(req: Built, d: std::time::Duration) -> Built {
     req.map(|mut r| {
         let uri = r.uri().to_string();
         let sep = if uri.contains('?') { '&' } else { '?' };
@@ -81,7 +81,7 @@ impl LeanClient {
 
     /// Sends `req` (a GET of one object) asking for JSON, and decodes the whole object: for the
     /// rare read that needs what the slim types leave out.
-    pub async fn whole<K: DeserializeOwned>(&self, req: Built) -> kube::Result<K> {
+    pub(crate) async fn whole<K: DeserializeOwned>(&self, req: Built) -> kube::Result<K> {
         let (_, body) = self.send_accepting(req, HeaderValue::from_static("application/json")).await?;
         serde_json::from_slice::<K>(&body).map_err(kube::Error::SerdeError)
     }

@@ -4,19 +4,19 @@
 //! readiness and spawn its tasks (each in a tracing span named after it), then [`Runtime::run`]
 //! serves until SIGTERM/SIGINT or until a task fails, signals every task, and waits for them.
 
-pub mod admin;
+pub(crate) mod admin;
 pub mod args;
-pub mod auth;
+pub(crate) mod auth;
 pub mod client;
-pub mod configz;
-pub mod fence;
-pub mod http;
-pub mod leader;
+pub(crate) mod configz;
+pub(crate) mod fence;
+pub(crate) mod http;
+pub(crate) mod leader;
 pub mod lean;
-pub mod process;
-pub mod shutdown;
+pub(crate) mod process;
+pub(crate) mod shutdown;
 pub mod telemetry;
-pub mod tls;
+pub(crate) mod tls;
 pub mod watch;
 
 use std::future::Future;
@@ -52,7 +52,7 @@ struct TaskLabels {
     error: &'static str,
 }
 
-pub struct Runtime {
+pub(crate) struct Runtime {
     client: kube::Client,
     registry: Registry,
     readiness: Readiness,
@@ -77,7 +77,7 @@ pub struct Runtime {
 impl Runtime {
     /// Builds the client (no request is made yet) and binds the admin addresses; `/configz`
     /// answers `configz`.
-    pub async fn build(client: &ClientArgs, admin: &AdminArgs, configz: &configz::Configz) -> Result<Self> {
+    pub(crate) async fn build(client: &ClientArgs, admin: &AdminArgs, configz: &configz::Configz) -> Result<Self> {
         raise_open_files_limit();
         let (client, skew) = client::client_with_skew(client).await?;
         let mut registry = Registry::default();
@@ -126,52 +126,52 @@ impl Runtime {
     }
 
     /// The clock skew to the API server, as the client's answers measure it.
-    pub fn skew(&self) -> client::Skew {
+    pub(crate) fn skew(&self) -> client::Skew {
         self.skew.clone()
     }
 
     /// The metrics every listener records into (one set per process).
-    pub fn http_metrics(&self) -> http::HttpMetrics {
+    pub(crate) fn http_metrics(&self) -> http::HttpMetrics {
         self.http_metrics.clone()
     }
 
     /// The metrics every watch records into (one set per process).
-    pub fn watch_metrics(&self) -> watch::WatchMetrics {
+    pub(crate) fn watch_metrics(&self) -> watch::WatchMetrics {
         self.watch_metrics.clone()
     }
 
-    pub fn client(&self) -> kube::Client {
+    pub(crate) fn client(&self) -> kube::Client {
         self.client.clone()
     }
 
     /// Where components register their metrics (before [`Runtime::run`]).
-    pub fn registry(&mut self) -> &mut Registry {
+    pub(crate) fn registry(&mut self) -> &mut Registry {
         &mut self.registry
     }
 
     /// A component `/readyz` waits for; send `true` once it is ready.
-    pub fn readiness_check(&self, name: &'static str) -> tokio::sync::watch::Sender<bool> {
+    pub(crate) fn readiness_check(&self, name: &'static str) -> tokio::sync::watch::Sender<bool> {
         self.readiness.check(name)
     }
 
     /// A state `/readyz?verbose` shows without failing on it; send what it says.
-    pub fn ready_note(&self, name: &'static str) -> tokio::sync::watch::Sender<Option<String>> {
+    pub(crate) fn ready_note(&self, name: &'static str) -> tokio::sync::watch::Sender<Option<String>> {
         self.readiness.note(name)
     }
 
     /// A loop `/livez` watches: it must beat at least every `timeout`.
-    pub fn heartbeat(&self, name: &'static str, timeout: Duration) -> Heartbeat {
+    pub(crate) fn heartbeat(&self, name: &'static str, timeout: Duration) -> Heartbeat {
         self.liveness.heartbeat(name, timeout)
     }
 
     /// Resolves when shutdown begins.
-    pub fn shutdown(&self) -> shutdown::Signal {
+    pub(crate) fn shutdown(&self) -> shutdown::Signal {
         self.signal.clone()
     }
 
     /// Runs `task` in a span named `name`. A task that fails or panics is logged and counted
     /// (`nlc_task_failures_total{task,error}`), and shuts the process down with its error.
-    pub fn spawn<F>(&mut self, name: &'static str, task: F)
+    pub(crate) fn spawn<F>(&mut self, name: &'static str, task: F)
     where
         F: Future<Output = Result<()>> + Send + 'static,
     {
@@ -194,7 +194,7 @@ impl Runtime {
     }
 
     /// Runs `task`, which never ends on its own (a watch), until shutdown.
-    pub fn spawn_until_shutdown<F>(&mut self, name: &'static str, task: F)
+    pub(crate) fn spawn_until_shutdown<F>(&mut self, name: &'static str, task: F)
     where
         F: Future<Output = Result<()>> + Send + 'static,
     {
@@ -210,7 +210,7 @@ impl Runtime {
     /// Serves the admin endpoint and waits for SIGTERM/SIGINT or a failed task; then signals
     /// shutdown (`/readyz` fails from that moment), waits for every task (at most 30 s) and
     /// returns the failed task's error, if any.
-    pub async fn run(self) -> Result<()> {
+    pub(crate) async fn run(self) -> Result<()> {
         let Self {
             registry,
             readiness,

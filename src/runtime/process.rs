@@ -12,18 +12,18 @@ use prometheus_client::metrics::gauge::ConstGauge;
 const USER_HZ: f64 = 100.0;
 
 #[derive(Debug, Default, PartialEq)]
-pub struct Sample {
-    pub cpu_seconds: f64,
-    pub resident_bytes: f64,
-    pub virtual_bytes: f64,
-    pub open_fds: f64,
-    pub max_fds: f64,
-    pub start_time_seconds: f64,
+pub(crate) struct Sample {
+    pub(crate) cpu_seconds: f64,
+    pub(crate) resident_bytes: f64,
+    pub(crate) virtual_bytes: f64,
+    pub(crate) open_fds: f64,
+    pub(crate) max_fds: f64,
+    pub(crate) start_time_seconds: f64,
 }
 
 /// Parses `/proc/self/stat` (after the command name, which may hold spaces and parentheses),
 /// `/proc/self/status`, `/proc/self/limits` and the boot time of `/proc/stat`.
-pub fn parse(stat: &str, status: &str, limits: &str, proc_stat: &str, open_fds: usize) -> Option<Sample> {
+pub(crate) fn parse(stat: &str, status: &str, limits: &str, proc_stat: &str, open_fds: usize) -> Option<Sample> {
     let after_comm = &stat[stat.rfind(')')? + 1..];
     // Fields from the state (field 3) on: utime is field 14, stime 15, starttime 22, vsize 23.
     let fields: Vec<&str> = after_comm.split_whitespace().collect();
@@ -61,7 +61,7 @@ fn read() -> Option<Sample> {
 }
 
 #[derive(Debug)]
-pub struct ProcessCollector;
+pub(crate) struct ProcessCollector;
 
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {

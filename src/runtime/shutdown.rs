@@ -5,36 +5,36 @@ use tokio::sync::watch;
 
 /// Triggers shutdown.
 #[derive(Debug)]
-pub struct Trigger(watch::Sender<bool>);
+pub(crate) struct Trigger(watch::Sender<bool>);
 
 /// Observes shutdown. Cheap to clone: one per task.
 #[derive(Clone, Debug)]
-pub struct Signal(watch::Receiver<bool>);
+pub(crate) struct Signal(watch::Receiver<bool>);
 
-pub fn channel() -> (Trigger, Signal) {
+pub(crate) fn channel() -> (Trigger, Signal) {
     let (tx, rx) = watch::channel(false);
     (Trigger(tx), Signal(rx))
 }
 
 impl Trigger {
-    pub fn trigger(&self) {
+    pub(crate) fn trigger(&self) {
         let _ = self.0.send(true);
     }
 }
 
 impl Signal {
     /// Resolves once shutdown has been triggered.
-    pub async fn signaled(mut self) {
+    pub(crate) async fn signaled(mut self) {
         let _ = self.0.wait_for(|s| *s).await;
     }
 
-    pub fn is_signaled(&self) -> bool {
+    pub(crate) fn is_signaled(&self) -> bool {
         *self.0.borrow()
     }
 }
 
 /// Resolves on SIGTERM or SIGINT.
-pub async fn os_signal() {
+pub(crate) async fn os_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {

@@ -16,13 +16,13 @@ use crate::error::{Error, Result};
 
 /// The flags that name a listener's certificate and key (for the errors).
 #[derive(Clone, Copy, Debug)]
-pub struct Flags {
-    pub cert: &'static str,
-    pub key: &'static str,
+pub(crate) struct Flags {
+    pub(crate) cert: &'static str,
+    pub(crate) key: &'static str,
 }
 
 /// Loads a certificate chain and its key into a rustls `CertifiedKey`.
-pub fn load_certified_key(cert: &Path, key: &Path, flags: Flags) -> Result<CertifiedKey> {
+pub(crate) fn load_certified_key(cert: &Path, key: &Path, flags: Flags) -> Result<CertifiedKey> {
     let cert_err = |problem: String| Error::Tls { flag: flags.cert, path: cert.to_owned(), problem };
     let key_err = |problem: String| Error::Tls { flag: flags.key, path: key.to_owned(), problem };
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
@@ -42,7 +42,7 @@ pub fn load_certified_key(cert: &Path, key: &Path, flags: Flags) -> Result<Certi
 /// A self-signed certificate for `localhost` and the pod's host name, made at each start (rcgen's
 /// default validity; Prometheus scrapes it with `insecureSkipVerify`, as kubebuilder's default
 /// ServiceMonitor does; mount one with `--metrics-tls-cert-file` to verify it).
-pub fn self_signed() -> Result<CertifiedKey> {
+pub(crate) fn self_signed() -> Result<CertifiedKey> {
     let problem =
         |e: rcgen::Error| Error::Tls { flag: "--metrics-tls-cert-file", path: PathBuf::new(), problem: e.to_string() };
     let mut names = vec!["localhost".to_owned()];
@@ -73,10 +73,10 @@ pub fn self_signed() -> Result<CertifiedKey> {
 }
 
 /// The gauge of a serving certificate's expiry.
-pub type Expiry = prometheus_client::metrics::gauge::Gauge<f64, std::sync::atomic::AtomicU64>;
+pub(crate) type Expiry = prometheus_client::metrics::gauge::Gauge<f64, std::sync::atomic::AtomicU64>;
 
 /// Sets the gauge to the leaf certificate's notAfter (logged if it cannot be read).
-pub fn report_expiry(k: &CertifiedKey, expiry: &Expiry) {
+pub(crate) fn report_expiry(k: &CertifiedKey, expiry: &Expiry) {
     match k.cert.first().and_then(|c| nlc_core::x509::not_after(c.as_ref())) {
         Some(at) => {
             expiry.set(at.as_millisecond() as f64 / 1000.0);
@@ -87,10 +87,10 @@ pub fn report_expiry(k: &CertifiedKey, expiry: &Expiry) {
 
 /// Serves whatever certificate was loaded last.
 #[derive(Debug)]
-pub struct Reloading(RwLock<Arc<CertifiedKey>>);
+pub(crate) struct Reloading(RwLock<Arc<CertifiedKey>>);
 
 impl Reloading {
-    pub fn new(first: CertifiedKey) -> Arc<Self> {
+    pub(crate) fn new(first: CertifiedKey) -> Arc<Self> {
         Arc::new(Self(RwLock::new(Arc::new(first))))
     }
 }
@@ -102,10 +102,10 @@ impl ResolvesServerCert for Reloading {
 }
 
 /// Client certificates a listener requires: signed by one of these CAs (mTLS).
-pub type ClientRoots = Arc<rustls::RootCertStore>;
+pub(crate) type ClientRoots = Arc<rustls::RootCertStore>;
 
 /// Loads the CA bundle that client certificates must chain to (`flag` names the file in errors).
-pub fn load_client_roots(path: &Path, flag: &'static str) -> Result<ClientRoots> {
+pub(crate) fn load_client_roots(path: &Path, flag: &'static str) -> Result<ClientRoots> {
     let err = |problem: String| Error::Tls { flag, path: path.to_owned(), problem };
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(path).map_err(|e| err(e.to_string()))? {
@@ -120,7 +120,7 @@ pub fn load_client_roots(path: &Path, flag: &'static str) -> Result<ClientRoots>
 /// The TLS acceptor of a listener: safe default protocol versions, the ALPN protocols `alpn`
 /// (HTTP/1.1 only unless HTTP/2 was asked for); client certificates required and verified
 /// against `clients` when given (a handshake without one fails), else none asked for.
-pub fn acceptor(
+pub(crate) fn acceptor(
     resolver: Arc<Reloading>,
     alpn: Vec<Vec<u8>>,
     flags: Flags,
@@ -158,7 +158,7 @@ fn file_stamp(paths: &[&Path]) -> Vec<Option<(std::time::SystemTime, u64, Vec<u8
 
 /// Reloads the certificate when its files change; keeps the old one while the new files do not
 /// load (cert-manager writes the two files one after the other).
-pub async fn reload(
+pub(crate) async fn reload(
     cert: PathBuf,
     key: PathBuf,
     flags: Flags,

@@ -66,7 +66,7 @@ pub enum Format {
 
 impl Format {
     /// Its media type.
-    pub fn media_type(self) -> &'static str {
+    pub(crate) fn media_type(self) -> &'static str {
         match self {
             Self::Protobuf => proto::PROTOBUF,
             Self::Json => "application/json",
@@ -75,7 +75,7 @@ impl Format {
 
     /// What a request that wants an answer in it asks for (`Accept`): protobuf, else JSON, as
     /// client-go asks for built-in kinds; JSON alone.
-    pub fn accept(self) -> &'static str {
+    pub(crate) fn accept(self) -> &'static str {
         match self {
             Self::Protobuf => proto::ACCEPT_BOTH,
             Self::Json => "application/json",
@@ -98,56 +98,56 @@ impl std::fmt::Display for Format {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResourceLabels {
-    pub resource: &'static str,
+pub(crate) struct ResourceLabels {
+    pub(crate) resource: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FormatLabels {
-    pub resource: &'static str,
-    pub format: &'static str,
+pub(crate) struct FormatLabels {
+    pub(crate) resource: &'static str,
+    pub(crate) format: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FailureLabels {
-    pub resource: &'static str,
-    pub kind: &'static str,
+pub(crate) struct FailureLabels {
+    pub(crate) resource: &'static str,
+    pub(crate) kind: &'static str,
 }
 
 /// The metrics of every watch, registered once per process.
 #[derive(Clone, Default)]
 pub struct WatchMetrics {
     /// Watch events received, by resource.
-    pub events: Family<ResourceLabels, Counter>,
+    pub(crate) events: Family<ResourceLabels, Counter>,
     /// Watch failures, by resource and kind (unreachable, gone, throttled, answered).
-    pub errors: Family<FailureLabels, Counter>,
+    pub(crate) errors: Family<FailureLabels, Counter>,
     /// Lists started (the first one and every re-list), by resource.
-    pub lists: Family<ResourceLabels, Counter>,
+    pub(crate) lists: Family<ResourceLabels, Counter>,
     /// Objects that could not be decoded and were skipped, by resource.
-    pub decode_errors: Family<ResourceLabels, Counter>,
+    pub(crate) decode_errors: Family<ResourceLabels, Counter>,
     /// Objects in the cache, by resource.
-    pub objects: Family<ResourceLabels, Gauge>,
+    pub(crate) objects: Family<ResourceLabels, Gauge>,
     /// 1 for the format each watch reads in, 0 for the one it left, by resource and format.
-    pub formats: Family<FormatLabels, Gauge>,
+    pub(crate) formats: Family<FormatLabels, Gauge>,
     /// Refusals of protobuf that made a watch fall back to JSON, by resource.
-    pub protobuf_refused: Family<ResourceLabels, Counter>,
+    pub(crate) protobuf_refused: Family<ResourceLabels, Counter>,
     /// Refusals of a streamed initial list that made a watch list in pages, by resource.
-    pub streaming_refused: Family<ResourceLabels, Counter>,
+    pub(crate) streaming_refused: Family<ResourceLabels, Counter>,
     /// Watches started again because they delivered nothing for their stall bound, by resource.
-    pub stalls: Family<ResourceLabels, Counter>,
+    pub(crate) stalls: Family<ResourceLabels, Counter>,
     /// When each watch last delivered an event or a bookmark.
-    pub lag: WatchLag,
+    pub(crate) lag: WatchLag,
 }
 
 /// `nlc_watch_lag_seconds{resource}`: how long ago each watch last delivered anything (an event
 /// or a bookmark; the API server sends a bookmark about every minute to a quiet watch that asks
 /// for them), read at each scrape.
 #[derive(Clone, Debug, Default)]
-pub struct WatchLag(std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<&'static str, Stopwatch>>>);
+pub(crate) struct WatchLag(std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<&'static str, Stopwatch>>>);
 
 impl WatchLag {
     /// `resource`'s watch delivered something now.
-    pub fn progressed(&self, resource: &'static str) {
+    pub(crate) fn progressed(&self, resource: &'static str) {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(resource, Stopwatch::start());
     }
 }
@@ -180,7 +180,7 @@ impl prometheus_client::collector::Collector for WatchLag {
 }
 
 impl WatchMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register("nlc_watch_events", "Watch events received, by resource", m.events.clone());
         registry.register(
@@ -301,7 +301,7 @@ impl Failure {
         }
     }
 
-    pub fn is_forbidden(self) -> bool {
+    pub(crate) fn is_forbidden(self) -> bool {
         self == Self::Answered { code: 403 }
     }
 }
@@ -328,7 +328,7 @@ fn unanswered(e: &kube::Error) -> bool {
     )
 }
 
-pub fn classify(e: &watcher::Error) -> Failure {
+pub(crate) fn classify(e: &watcher::Error) -> Failure {
     if let Some(s) = api_status(e) {
         let retry_after = s.details.as_ref().map(|d| Duration::from_secs(u64::from(d.retry_after_seconds)));
         return match s.code {
@@ -379,16 +379,16 @@ fn refuses_streaming(e: &watcher::Error) -> bool {
     !matches!(e, watcher::Error::InitialListFailed(_)) && matches!(api_status(e).map(|s| s.code), Some(400 | 422))
 }
 
-pub const UNREACHABLE_FIRST: Duration = Duration::from_millis(100);
-pub const UNREACHABLE_MAX: Duration = Duration::from_secs(1);
+pub(crate) const UNREACHABLE_FIRST: Duration = Duration::from_millis(100);
+pub(crate) const UNREACHABLE_MAX: Duration = Duration::from_secs(1);
 /// client-go's reflector: `NewExponentialBackoffManager(800ms, 30s, 2m, 2.0, 1.0)`.
-pub const ANSWERED_FIRST: Duration = Duration::from_millis(800);
-pub const ANSWERED_MAX: Duration = Duration::from_secs(30);
-pub const QUIET_RESET: Duration = Duration::from_secs(120);
+pub(crate) const ANSWERED_FIRST: Duration = Duration::from_millis(800);
+pub(crate) const ANSWERED_MAX: Duration = Duration::from_secs(30);
+pub(crate) const QUIET_RESET: Duration = Duration::from_secs(120);
 
 /// The retry policy of one watch. PURE: time and jitter are arguments.
 #[derive(Debug, Default)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     unreachable: u32,
     answered: u32,
     last_failure: Option<Stopwatch>,
@@ -398,7 +398,7 @@ pub struct Backoff {
 
 impl Backoff {
     /// The delay before retrying after `failure` at `now`; `jitter` in [0, 1).
-    pub fn next(&mut self, failure: Failure, now: Stopwatch, jitter: f64) -> Duration {
+    pub(crate) fn next(&mut self, failure: Failure, now: Stopwatch, jitter: f64) -> Duration {
         if self.last_failure.is_some_and(|at| now.since(at) >= QUIET_RESET) {
             self.unreachable = 0;
             self.answered = 0;
@@ -425,7 +425,7 @@ impl Backoff {
     }
 
     /// A list completed: the next 410 may re-list at once again.
-    pub fn listed(&mut self) {
+    pub(crate) fn listed(&mut self) {
         self.relisted = false;
     }
 }
@@ -453,12 +453,12 @@ pub enum Ev<K> {
 /// `nlc_watch_stalls_total`.
 #[derive(Clone, Debug)]
 pub struct Stall {
-    pub after: Duration,
-    pub armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub(crate) after: Duration,
+    pub(crate) armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Stall {
-    pub fn armed(&self) -> bool {
+    pub(crate) fn armed(&self) -> bool {
         self.armed.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
@@ -528,7 +528,7 @@ where
 }
 
 /// Watches `api` in JSON for ever (the stream never ends): [`stream_as`] with [`Format::Json`].
-pub fn stream<K>(
+pub(crate) fn stream<K>(
     api: Api<K>,
     config: watcher::Config,
     resource: &'static str,

@@ -20,129 +20,129 @@ use crate::runtime::http::{Limits, MAX_BODY_BYTES};
 /// of the largest reviews at once (`tests/hostile.rs`): the process peaks near 90 MiB with the
 /// image's `MALLOC_ARENA_MAX=2`, in the chart's 128 Mi limit (bodies, two reviews being built,
 /// connection buffers, the caches).
-pub const DEFAULT_BODY_BUDGET_BYTES: usize = 16 << 20;
+pub(crate) const DEFAULT_BODY_BUDGET_BYTES: usize = 16 << 20;
 
 /// `node-lifecycle-controller webhook`: the webhook alone.
 #[derive(Debug, Args)]
 pub struct WebhookCommand {
     #[command(flatten)]
-    pub client: ClientArgs,
+    pub(crate) client: ClientArgs,
     #[command(flatten)]
-    pub admin: AdminArgs,
+    pub(crate) admin: AdminArgs,
     #[command(flatten)]
-    pub webhook: WebhookArgs,
+    pub(crate) webhook: WebhookArgs,
 }
 
 /// The admission webhook: DefaultTolerationSeconds, PodTolerationRestriction,
 /// ExtendedResourceToleration and toleration rules, each switchable.
 #[derive(Clone, Debug, Args)]
-pub struct WebhookArgs {
+pub(crate) struct WebhookArgs {
     /// HTTPS address of the webhook (`POST /mutate`).
     #[arg(long, default_value = "0.0.0.0:8443", env = "NLC_WEBHOOK_BIND_ADDRESS")]
-    pub webhook_bind_address: SocketAddr,
+    pub(crate) webhook_bind_address: SocketAddr,
     /// PEM certificate (chain) for the webhook; reloaded when the file changes.
     #[arg(long, env = "NLC_TLS_CERT_FILE")]
-    pub tls_cert_file: Option<PathBuf>,
+    pub(crate) tls_cert_file: Option<PathBuf>,
     /// PEM private key for the webhook; reloaded when the file changes.
     #[arg(long, env = "NLC_TLS_PRIVATE_KEY_FILE")]
-    pub tls_private_key_file: Option<PathBuf>,
+    pub(crate) tls_private_key_file: Option<PathBuf>,
     /// PEM CA bundle: when set, a connection must present a client certificate signed by one of
     /// these CAs or its TLS handshake fails (mTLS). Give kube-apiserver that certificate with
     /// its AdmissionConfiguration's `kubeConfigFile` (README, "Security"): then only the API
     /// server, not every pod that can reach the port, can call the webhook. Read at start.
     #[arg(long, env = "NLC_WEBHOOK_CLIENT_CA_FILE")]
-    pub webhook_client_ca_file: Option<PathBuf>,
+    pub(crate) webhook_client_ca_file: Option<PathBuf>,
     /// tolerationSeconds of the not-ready:NoExecute toleration added to pods that have none.
     #[arg(long, allow_negative_numbers = true, default_value_t = DEFAULT_TOLERATION_SECONDS, env = "NLC_DEFAULT_NOT_READY_TOLERATION_SECONDS")]
-    pub default_not_ready_toleration_seconds: i64,
+    pub(crate) default_not_ready_toleration_seconds: i64,
     /// tolerationSeconds of the unreachable:NoExecute toleration added to pods that have none.
     #[arg(long, allow_negative_numbers = true, default_value_t = DEFAULT_TOLERATION_SECONDS, env = "NLC_DEFAULT_UNREACHABLE_TOLERATION_SECONDS")]
-    pub default_unreachable_toleration_seconds: i64,
+    pub(crate) default_unreachable_toleration_seconds: i64,
     /// Serve DefaultTolerationSeconds (the not-ready / unreachable NoExecute tolerations).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_DEFAULT_TOLERATION_SECONDS")]
-    pub enable_default_toleration_seconds: bool,
+    pub(crate) enable_default_toleration_seconds: bool,
     /// Serve ExtendedResourceToleration: a pod requesting an extended resource gets
     /// `{key: <resource>, operator: Exists, effect: NoSchedule}`.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_EXTENDED_RESOURCE_TOLERATION")]
-    pub enable_extended_resource_toleration: bool,
+    pub(crate) enable_extended_resource_toleration: bool,
     /// Serve PodTolerationRestriction: the namespaces' `scheduler.alpha.kubernetes.io/defaultTolerations`
     /// merged on create, memory-pressure for pods that are not BestEffort, and their
     /// `tolerationsWhitelist` enforced at `POST /validate`.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_POD_TOLERATION_RESTRICTION")]
-    pub enable_pod_toleration_restriction: bool,
+    pub(crate) enable_pod_toleration_restriction: bool,
     /// PodTolerationRestriction's cluster-wide defaults and whitelist: upstream's
     /// `podtolerationrestriction.admission.k8s.io/v1alpha1` Configuration file (YAML or JSON).
     #[arg(long, env = "NLC_POD_TOLERATION_RESTRICTION_CONFIG")]
-    pub pod_toleration_restriction_config: Option<PathBuf>,
+    pub(crate) pod_toleration_restriction_config: Option<PathBuf>,
     /// Serve the rules of the `TolerationRule` resources (cluster-scoped,
     /// node-lifecycle-controller.io/v1alpha1; the CRD must be installed): tolerations and a required
     /// node affinity for the pods they match.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_TOLERATION_RULES")]
-    pub enable_toleration_rules: bool,
+    pub(crate) enable_toleration_rules: bool,
     /// Past this many tolerations, PodTolerationRestriction's merge of default tolerations (which
     /// compares every pair, as upstream's does) is skipped, with a warning. Everything linear still
     /// applies: the whitelist, the default not-ready/unreachable tolerations, extended resources
     /// and the TolerationRules' node affinity, so the cap lets no pod escape them.
     #[arg(long, default_value_t = nlc_core::admission::MAX_TOLERATIONS, env = "NLC_WEBHOOK_MAX_TOLERATIONS")]
-    pub webhook_max_tolerations: usize,
+    pub(crate) webhook_max_tolerations: usize,
     #[command(flatten)]
-    pub http: WebhookHttpArgs,
+    pub(crate) http: WebhookHttpArgs,
 }
 
 /// The webhook listener's bounds: any pod in the cluster can reach it. Defaults from
 /// kube-apiserver and controller-runtime where they have one.
 #[derive(Clone, Debug, Args)]
-pub struct WebhookHttpArgs {
+pub(crate) struct WebhookHttpArgs {
     /// Time allowed for a request head from its first byte (and for the TLS handshake).
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "NLC_WEBHOOK_HEADER_READ_TIMEOUT")]
-    pub webhook_header_read_timeout: Duration,
+    pub(crate) webhook_header_read_timeout: Duration,
     /// A connection with no request in flight is closed after this long.
     #[arg(long, default_value = "90s", value_parser = parse_duration, env = "NLC_WEBHOOK_IDLE_TIMEOUT")]
-    pub webhook_idle_timeout: Duration,
+    pub(crate) webhook_idle_timeout: Duration,
     /// Time allowed for a request body (408 past it).
     #[arg(long, default_value = "5s", value_parser = parse_duration, env = "NLC_WEBHOOK_BODY_TIMEOUT")]
-    pub webhook_body_timeout: Duration,
+    pub(crate) webhook_body_timeout: Duration,
     /// Largest request head, in bytes.
     ///
     /// It is also each connection's read buffer (hyper's), which a fast body fills: 64 KiB, not
     /// Go's 1 MiB, keeps 1,024 connections' buffers within the memory limit; the API server's
     /// calls have heads of well under 1 KiB.
     #[arg(long, default_value_t = 64 << 10, env = "NLC_WEBHOOK_MAX_HEADER_BYTES")]
-    pub webhook_max_header_bytes: usize,
+    pub(crate) webhook_max_header_bytes: usize,
     /// Largest request body, in bytes (413 past it); kube-apiserver's own request cap is 3 MiB.
     #[arg(long, default_value_t = MAX_BODY_BYTES, env = "NLC_WEBHOOK_MAX_BODY_BYTES")]
-    pub webhook_max_body_bytes: usize,
+    pub(crate) webhook_max_body_bytes: usize,
     /// Bytes of request bodies held at once over all connections, charged as they arrive and
     /// held until the answer is made; past it the answer is 429 (an eighth is kept for bodies of
     /// an ordinary pod's size). Sized so that the webhook stays within the chart's 128 Mi limit
     /// with every body a largest one.
     #[arg(long, default_value_t = DEFAULT_BODY_BUDGET_BYTES, env = "NLC_WEBHOOK_MAX_BODY_BUDGET_BYTES")]
-    pub webhook_max_body_budget_bytes: usize,
+    pub(crate) webhook_max_body_budget_bytes: usize,
     /// Open connections at most; past it new ones are closed at once.
     #[arg(long, default_value_t = 1024, env = "NLC_WEBHOOK_MAX_CONNECTIONS")]
-    pub webhook_max_connections: usize,
+    pub(crate) webhook_max_connections: usize,
     /// Requests handled at once at most; past it the answer is 429 with Retry-After: 1
     /// (kube-apiserver's --max-requests-inflight default).
     #[arg(long, default_value_t = 400, env = "NLC_WEBHOOK_MAX_REQUESTS_IN_FLIGHT")]
-    pub webhook_max_requests_in_flight: usize,
+    pub(crate) webhook_max_requests_in_flight: usize,
     /// Serve HTTP/2 (off by default since the HTTP/2 Rapid Reset advisories, as kubebuilder
     /// does); when on, streams per connection are capped and reset floods close the connection.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_WEBHOOK_ENABLE_HTTP2")]
-    pub webhook_enable_http2: bool,
+    pub(crate) webhook_enable_http2: bool,
     /// With HTTP/2: concurrent streams per connection.
     #[arg(long, default_value_t = 250, env = "NLC_WEBHOOK_MAX_CONCURRENT_STREAMS")]
-    pub webhook_max_concurrent_streams: u32,
+    pub(crate) webhook_max_concurrent_streams: u32,
     /// On SIGTERM, keep serving this long (readiness already fails) so that the Service's
     /// endpoints stop sending requests before the listener closes.
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "NLC_WEBHOOK_SHUTDOWN_DELAY")]
-    pub webhook_shutdown_delay: Duration,
+    pub(crate) webhook_shutdown_delay: Duration,
     /// Then wait at most this long for the requests in flight.
     #[arg(long, default_value = "15s", value_parser = parse_duration, env = "NLC_WEBHOOK_SHUTDOWN_TIMEOUT")]
-    pub webhook_shutdown_timeout: Duration,
+    pub(crate) webhook_shutdown_timeout: Duration,
 }
 
 impl WebhookHttpArgs {
-    pub fn into_limits(self) -> Result<Limits> {
+    pub(crate) fn into_limits(self) -> Result<Limits> {
         let Self {
             webhook_header_read_timeout,
             webhook_idle_timeout,
@@ -208,7 +208,7 @@ impl WebhookHttpArgs {
 
 impl WebhookArgs {
     /// Checks the values, and that the certificate loads, before anything connects.
-    pub fn into_config(self) -> Result<Config> {
+    pub(crate) fn into_config(self) -> Result<Config> {
         let Self {
             webhook_bind_address,
             tls_cert_file,

@@ -37,16 +37,16 @@ use super::metrics::WebhookMetrics;
 use crate::runtime::watch::{Item, WatchMetrics, stream};
 
 /// How long a live namespace read may take (the API server gives the whole webhook call 2 s).
-pub const NAMESPACE_READ_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const NAMESPACE_READ_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a namespace found absent is remembered.
-pub const ABSENT_TTL: Duration = Duration::from_secs(5);
+pub(crate) const ABSENT_TTL: Duration = Duration::from_secs(5);
 /// Live namespace reads, in total: a namespace the watch has not delivered yet is rare (it
 /// was created within the watch's latency), so this pace is far above a real cluster's need.
-pub const NAMESPACE_READS_PER_SECOND: u32 = 10;
-pub const NAMESPACE_READ_BURST: u32 = 20;
+pub(crate) const NAMESPACE_READS_PER_SECOND: u32 = 10;
+pub(crate) const NAMESPACE_READ_BURST: u32 = 20;
 /// Live namespace reads one source address may cause: half the total.
-pub const NAMESPACE_READS_PER_SOURCE_PER_SECOND: u32 = 5;
-pub const NAMESPACE_READ_BURST_PER_SOURCE: u32 = 10;
+pub(crate) const NAMESPACE_READS_PER_SOURCE_PER_SECOND: u32 = 5;
+pub(crate) const NAMESPACE_READ_BURST_PER_SOURCE: u32 = 10;
 /// Past this many source addresses tracked, those whose pace is full again are forgotten.
 const MAX_TRACKED_SOURCES: usize = 4096;
 
@@ -58,7 +58,7 @@ type SourceLimiter = governor::RateLimiter<
 
 /// What the webhook knows of a request's namespace.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Lookup {
+pub(crate) enum Lookup {
     Known(NamespaceInfo),
     /// It does not exist (the API server refuses pods in it anyway).
     Absent,
@@ -71,9 +71,9 @@ pub enum Lookup {
 type Read = Shared<BoxFuture<'static, Lookup>>;
 
 /// Shared between the watches (writers) and the request handlers (readers).
-pub struct Knowledge {
-    pub namespaces: RwLock<Namespaces>,
-    pub rules: RwLock<Arc<RuleSet>>,
+pub(crate) struct Knowledge {
+    pub(crate) namespaces: RwLock<Namespaces>,
+    pub(crate) rules: RwLock<Arc<RuleSet>>,
     synced: AtomicBool,
     absent: Mutex<HashMap<String, Stopwatch>>,
     reads: Mutex<HashMap<String, Read>>,
@@ -111,11 +111,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Knowledge {
     /// A namespace as last seen.
-    pub fn namespace(&self, name: &str) -> Option<NamespaceInfo> {
+    pub(crate) fn namespace(&self, name: &str) -> Option<NamespaceInfo> {
         self.namespaces.read().ok().and_then(|n| n.get(name).cloned())
     }
 
-    pub fn rules(&self) -> Arc<RuleSet> {
+    pub(crate) fn rules(&self) -> Arc<RuleSet> {
         self.rules.read().map(|r| r.clone()).unwrap_or_default()
     }
 
@@ -139,7 +139,7 @@ impl Knowledge {
     /// What the webhook knows of namespace `name`: from the cache, else from one live read
     /// shared by every request that asks meanwhile, paced per `source` (the requester's
     /// address) and in total. Counted by outcome.
-    pub async fn lookup(
+    pub(crate) async fn lookup(
         self: &Arc<Self>,
         client: &kube::Client,
         name: &str,
@@ -226,7 +226,7 @@ async fn read_namespace(knowledge: Arc<Knowledge>, client: kube::Client, name: S
 
 /// Keeps `knowledge.namespaces` current (metadata only). Sets `synced` once the first list is
 /// complete.
-pub async fn namespaces(
+pub(crate) async fn namespaces(
     client: kube::Client,
     knowledge: Arc<Knowledge>,
     synced: watch::Sender<bool>,
@@ -342,7 +342,7 @@ impl<M: Default> Relist<M> {
 
 /// Keeps `knowledge.rules` current from the `TolerationRule` resources and writes each rule's
 /// status (valid or why not, conflicts). Sets `synced` once the first list is complete.
-pub async fn rules(
+pub(crate) async fn rules(
     client: kube::Client,
     knowledge: Arc<Knowledge>,
     synced: watch::Sender<bool>,

@@ -9,40 +9,40 @@ use prometheus_client::registry::Registry;
 
 /// The admission webhook.
 #[derive(Clone)]
-pub struct WebhookMetrics {
-    pub requests: Family<CodeLabels, Counter>,
-    pub duration: Family<EndpointLabels, Histogram, fn() -> Histogram>,
-    pub rules: Family<RuleStateLabels, Gauge>,
-    pub namespace_lookups: Family<OutcomeLabels, Counter>,
-    pub denials: Family<DenialLabels, Counter>,
-    pub certificate_expiry: Gauge<f64, std::sync::atomic::AtomicU64>,
+pub(crate) struct WebhookMetrics {
+    pub(crate) requests: Family<CodeLabels, Counter>,
+    pub(crate) duration: Family<EndpointLabels, Histogram, fn() -> Histogram>,
+    pub(crate) rules: Family<RuleStateLabels, Gauge>,
+    pub(crate) namespace_lookups: Family<OutcomeLabels, Counter>,
+    pub(crate) denials: Family<DenialLabels, Counter>,
+    pub(crate) certificate_expiry: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DenialLabels {
-    pub endpoint: &'static str,
-    pub plugin: &'static str,
+pub(crate) struct DenialLabels {
+    pub(crate) endpoint: &'static str,
+    pub(crate) plugin: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutcomeLabels {
-    pub outcome: &'static str,
+pub(crate) struct OutcomeLabels {
+    pub(crate) outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CodeLabels {
-    pub endpoint: &'static str,
-    pub code: u16,
+pub(crate) struct CodeLabels {
+    pub(crate) endpoint: &'static str,
+    pub(crate) code: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EndpointLabels {
-    pub endpoint: &'static str,
+pub(crate) struct EndpointLabels {
+    pub(crate) endpoint: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RuleStateLabels {
-    pub state: &'static str,
+pub(crate) struct RuleStateLabels {
+    pub(crate) state: &'static str,
 }
 
 fn webhook_buckets() -> Histogram {
@@ -64,7 +64,7 @@ impl Default for WebhookMetrics {
 }
 
 impl WebhookMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register(
             "nlc_webhook_requests",
@@ -99,7 +99,7 @@ impl WebhookMetrics {
         m
     }
 
-    pub fn denied(&self, endpoint: nlc_core::admission::Endpoint) {
+    pub(crate) fn denied(&self, endpoint: nlc_core::admission::Endpoint) {
         let endpoint = match endpoint {
             nlc_core::admission::Endpoint::Mutate => "mutate",
             nlc_core::admission::Endpoint::Validate => "validate",
@@ -107,11 +107,11 @@ impl WebhookMetrics {
         self.denials.get_or_create(&DenialLabels { endpoint, plugin: nlc_core::admission::DENYING_PLUGIN }).inc();
     }
 
-    pub fn namespace_lookup(&self, outcome: &'static str) {
+    pub(crate) fn namespace_lookup(&self, outcome: &'static str) {
         self.namespace_lookups.get_or_create(&OutcomeLabels { outcome }).inc();
     }
 
-    pub fn observe(&self, endpoint: nlc_core::admission::Endpoint, code: u16, took: std::time::Duration) {
+    pub(crate) fn observe(&self, endpoint: nlc_core::admission::Endpoint, code: u16, took: std::time::Duration) {
         let endpoint = match endpoint {
             nlc_core::admission::Endpoint::Mutate => "mutate",
             nlc_core::admission::Endpoint::Validate => "validate",
@@ -120,7 +120,7 @@ impl WebhookMetrics {
         self.duration.get_or_create(&EndpointLabels { endpoint }).observe(took.as_secs_f64());
     }
 
-    pub fn set_rules(&self, valid: usize, invalid: usize, conflicting: usize) {
+    pub(crate) fn set_rules(&self, valid: usize, invalid: usize, conflicting: usize) {
         for (state, n) in [("valid", valid), ("invalid", invalid), ("conflicting", conflicting)] {
             self.rules.get_or_create(&RuleStateLabels { state }).set(n as i64);
         }

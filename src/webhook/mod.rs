@@ -2,12 +2,12 @@
 //! ExtendedResourceToleration and toleration rules, decided by [`nlc_core::admission`], served
 //! over TLS with certificates reloaded from disk.
 
-pub mod args;
-pub mod cache;
-pub mod metrics;
-pub mod server;
+pub(crate) mod args;
+pub(crate) mod cache;
+pub(crate) mod metrics;
+pub(crate) mod server;
 
-pub use args::{WebhookArgs, WebhookCommand};
+pub(crate) use args::{WebhookArgs, WebhookCommand};
 
 use crate::error::Result;
 use crate::runtime::Runtime;
@@ -16,7 +16,7 @@ use metrics::WebhookMetrics;
 /// Adds the webhook to a runtime: its metrics, its readiness (the namespace cache and, when they
 /// are on, the toleration rules have synced) and its tasks. Binds its listener now, so that a
 /// bad address or certificate fails the start.
-pub async fn spawn(rt: &mut Runtime, cfg: server::Config) -> Result<()> {
+pub(crate) async fn spawn(rt: &mut Runtime, cfg: server::Config) -> Result<()> {
     let metrics = WebhookMetrics::register(rt.registry());
     let mut ready = vec![rt.readiness_check("webhook namespace cache")];
     if cfg.plugins.toleration_rules {

@@ -31,21 +31,21 @@ use crate::runtime::http::{HttpMetrics, Limits, Peer};
 use crate::runtime::watch::WatchMetrics;
 use crate::runtime::{shutdown, tls};
 
-pub struct Config {
-    pub bind: SocketAddr,
-    pub cert_file: PathBuf,
-    pub key_file: PathBuf,
-    pub plugins: Plugins,
+pub(crate) struct Config {
+    pub(crate) bind: SocketAddr,
+    pub(crate) cert_file: PathBuf,
+    pub(crate) key_file: PathBuf,
+    pub(crate) plugins: Plugins,
     /// `--webhook-client-ca-file`: client certificates the webhook requires (mTLS), loaded.
-    pub client_roots: Option<tls::ClientRoots>,
+    pub(crate) client_roots: Option<tls::ClientRoots>,
     /// How often the certificate files are checked for changes.
-    pub reload_every: Duration,
+    pub(crate) reload_every: Duration,
     /// The listener's bounds (flags `--webhook-*`).
-    pub limits: Limits,
+    pub(crate) limits: Limits,
 }
 
 /// The webhook's certificate flags.
-pub const TLS_FLAGS: tls::Flags = tls::Flags { cert: "--tls-cert-file", key: "--tls-private-key-file" };
+pub(crate) const TLS_FLAGS: tls::Flags = tls::Flags { cert: "--tls-cert-file", key: "--tls-private-key-file" };
 
 #[derive(Clone)]
 struct AppState {
@@ -181,7 +181,7 @@ fn router(state: AppState) -> Router {
 /// The HTTPS listener on `cfg.bind`, bounded by `cfg.limits`. Fails at once (with the flag's
 /// name) if the certificate cannot be loaded or the address bound; the certificate is reloaded
 /// when its files change.
-pub async fn listen(
+pub(crate) async fn listen(
     cfg: &Config,
     app: Router,
     metrics: HttpMetrics,
@@ -219,18 +219,18 @@ pub async fn listen(
 }
 
 /// What the webhook's tasks need from the runtime.
-pub struct Handles {
-    pub client: kube::Client,
-    pub metrics: WebhookMetrics,
-    pub http: HttpMetrics,
-    pub watch: WatchMetrics,
-    pub stop: shutdown::Signal,
-    pub ready: Vec<watch::Sender<bool>>,
+pub(crate) struct Handles {
+    pub(crate) client: kube::Client,
+    pub(crate) metrics: WebhookMetrics,
+    pub(crate) http: HttpMetrics,
+    pub(crate) watch: WatchMetrics,
+    pub(crate) stop: shutdown::Signal,
+    pub(crate) ready: Vec<watch::Sender<bool>>,
 }
 
 /// Binds the listener (so that a bad address or certificate fails the start) and returns the
 /// webhook's tasks: the namespace watch, the rule watch when the rules are on, and the server.
-pub async fn start(cfg: Config, h: Handles) -> Result<Vec<(&'static str, BoxFuture<'static, Result<()>>)>> {
+pub(crate) async fn start(cfg: Config, h: Handles) -> Result<Vec<(&'static str, BoxFuture<'static, Result<()>>)>> {
     let Handles { client, metrics, http, watch: watch_metrics, stop, ready } = h;
     let knowledge: Arc<Knowledge> = Arc::default();
     let mut senders = ready.into_iter();

@@ -534,7 +534,7 @@ impl NodeLifecycle {
     }
 }
 
-/// Upstream's `reconcileNodeLabels` ([`labels`]), for a node of ours: asked for when the node
+/// Upstream's `reconcileNodeLabels` ([`crate::labels`]), for a node of ours: asked for when the node
 /// is first judged and whenever what needs fixing changes (a failed write is asked for again
 /// at the node's next change of its labels).
 fn reconcile_labels(node: &SlimNode, old: Option<&SlimNode>, out: &mut Vec<Action>) {

@@ -8,14 +8,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use crate::runtime::fence::Fence;
+pub(crate) use crate::runtime::fence::Fence;
 
 use super::Inner;
 use super::metrics::{ExecutorMetrics, RequestLabels};
 
 /// What an API call came to.
 #[derive(Debug)]
-pub enum CallOutcome<T> {
+pub(crate) enum CallOutcome<T> {
     Ok(T),
     /// 404: the object is gone.
     Gone,
@@ -33,7 +33,7 @@ pub enum CallOutcome<T> {
 
 impl<T> CallOutcome<T> {
     /// The answer, `None` when the object is gone (404); otherwise why there is none, for a log.
-    pub fn found(self) -> Result<Option<T>, String> {
+    pub(crate) fn found(self) -> Result<Option<T>, String> {
         match self {
             CallOutcome::Ok(v) => Ok(Some(v)),
             CallOutcome::Gone => Ok(None),

@@ -44,7 +44,7 @@ use crate::runtime::Runtime;
 use crate::runtime::lean::{LeanClient, with_timeout};
 
 /// An event to record.
-pub enum QueuedEvent {
+pub(crate) enum QueuedEvent {
     Pod(PodEvent),
     Node(NodeEvent),
     /// `--eviction-events=per-node`: the `Marking for deletion` events of `pods` pods on `node`,
@@ -66,9 +66,9 @@ const EVENT_WORKERS: usize = 4;
 const EVENT_DEFER_MAX: Duration = Duration::from_secs(5);
 
 /// Whether every eviction worker is busy.
-pub struct Saturation {
-    pub busy: Arc<AtomicUsize>,
-    pub workers: usize,
+pub(crate) struct Saturation {
+    pub(crate) busy: Arc<AtomicUsize>,
+    pub(crate) workers: usize,
 }
 
 impl Saturation {
@@ -78,7 +78,7 @@ impl Saturation {
 }
 
 /// The queue of events; its worker records them.
-pub struct EventQueue {
+pub(crate) struct EventQueue {
     tx: mpsc::Sender<QueuedEvent>,
     dropped: prometheus_client::metrics::counter::Counter,
     /// How evictions' `Marking for deletion` events are recorded (`--eviction-events`).
@@ -91,7 +91,7 @@ pub struct EventQueue {
 impl EventQueue {
     /// Starts the worker (and with `--eviction-events=per-node` the flusher) as tasks of `rt`:
     /// counted if they fail, stopped with the process.
-    pub fn start(
+    pub(crate) fn start(
         rt: &mut Runtime,
         client: LeanClient,
         instance: &str,
@@ -128,7 +128,7 @@ impl EventQueue {
         Self { tx, dropped, mode, marked }
     }
 
-    pub fn push(&self, e: QueuedEvent) {
+    pub(crate) fn push(&self, e: QueuedEvent) {
         if self.tx.try_send(e).is_err() {
             self.dropped.inc();
         }
@@ -136,7 +136,7 @@ impl EventQueue {
 
     /// Records that the writes of `ev` go ahead, as `--eviction-events` says: an event on the
     /// pod, a count for its node's event of the second, or nothing.
-    pub fn marking_for_deletion(&self, ev: &EvictPod) {
+    pub(crate) fn marking_for_deletion(&self, ev: &EvictPod) {
         match self.mode {
             EvictionEvents::PerPod => self.push(QueuedEvent::Pod(PodEvent {
                 namespace: ev.namespace.clone(),
@@ -345,7 +345,7 @@ fn expired(last: Timestamp, now: Timestamp) -> bool {
 }
 
 /// Records events for one reporting controller.
-pub struct Recorder {
+pub(crate) struct Recorder {
     client: LeanClient,
     controller: String,
     instance: String,
@@ -362,7 +362,13 @@ fn not_written<T>(outcome: CallOutcome<T>) -> Result<T, String> {
 }
 
 impl Recorder {
-    pub fn new(client: LeanClient, controller: &str, instance: &str, calls: Arc<Calls>, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn new(
+        client: LeanClient,
+        controller: &str,
+        instance: &str,
+        calls: Arc<Calls>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Self {
             client,
             controller: controller.to_owned(),
@@ -374,7 +380,7 @@ impl Recorder {
     }
 
     /// Creates the event, or counts it on the same event recorded within 6 minutes.
-    pub async fn publish(&self, ev: &Event, regarding: &ObjectReference) -> Result<(), String> {
+    pub(crate) async fn publish(&self, ev: &Event, regarding: &ObjectReference) -> Result<(), String> {
         let now = self.clock.now();
         let key = Key {
             warning: ev.type_ == EventType::Warning,

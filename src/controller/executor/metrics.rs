@@ -9,28 +9,28 @@ use prometheus_client::registry::Registry;
 
 /// API writes by the executor.
 #[derive(Clone, Default)]
-pub struct ExecutorMetrics {
-    pub requests: Family<RequestLabels, Counter>,
-    pub events_dropped: Counter,
-    pub timeouts: Counter,
-    pub queue_depth: Family<QueueLabels, Gauge>,
-    pub workqueue: WorkQueueMetrics,
+pub(crate) struct ExecutorMetrics {
+    pub(crate) requests: Family<RequestLabels, Counter>,
+    pub(crate) events_dropped: Counter,
+    pub(crate) timeouts: Counter,
+    pub(crate) queue_depth: Family<QueueLabels, Gauge>,
+    pub(crate) workqueue: WorkQueueMetrics,
 }
 
 /// client-go's work queue families (`workqueue_*{name}`) for the executor's queues
 /// (`name`: evictions, marks), so that dashboards built for kube-controller-manager read them.
 #[derive(Clone)]
-pub struct WorkQueueMetrics {
-    pub depth: Family<NameLabels, Gauge>,
-    pub adds: Family<NameLabels, Counter>,
-    pub retries: Family<NameLabels, Counter>,
-    pub queue_duration: Family<NameLabels, Histogram, fn() -> Histogram>,
-    pub work_duration: Family<NameLabels, Histogram, fn() -> Histogram>,
+pub(crate) struct WorkQueueMetrics {
+    pub(crate) depth: Family<NameLabels, Gauge>,
+    pub(crate) adds: Family<NameLabels, Counter>,
+    pub(crate) retries: Family<NameLabels, Counter>,
+    pub(crate) queue_duration: Family<NameLabels, Histogram, fn() -> Histogram>,
+    pub(crate) work_duration: Family<NameLabels, Histogram, fn() -> Histogram>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NameLabels {
-    pub name: &'static str,
+pub(crate) struct NameLabels {
+    pub(crate) name: &'static str,
 }
 
 /// client-go's buckets: 1 us to 10 s, by tens.
@@ -69,19 +69,19 @@ impl WorkQueueMetrics {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QueueLabels {
-    pub queue: &'static str,
+pub(crate) struct QueueLabels {
+    pub(crate) queue: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
-    pub verb: &'static str,
-    pub resource: &'static str,
-    pub code: u16,
+pub(crate) struct RequestLabels {
+    pub(crate) verb: &'static str,
+    pub(crate) resource: &'static str,
+    pub(crate) code: u16,
 }
 
 impl ExecutorMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register(
             "nlc_api_requests",
@@ -103,13 +103,13 @@ impl ExecutorMetrics {
         m
     }
 
-    pub fn queued(&self, queue: &'static str, n: usize) {
+    pub(crate) fn queued(&self, queue: &'static str, n: usize) {
         self.queue_depth.get_or_create(&QueueLabels { queue }).set(n as i64);
         self.workqueue.depth.get_or_create(&NameLabels { name: queue }).set(n as i64);
     }
 
     /// A job added to `queue` (a retry when `retry`).
-    pub fn added(&self, queue: &'static str, retry: bool) {
+    pub(crate) fn added(&self, queue: &'static str, retry: bool) {
         self.workqueue.adds.get_or_create(&NameLabels { name: queue }).inc();
         if retry {
             self.workqueue.retries.get_or_create(&NameLabels { name: queue }).inc();
@@ -117,7 +117,7 @@ impl ExecutorMetrics {
     }
 
     /// A job of `queue` waited `waited`, then took `worked`.
-    pub fn worked(&self, queue: &'static str, waited: std::time::Duration, worked: std::time::Duration) {
+    pub(crate) fn worked(&self, queue: &'static str, waited: std::time::Duration, worked: std::time::Duration) {
         let name = NameLabels { name: queue };
         self.workqueue.queue_duration.get_or_create(&name).observe(waited.as_secs_f64());
         self.workqueue.work_duration.get_or_create(&name).observe(worked.as_secs_f64());

@@ -18,7 +18,7 @@
 
 mod call;
 mod events;
-pub mod metrics;
+pub(crate) mod metrics;
 mod nodes;
 mod pods;
 mod queue;
@@ -36,7 +36,7 @@ use nlc_core::state::Input;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tracing::Instrument;
 
-pub use call::{CallOutcome, Fence};
+pub(crate) use call::Fence;
 
 use super::args::Requests;
 use crate::clock::Clock;
@@ -56,37 +56,37 @@ use pods::NodeRead;
 
 /// A token bucket for `qps` with `burst`; `None` when `qps` is 0 (unlimited). Never panics:
 /// rates the flags would reject (negative, NaN, below [`nlc_core::flags::MIN_RATE`]) also give `None`.
-pub fn limiter(qps: f64, burst: u32) -> Option<Arc<DefaultDirectRateLimiter>> {
+pub(crate) fn limiter(qps: f64, burst: u32) -> Option<Arc<DefaultDirectRateLimiter>> {
     Some(Arc::new(RateLimiter::direct(nlc_core::time::quota(qps, burst)?)))
 }
 
-pub struct ExecutorConfig {
+pub(crate) struct ExecutorConfig {
     /// Pace deletions / evictions (`--pod-eviction-qps`).
-    pub eviction_limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    pub(crate) eviction_limiter: Option<Arc<DefaultDirectRateLimiter>>,
     /// Pace every API write (`--kube-api-qps`).
-    pub api_limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    pub(crate) api_limiter: Option<Arc<DefaultDirectRateLimiter>>,
     /// Evictions carried out at once: the number of eviction workers.
-    pub concurrency: usize,
+    pub(crate) concurrency: usize,
     /// Pace taint writes other than a node's first NoExecute taint, which its zone paces
     /// (`--node-taint-qps`).
-    pub taint_limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    pub(crate) taint_limiter: Option<Arc<DefaultDirectRateLimiter>>,
     /// Pace MarkPodsNotReady (`--mark-pods-not-ready-qps`).
-    pub mark_pods_limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    pub(crate) mark_pods_limiter: Option<Arc<DefaultDirectRateLimiter>>,
     /// The `reportingInstance` of events (the pod name in a cluster).
-    pub instance: String,
+    pub(crate) instance: String,
     /// How long a write may wait for its answer (`--api-write-timeout`).
-    pub write_timeout: Duration,
+    pub(crate) write_timeout: Duration,
     /// What an eviction reads of its node before writing (`--eviction-node-read`).
-    pub node_read: NodeReadMode,
+    pub(crate) node_read: NodeReadMode,
     /// The `Marking for deletion` events (`--eviction-events`).
-    pub eviction_events: EvictionEvents,
+    pub(crate) eviction_events: EvictionEvents,
     /// The format the executor asks answers in (`--kube-api-content-type`).
-    pub wire: Format,
+    pub(crate) wire: Format,
 }
 
 impl ExecutorConfig {
     /// Built from each component's own pacing, as its flags give it.
-    pub fn new(
+    pub(crate) fn new(
         requests: &Requests,
         eviction: &eviction::Pacing,
         lifecycle: &lifecycle::args::Pacing,
@@ -112,17 +112,17 @@ impl ExecutorConfig {
 }
 
 /// The metrics the executor records into.
-pub struct ExecutorMetricSet {
-    pub eviction: EvictionMetrics,
-    pub executor: ExecutorMetrics,
-    pub lifecycle: LifecycleMetrics,
+pub(crate) struct ExecutorMetricSet {
+    pub(crate) eviction: EvictionMetrics,
+    pub(crate) executor: ExecutorMetrics,
+    pub(crate) lifecycle: LifecycleMetrics,
 }
 
 /// MarkPodsNotReady workers: the rate limiter paces them; a few at once hide the latency.
 const MARK_WORKERS: usize = 8;
 
 #[derive(Clone)]
-pub struct Executor {
+pub(crate) struct Executor {
     inner: Arc<Inner>,
 }
 
@@ -225,7 +225,7 @@ impl Executor {
     /// the fence bounds). `may_write` is the controller's decision that this process may write
     /// (it leads, is not paused altogether, is not in shadow mode); every write also passes the
     /// [`Fence`] built on it.
-    pub fn new(
+    pub(crate) fn new(
         rt: &mut Runtime,
         client: kube::Client,
         results: mpsc::Sender<Input>,
@@ -278,12 +278,12 @@ impl Executor {
     }
 
     /// The fence every write passes: sealed by leader election before the Lease is released.
-    pub fn fence(&self) -> Arc<Fence> {
+    pub(crate) fn fence(&self) -> Arc<Fence> {
         self.inner.calls.fence().clone()
     }
 
     /// Carries out `action` in the background.
-    pub fn submit(&self, action: Action) {
+    pub(crate) fn submit(&self, action: Action) {
         let inner = &self.inner;
         let seq = inner.seq.fetch_add(1, Ordering::Relaxed) + 1;
         match action {

@@ -28,7 +28,7 @@ const MAX_MARKED: usize = 100_000;
 use crate::eviction::metrics::ReasonLabels;
 use crate::runtime::lean::with_timeout;
 
-pub use nlc_core::upstream::{DELETION_BY_TAINT_MANAGER, DISRUPTION_TARGET, TAINT_MANAGER_MESSAGE};
+pub(crate) use nlc_core::upstream::{DELETION_BY_TAINT_MANAGER, DISRUPTION_TARGET, TAINT_MANAGER_MESSAGE};
 
 /// An eviction that waited longer than this (in the queue or a rate limiter) reads the node
 /// again before writing, even if it was not an immediate one.

@@ -10,7 +10,7 @@ use nlc_core::index::PodKey;
 use tokio::sync::Notify;
 
 /// A queued job, with the operation number that can call it off.
-pub trait Job {
+pub(crate) trait Job {
     fn op(&self) -> u64;
     fn key(&self) -> &PodKey;
 }
@@ -21,7 +21,7 @@ struct State<J> {
     by_op: HashMap<u64, PodKey>,
 }
 
-pub struct Queue<J> {
+pub(crate) struct Queue<J> {
     state: Mutex<State<J>>,
     ready: Notify,
 }
@@ -41,7 +41,7 @@ impl<J: Job> Queue<J> {
     }
 
     /// Queues `job`; returns the job it replaced (same pod), which will never run.
-    pub fn push(&self, job: J) -> Option<J> {
+    pub(crate) fn push(&self, job: J) -> Option<J> {
         let key = job.key().clone();
         let replaced = {
             let mut s = self.lock();
@@ -62,7 +62,7 @@ impl<J: Job> Queue<J> {
     }
 
     /// Takes the job of operation `op` off the queue, if it is still waiting there.
-    pub fn remove(&self, op: u64) -> Option<J> {
+    pub(crate) fn remove(&self, op: u64) -> Option<J> {
         let mut s = self.lock();
         let key = s.by_op.remove(&op)?;
         // Its place in `order` is skipped when reached.
@@ -70,7 +70,7 @@ impl<J: Job> Queue<J> {
     }
 
     /// The next job, waiting for one.
-    pub async fn pop(&self) -> J {
+    pub(crate) async fn pop(&self) -> J {
         loop {
             let notified = self.ready.notified();
             {
@@ -86,7 +86,7 @@ impl<J: Job> Queue<J> {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().jobs.len()
     }
 }

@@ -51,7 +51,7 @@ use prometheus_client::metrics::counter::Counter;
 use super::{Ev, Stall};
 
 /// The media type of protobuf bodies.
-pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+pub(crate) const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 /// What is asked for: protobuf, else JSON (client-go's `AcceptContentTypes` for built-in kinds).
 pub(crate) const ACCEPT_BOTH: &str = "application/vnd.kubernetes.protobuf, application/json";
 
@@ -61,7 +61,7 @@ const WATCH_TIMEOUT: u32 = 290;
 const IDLE_MARGIN: Duration = Duration::from_secs(5);
 
 /// Decodes one object's protobuf message (a list item, or the `raw` of an event's object).
-pub type Decode<K> = fn(&[u8]) -> K;
+pub(crate) type Decode<K> = fn(&[u8]) -> K;
 
 /// Watches `api` in protobuf for ever: kube-runtime's watcher, protobuf on the wire; a watch
 /// silent past `stall` (while armed) is started again, counted in its counter.
