@@ -6,8 +6,10 @@
 
 mod common;
 
+use std::cell::Cell;
 use std::time::Duration;
 
+use common::eventually_every;
 use common::webhook::{Webhook, register_mutating, register_validating};
 use common::yaml::{apply, file};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Toleration};
@@ -42,13 +44,11 @@ async fn install_crd(client: &kube::Client) {
         }
         // Served asynchronously.
         let api = rules_api(client);
-        for _ in 0..100 {
-            if api.list(&Default::default()).await.is_ok() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("the TolerationRule CRD is not served");
+        eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
+            api.list(&Default::default()).await.is_ok().then_some(())
+        })
+        .await
+        .unwrap_or_else(|| panic!("the TolerationRule CRD is not served"));
     })
     .await;
 }
@@ -69,16 +69,17 @@ async fn create_rule(client: &kube::Client, name: &str, spec: Value) {
 
 /// Waits for the webhook to write the rule's status; returns the condition `type_`.
 async fn condition(client: &kube::Client, rule: &str, type_: &str) -> Value {
-    for _ in 0..100 {
+    eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
         if let Ok(r) = rules_api(client).get(rule).await
             && let Some(c) =
                 r.data["status"]["conditions"].as_array().and_then(|cs| cs.iter().find(|c| c["type"] == type_))
         {
-            return c.clone();
+            return Some(c.clone());
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("rule {rule} has no {type_} condition");
+        None
+    })
+    .await
+    .unwrap_or_else(|| panic!("rule {rule} has no {type_} condition"))
 }
 
 async fn namespace(client: &kube::Client, scope: &str, labels: Value, annotations: Value) -> String {
@@ -126,16 +127,20 @@ fn has(p: &Pod, key: &str, op: &str, value: Option<&str>, effect: &str) -> bool 
 
 /// Creates `pod` until the webhook (configurations load asynchronously) has changed it.
 async fn create_mutated(client: &kube::Client, ns: &str, pod: &Pod, done: impl Fn(&Pod) -> bool) -> Pod {
-    let mut last = None;
-    for _ in 0..100 {
+    let last_seen = Cell::new(None);
+    eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
         let p = create(client, ns, pod).await;
         if done(&p) {
-            return p;
+            return Some(p);
         }
-        last = Some(p);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the webhook never took effect: {:?}", last.map(|p| tolerations(&p)));
+        last_seen.set(Some(p));
+        None
+    })
+    .await
+    .unwrap_or_else(|| {
+        let last = last_seen.take();
+        panic!("the webhook never took effect: {:?}", last.map(|p| tolerations(&p)))
+    })
 }
 
 #[tokio::test]
@@ -204,14 +209,17 @@ async fn a_dedicated_node_rule_adds_its_toleration_and_affinity_and_reports_its_
     )
     .await;
     for rule in [format!("{group}-a"), other.clone()] {
-        let mut c = Value::Null;
-        for _ in 0..50 {
-            c = condition(&client, &rule, "Conflicting").await;
+        let last_seen = Cell::new(Value::Null);
+        let c = eventually_every(Duration::from_secs(5), Duration::from_millis(100), || async {
+            let c = condition(&client, &rule, "Conflicting").await;
             if c["status"] == "True" {
-                break;
+                return Some(c);
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            last_seen.set(c);
+            None
+        })
+        .await
+        .unwrap_or_else(|| last_seen.take());
         assert_eq!(c["status"], "True", "{rule}: {c}");
         assert!(c["message"].as_str().is_some_and(|m| m.contains("exclude each other")), "{c}");
     }
@@ -271,16 +279,13 @@ async fn namespace_default_tolerations_are_merged() {
     // A namespace annotation that does not parse refuses the pod, naming it.
     let broken =
         namespace(&client, &scope, json!({}), json!({"scheduler.alpha.kubernetes.io/defaultTolerations": "[{"})).await;
-    let mut refused = None;
-    for _ in 0..50 {
+    let refused = eventually_every(Duration::from_secs(5), Duration::from_millis(100), || async {
         match try_create(&client, &broken, &pod_manifest(json!({}), json!([]), json!({}))).await {
-            Err(kube::Error::Api(e)) => {
-                refused = Some(e);
-                break;
-            }
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(kube::Error::Api(e)) => Some(e),
+            _ => None,
         }
-    }
+    })
+    .await;
     let e = refused.expect("refused");
     assert!(e.message.contains("is not a JSON list of tolerations"), "{e:?}");
 }
@@ -302,16 +307,13 @@ async fn a_whitelist_refuses_a_pod_naming_the_toleration() {
     let allowed = pod_manifest(json!({}), json!([{"key": "team", "operator": "Equal", "value": "blue"}]), json!({}));
     let outside =
         pod_manifest(json!({}), json!([{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]), json!({}));
-    let mut refused = None;
-    for _ in 0..100 {
+    let refused = eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
         match try_create(&client, &ns, &outside).await {
-            Err(kube::Error::Api(e)) => {
-                refused = Some(e);
-                break;
-            }
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(kube::Error::Api(e)) => Some(e),
+            _ => None,
         }
-    }
+    })
+    .await;
     let e = refused.expect("the pod outside the whitelist was admitted");
     assert!(
         e.message.contains("conflict with its namespace whitelist: dedicated (exists):NoSchedule is not in it"),
@@ -344,15 +346,11 @@ async fn with_the_webhook_down_each_failure_policy_does_as_documented() {
         pod_manifest(json!({}), json!([{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]), json!({}));
     // Both refuse while the webhook is up (once the configurations have loaded).
     for ns in [&open_ns, &closed_ns] {
-        let mut refused = false;
-        for _ in 0..100 {
-            if try_create(&client, ns, &outside).await.is_err() {
-                refused = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(refused, "{ns}: never refused");
+        let refused = eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
+            try_create(&client, ns, &outside).await.is_err().then_some(())
+        })
+        .await;
+        assert!(refused.is_some(), "{ns}: never refused");
     }
     let _ = wh.child.kill().await;
     let _ = wh.child.wait().await;

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use common::*;
@@ -29,13 +30,9 @@ async fn set_pause(s: &Scope, value: &str) {
 /// Waits for the controller's `nlc_pause{mode=...}` to read 1.
 async fn wait_pause(c: &Controller, mode: &str) {
     let series = format!("nlc_pause{{mode=\"{mode}\"}}");
-    for _ in 0..100 {
-        if metric(&c.metrics().await, &series) == Some(1.0) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("pause {mode} not in force:\n{}", c.logs());
+    eventually(Duration::from_secs(5), || async { (metric(&c.metrics().await, &series) == Some(1.0)).then_some(()) })
+        .await
+        .unwrap_or_else(|| panic!("pause {mode} not in force:\n{}", c.logs()));
 }
 
 #[tokio::test]
@@ -54,17 +51,13 @@ async fn shadow_mode_decides_and_counts_but_writes_nothing() {
     let c = Controller::start(env, &s.scope, &flags(&["--dry-run"])).await;
     kubelets.stop(&nodes[1]);
     // Grace is 3 s: the silent node would be marked Unknown and tainted by now.
-    let mut counted = false;
-    for _ in 0..100 {
+    let counted = eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
         let m = c.metrics().await;
         let n = |a: &str| metric(&m, &format!("nlc_dry_run_actions_total{{action=\"{a}\"}}")).unwrap_or(0.0);
-        if n("evict_pod") >= 1.0 && n("set_conditions") >= 1.0 && n("set_taints") >= 1.0 {
-            counted = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(counted, "shadow mode did not decide:\n{}\n{}", c.metrics().await, c.logs());
+        (n("evict_pod") >= 1.0 && n("set_conditions") >= 1.0 && n("set_taints") >= 1.0).then_some(())
+    })
+    .await;
+    assert!(counted.is_some(), "shadow mode did not decide:\n{}\n{}", c.metrics().await, c.logs());
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(evictions.at("victim"), None, "shadow mode evicted:\n{}", c.logs());
     let silent = node_now(&s, &nodes[1]).await;
@@ -284,14 +277,17 @@ async fn status_check_says_whether_a_leader_is_alive() {
         "500ms",
     ];
     let c = Controller::start(env, &s.scope, &flags(&lease)).await;
-    let mut live = check();
-    for _ in 0..50 {
+    let last_seen = Cell::new(None);
+    let live = eventually_every(Duration::from_secs(5), Duration::from_millis(100), || async {
+        let live = check();
         if live.status.success() {
-            break;
+            return Some(live);
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        live = check();
-    }
+        last_seen.set(Some(live));
+        None
+    })
+    .await
+    .unwrap_or_else(|| last_seen.take().expect("probed at least once"));
     assert!(live.status.success(), "{}\n{}", String::from_utf8_lossy(&live.stderr), c.logs());
     assert!(String::from_utf8_lossy(&live.stdout).starts_with("leader "), "{}", String::from_utf8_lossy(&live.stdout));
     c.kill().await;

@@ -10,7 +10,7 @@ use kube::api::{Api, PostParams};
 use nlc_testenv::{shared, unique};
 
 mod common;
-use common::{BIN, eventually, free_port, http_get};
+use common::{BIN, eventually, eventually_every, free_port, http_get};
 use serde_json::json;
 
 #[tokio::test]
@@ -676,15 +676,12 @@ async fn status_reads_the_leaders_configuration() {
     let given = ["--leader-elect-resource-namespace", "default", "--node-monitor-grace-period=17s"];
     let c = common::Controller::start(env, &scope, &given).await;
     let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(env.client().await, "default");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let lease = loop {
+    let lease = eventually_every(Duration::from_secs(30), Duration::from_millis(100), || async {
         let l = leases.get_opt(&scope).await.expect("read lease");
-        if let Some(l) = l.filter(|l| l.spec.as_ref().is_some_and(|s| s.holder_identity.is_some())) {
-            break l;
-        }
-        assert!(Instant::now() < deadline, "never led:\n{}", c.logs());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        l.filter(|l| l.spec.as_ref().is_some_and(|s| s.holder_identity.is_some()))
+    })
+    .await
+    .unwrap_or_else(|| panic!("never led:\n{}", c.logs()));
     let holder = lease.spec.and_then(|s| s.holder_identity).expect("holder");
     let published = lease.metadata.annotations.unwrap_or_default();
     let doc: serde_json::Value =

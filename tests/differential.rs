@@ -9,6 +9,9 @@
 
 mod common;
 
+use std::time::Duration;
+
+use common::eventually_every;
 use common::rng::Rng;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Toleration};
 use kube::api::{Api, PostParams};
@@ -138,12 +141,10 @@ async fn our_plugins_decide_as_kube_apiservers_own() {
         annotations: json!({}),
         pod: json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}),
     };
-    for _ in 0..100 {
-        if outcome(&us, scope, &probe).await.is_ok_and(|t| !t.is_empty()) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
+        outcome(&us, scope, &probe).await.is_ok_and(|t| !t.is_empty()).then_some(())
+    })
+    .await;
 
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut differences = Vec::new();

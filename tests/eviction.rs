@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use common::*;
@@ -33,13 +34,11 @@ fn has_disruption_condition(pod: &Pod) -> bool {
 }
 
 async fn wait_for_event(s: &Scope, pod: &str, reason: &str, message: &str) -> bool {
-    for _ in 0..100 {
-        if pod_events(&s.client, &s.ns, pod).await.iter().any(|(r, m)| r == reason && m == message) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    false
+    eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
+        pod_events(&s.client, &s.ns, pod).await.iter().any(|(r, m)| r == reason && m == message).then_some(())
+    })
+    .await
+    .is_some()
 }
 
 /// Upstream: "evicts pods from tainted nodes" and "pods evicted from tainted nodes have pod
@@ -256,9 +255,9 @@ async fn a_repeated_event_is_counted_on_the_first() {
         assert!(wait_for_event(&s, "p", "TaintManagerEviction", &note).await, "no event {note:?}");
     }
     let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(s.client.clone(), &s.ns);
-    let mut seen = vec![];
-    for _ in 0..100 {
-        seen = api
+    let last_seen = Cell::new(vec![]);
+    let seen = eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
+        let seen: Vec<_> = api
             .list(&Default::default())
             .await
             .expect("events")
@@ -267,10 +266,13 @@ async fn a_repeated_event_is_counted_on_the_first() {
             .filter(|e| e.message.as_deref() == Some(note.as_str()))
             .collect();
         if seen.iter().any(|e| e.count == Some(2)) {
-            break;
+            return Some(seen);
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        last_seen.set(seen);
+        None
+    })
+    .await
+    .unwrap_or_else(|| last_seen.take());
     let counts: Vec<Option<i32>> = seen.iter().map(|e| e.count).collect();
     assert_eq!(counts, [Some(2)], "one Event, counted twice");
     let (first, last) = (seen[0].first_timestamp.as_ref(), seen[0].last_timestamp.as_ref());
@@ -436,15 +438,11 @@ async fn a_denied_delete_is_retried_until_it_succeeds() {
         .expect("create binding");
     // Wait until the policy is in force (the API server loads policies asynchronously).
     s.pod("probe", "nowhere", json!([]), json!({"deny-delete": "x"})).await;
-    let mut enforced = false;
-    for _ in 0..100 {
-        if s.pods().delete("probe", &DeleteParams::default().dry_run()).await.is_err() {
-            enforced = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(enforced, "the admission policy never took effect");
+    let enforced = eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
+        s.pods().delete("probe", &DeleteParams::default().dry_run()).await.is_err().then_some(())
+    })
+    .await;
+    assert!(enforced.is_some(), "the admission policy never took effect");
 
     let node = s.node("n", json!([])).await;
     s.pod("p", &node, json!([]), json!({"deny-delete": "x"})).await;

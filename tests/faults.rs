@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use common::*;
@@ -178,15 +179,17 @@ async fn paced_evictions_wait_in_a_bounded_queue_and_leave_it_when_called_off() 
     }
     // The taint goes: every queued eviction is called off at once.
     s.set_taints(&node, json!([])).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(3);
-    loop {
+    let last_seen = Cell::new(0.0);
+    eventually(Duration::from_secs(3), || async {
         let left = metric(&c.metrics().await, "nlc_executor_queue_depth{queue=\"evictions\"}").unwrap_or(0.0);
-        if left == 0.0 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{left} still queued");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        last_seen.set(left);
+        (left == 0.0).then_some(())
+    })
+    .await
+    .unwrap_or_else(|| {
+        let left = last_seen.get();
+        panic!("{left} still queued")
+    });
     tokio::time::sleep(Duration::from_secs(1)).await;
     let evicted = (0..300).filter(|i| evictions.at(&format!("p{i}")).is_some()).count();
     assert!(evicted <= 20, "{evicted} evicted after the taint went");
@@ -268,16 +271,21 @@ async fn megabyte_pods_listed_in_pages_keep_memory_bounded_and_decisions_exact()
     let timed = evictions.wait("timed", Duration::from_secs(60)).await;
     let timed = timed.unwrap_or_else(|| panic!("tolerated for 5 s, never evicted:\n{}", c.logs()));
     // Every cut-short pod is read live once (the taint is none of its kept tolerations').
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
+    let last_seen = Cell::new((0.0, String::new()));
+    eventually_every(Duration::from_secs(120), Duration::from_millis(250), || async {
         let m = c.metrics().await;
         let reads = metric_sum(&m, "nlc_api_requests_total", &["verb=\"get\"", "resource=\"pods\""]);
         if reads >= PODS as f64 {
-            break;
+            return Some(());
         }
-        assert!(std::time::Instant::now() < deadline, "{reads} pods read live of {PODS}:\n{m}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        last_seen.set((reads, m));
+        None
+    })
+    .await
+    .unwrap_or_else(|| {
+        let (reads, m) = last_seen.take();
+        panic!("{reads} pods read live of {PODS}:\n{m}")
+    });
     tokio::time::sleep(Duration::from_secs(2)).await;
     let peak_kb = status_kb(c.pid(), "VmHWM");
     eprintln!(
@@ -327,13 +335,9 @@ async fn started_while_no_api_server_answers_it_waits_for_one() {
     assert!(c.wait_exit(Duration::ZERO).await.is_none(), "exited while no API server answered:\n{}", c.logs());
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
     let _forward = tokio::spawn(forward(listener, api_port));
-    let mut ready = false;
-    for _ in 0..150 {
-        if let Some((200, _)) = http_get(c.admin_port(), "/readyz").await {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(ready, "not ready 15 s after the API server answered:\n{}", c.logs());
+    let ready = eventually_every(Duration::from_secs(15), Duration::from_millis(100), || async {
+        matches!(http_get(c.admin_port(), "/readyz").await, Some((200, _))).then_some(())
+    })
+    .await;
+    assert!(ready.is_some(), "not ready 15 s after the API server answered:\n{}", c.logs());
 }

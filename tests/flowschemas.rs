@@ -7,6 +7,10 @@
 
 mod common;
 
+use std::cell::Cell;
+use std::time::Duration;
+
+use common::eventually_every;
 use k8s_openapi::api::flowcontrol::v1::FlowSchema;
 use kube::api::Api;
 use nlc_testenv::{Options, shared_with};
@@ -51,14 +55,17 @@ async fn our_calls_are_classified_by_our_flowschemas() {
     let lease_path = format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/node-lifecycle-controller");
 
     // The API server reads FlowSchemas asynchronously: wait until ours are in force.
-    let mut got = String::new();
-    for _ in 0..100 {
-        got = matched(&controller, &lease_path).await;
+    let last_seen = Cell::new(String::new());
+    let got = eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
+        let got = matched(&controller, &lease_path).await;
         if got == leases {
-            break;
+            return Some(got);
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+        last_seen.set(got);
+        None
+    })
+    .await
+    .unwrap_or_else(|| last_seen.take());
     assert_eq!(got, leases, "the leader election Lease");
     assert_eq!(matched(&controller, "/api/v1/nodes").await, rest, "the controller's other calls");
     assert_eq!(matched(&controller, "/api/v1/pods?limit=1").await, rest);

@@ -6,9 +6,12 @@
 
 mod common;
 
+use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use common::eventually_every;
 use common::yaml::{apply, documents, file};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
@@ -154,17 +157,16 @@ async fn with_failure_policy_fail_a_webhook_outage_spares_the_system_pods() {
         async move { api.create(&PostParams::default(), &p).await }
     };
     // The API server loads webhook configurations asynchronously: wait until it refuses.
-    let mut refused = false;
-    for i in 0..100 {
+    let tries = Cell::new(0);
+    let refused = eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
+        let i = tries.replace(tries.get() + 1);
         match create(&client, &ordinary, &format!("ordinary-{i}")).await {
-            Err(kube::Error::Api(s)) if s.message.contains("failed calling webhook") => {
-                refused = true;
-                break;
-            }
-            _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            Err(kube::Error::Api(s)) if s.message.contains("failed calling webhook") => Some(()),
+            _ => None,
         }
-    }
-    assert!(refused, "an ordinary pod was admitted with the webhook down and failurePolicy Fail");
+    })
+    .await;
+    assert!(refused.is_some(), "an ordinary pod was admitted with the webhook down and failurePolicy Fail");
     create(&client, "kube-system", &format!("{release}-system")).await.expect("kube-system is spared");
     create(&client, &opted_out, "opted-out").await.expect("an opted-out namespace is spared");
     create(&kubelet, &ordinary, "mirror").await.expect("a kubelet's mirror pod is spared");

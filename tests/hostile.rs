@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::webhook::{Webhook, register_mutating};
-use common::{metric_sum, webhook};
+use common::{eventually_every, metric_sum, webhook};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, PostParams};
 use nlc_testenv::fault::{Fault, FaultProxy, Rule};
@@ -70,13 +70,11 @@ async fn registered(client: &kube::Client, port: u16, scope: &str) -> String {
 }
 
 async fn until_mutated(client: &kube::Client, ns: &str) {
-    for _ in 0..100 {
-        if mutated(client, ns).await.0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the webhook never took effect");
+    eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
+        mutated(client, ns).await.0.then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("the webhook never took effect"));
 }
 
 /// A TLS connection to the webhook on `port` (it serves the API server's certificate).
@@ -658,16 +656,13 @@ async fn with_failure_policy_fail_the_refusal_is_the_api_servers() {
     }))
     .expect("pod");
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
-    let mut refused = None;
-    for _ in 0..50 {
+    let refused = eventually_every(Duration::from_secs(5), Duration::from_millis(100), || async {
         match pods.create(&PostParams::default(), &pod).await {
-            Err(kube::Error::Api(s)) if s.message.contains("failed calling webhook") => {
-                refused = Some(s.message);
-                break;
-            }
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(kube::Error::Api(s)) if s.message.contains("failed calling webhook") => Some(s.message),
+            _ => None,
         }
-    }
+    })
+    .await;
     assert!(refused.is_some(), "the pod was admitted while the webhook could not know its namespace");
     proxy.remove(&read);
     pods.create(&PostParams::default(), &pod).await.expect("admitted once the namespace can be read");

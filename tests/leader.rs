@@ -41,14 +41,12 @@ async fn markings(s: &Scope, pod: &str) -> usize {
 /// Asserts that `pod` gets one "Marking for deletion" event, and no second one. Events are
 /// written in the background: waits for the first, then makes sure it is the only one.
 async fn assert_one_marking(s: &Scope, pod: &str) {
-    let mut n = 0;
-    for _ in 0..50 {
-        n = markings(s, pod).await;
-        if n > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let n = eventually_every(Duration::from_secs(5), Duration::from_millis(100), || async {
+        let n = markings(s, pod).await;
+        (n > 0).then_some(n)
+    })
+    .await
+    .unwrap_or(0);
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!((n, markings(s, pod).await), (1, 1), "no event, or a duplicate eviction");
 }

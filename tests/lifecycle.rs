@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -56,19 +57,22 @@ async fn a_silent_node_is_marked_unknown_within_grace_and_gets_unreachable_taint
     // The healthy nodes are untouched.
     assert!(node_now(&s, &nodes[1]).await.spec.and_then(|s| s.taints).unwrap_or_default().is_empty());
     // MarkPodsNotReady (paced, so it may trail the taints a little).
-    let mut pod_ready = None;
-    for _ in 0..60 {
+    let last_seen = Cell::new(None);
+    let pod_ready = eventually(Duration::from_secs(3), || async {
         let pod = s.pods().get("p").await.expect("pod");
-        pod_ready = pod
+        let pod_ready = pod
             .status
             .and_then(|s| s.conditions)
             .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
             .map(|c| c.status);
         if pod_ready.as_deref() == Some("False") {
-            break;
+            return Some(pod_ready);
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        last_seen.set(pod_ready);
+        None
+    })
+    .await
+    .unwrap_or_else(|| last_seen.take());
     assert_eq!(pod_ready.as_deref(), Some("False"), "{}", c.logs());
     let metrics = c.metrics().await;
     assert_eq!(metric(&metrics, "nlc_node_detection_delay_seconds_count"), Some(1.0), "{metrics}");
@@ -471,14 +475,19 @@ async fn mark_pods_not_ready_never_overwrites_a_fresher_status() {
     let status = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Fresh",
         "lastTransitionTime": now_s()}]}});
     s.pods().patch_status("p", &PatchParams::default(), &Patch::Strategic(&status)).await.expect("kubelet status");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let last_seen = Cell::new(String::new());
+    eventually_every(Duration::from_secs(10), Duration::from_millis(200), || async {
         let m = c.metrics().await;
         let conflicts = metric_sum(&m, "nlc_api_requests_total", &["resource=\"pods/status\"", "code=\"409\""]);
         if conflicts >= 1.0 {
-            break;
+            return Some(());
         }
-        assert!(Instant::now() < deadline, "the late write landed over the fresher status:\n{m}\n{}", c.logs());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        last_seen.set(m);
+        None
+    })
+    .await
+    .unwrap_or_else(|| {
+        let m = last_seen.take();
+        panic!("the late write landed over the fresher status:\n{m}\n{}", c.logs())
+    });
 }

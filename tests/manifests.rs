@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::cell::Cell;
 use std::path::Path;
 use std::time::Duration;
 
@@ -209,17 +210,19 @@ async fn the_node_write_policy_refuses_what_the_controller_does_not_manage() {
     }
     let refused = |r: Result<Node, kube::Error>| refused_ref(&r);
     // The API server loads policies asynchronously: wait until one is refused.
-    let mut last = None;
+    let (tries, last_seen) = (Cell::new(0), Cell::new(None));
     // (A new value each time: a patch that changes nothing passes any policy.)
-    for i in 0..100 {
+    let refused_once = eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
+        let i = tries.replace(tries.get() + 1);
         let r = patch(json!({"metadata": {"labels": {"example.com/owner": format!("me-{i}")}}})).await;
         if refused_ref(&r) {
-            last = None;
-            break;
+            return Some(());
         }
-        last = Some(r);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        last_seen.set(Some(r));
+        None
+    })
+    .await;
+    let last = if refused_once.is_some() { None } else { last_seen.take() };
     let policies: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy> = Api::all(admin.clone());
     let status = policies.get("node-lifecycle-controller-node-writes").await.map(|p| p.status);
     assert!(last.is_none(), "a label change by the controller's identity was never refused: {last:?}\n{status:?}");
@@ -338,16 +341,15 @@ async fn the_toleration_cap_policy_refuses_a_pod_with_too_many() {
         .expect("pod")
     };
     // Policies are loaded asynchronously: wait until the cap bites.
-    let mut refused = None;
-    for i in 0..100 {
+    let tries = Cell::new(0);
+    let refused = eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
+        let i = tries.replace(tries.get() + 1);
         match pods.create(&kube::api::PostParams::default(), &pod(&format!("over-{i}"), 101)).await {
-            Err(kube::Error::Api(s)) => {
-                refused = Some(s.message);
-                break;
-            }
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(kube::Error::Api(s)) => Some(s.message),
+            _ => None,
         }
-    }
+    })
+    .await;
     let message = refused.expect("a pod with 101 tolerations was admitted");
     assert!(message.contains("at most 100 tolerations"), "{message}");
     pods.create(&kube::api::PostParams::default(), &pod("at-the-cap", 100)).await.expect("100 pass");

@@ -6,9 +6,10 @@
 
 mod common;
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use common::{BIN, Controller, Scope, flags, metric, metric_sum, start_kcm};
+use common::{BIN, Controller, Scope, eventually_every, flags, metric, metric_sum, start_kcm};
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{Api, ListParams, PostParams};
 use nlc_testenv::{shared, unique};
@@ -37,19 +38,24 @@ async fn events_with_reason(client: &kube::Client, reason: &str) -> Vec<Event> {
 
 /// The Warning events, on the foreign `node` and on the evicted `pod`, within 20 s.
 async fn assert_warning_events(client: &kube::Client, node: &str, pod: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let last_seen = Cell::new((Vec::new(), Vec::new()));
+    let (nodes, pods) = eventually_every(Duration::from_secs(20), Duration::from_millis(500), || async {
         let nodes = events_with_reason(client, "SecondNodeLifecycleController").await;
         let pods = events_with_reason(client, "SecondTaintEvictionController").await;
         let on_silent = nodes.iter().any(|e| e.involved_object.name.as_deref() == Some(node));
         let on_victim = pods.iter().any(|e| e.involved_object.name.as_deref() == Some(pod));
         if on_silent && on_victim {
-            assert!(nodes.iter().chain(&pods).all(|e| e.type_.as_deref() == Some("Warning")));
-            return;
+            return Some((nodes, pods));
         }
-        assert!(Instant::now() < deadline, "events: nodes {nodes:?}, pods {pods:?}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+        last_seen.set((nodes, pods));
+        None
+    })
+    .await
+    .unwrap_or_else(|| {
+        let (nodes, pods) = last_seen.take();
+        panic!("events: nodes {nodes:?}, pods {pods:?}")
+    });
+    assert!(nodes.iter().chain(&pods).all(|e| e.type_.as_deref() == Some("Warning")));
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use common::{BIN, eventually_every};
@@ -71,13 +72,11 @@ const UN: &str = "node.kubernetes.io/unreachable";
 
 /// Waits until the API server calls the webhook (it loads configurations asynchronously).
 async fn until_mutated(client: &kube::Client, ns: &str) {
-    for _ in 0..100 {
-        if !create_pod(client, ns, json!([])).await.is_empty() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the webhook never took effect");
+    eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
+        (!create_pod(client, ns, json!([])).await.is_empty()).then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("the webhook never took effect"));
 }
 
 #[tokio::test]
@@ -109,14 +108,18 @@ async fn the_webhook_adds_default_tolerations_with_namespace_overrides() {
                "node-lifecycle-controller.io/default-unreachable-toleration-seconds": "soon"}),
     )
     .await;
-    let mut t = vec![];
-    for _ in 0..50 {
-        t = create_pod(&client, &tuned, json!([])).await;
+    // The namespace cache catches up.
+    let last_seen = Cell::new(vec![]);
+    let t = eventually_every(Duration::from_secs(5), Duration::from_millis(100), || async {
+        let t = create_pod(&client, &tuned, json!([])).await;
         if secs_of(&t, NR) == Some(Some(30)) {
-            break;
+            return Some(t);
         }
-        tokio::time::sleep(Duration::from_millis(100)).await; // the namespace cache catches up
-    }
+        last_seen.set(t);
+        None
+    })
+    .await
+    .unwrap_or_else(|| last_seen.take());
     assert_eq!(secs_of(&t, NR), Some(Some(30)));
     assert_eq!(secs_of(&t, UN), Some(Some(600)), "invalid annotation: the global default applies");
 
@@ -163,15 +166,11 @@ async fn a_rotated_certificate_is_picked_up_without_a_restart() {
     let _ = Api::<MutatingWebhookConfiguration>::all(client.clone()).delete(&name, &DeleteParams::default()).await;
     let name = register_with_ca(&client, &scope, wh.port, &other.ca_cert).await;
     // With the old certificate still served, the call fails and is ignored: no tolerations.
-    let mut rejected = false;
-    for _ in 0..50 {
-        if create_pod(&client, &ns, json!([])).await.is_empty() {
-            rejected = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(rejected, "the API server never switched to the new CA");
+    let rejected = eventually_every(Duration::from_secs(5), Duration::from_millis(100), || async {
+        create_pod(&client, &ns, json!([])).await.is_empty().then_some(())
+    })
+    .await;
+    assert!(rejected.is_some(), "the API server never switched to the new CA");
     // Rotate the files in place (cert-manager writes new contents into the mounted secret).
     std::fs::copy(&other.serving_cert, &cert).expect("rotate cert");
     std::fs::copy(&other.serving_key, &key).expect("rotate key");

@@ -5,8 +5,10 @@
 
 mod common;
 
+use std::cell::Cell;
 use std::time::Duration;
 
+use common::eventually_every;
 use common::webhook::{Webhook, register_mutating};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Toleration};
@@ -34,15 +36,20 @@ fn secs(t: &[Toleration]) -> (Option<i64>, Option<i64>) {
 }
 
 async fn until(client: &kube::Client, ns: &str, want: (Option<i64>, Option<i64>)) -> Vec<Toleration> {
-    let mut t = Vec::new();
-    for _ in 0..100 {
-        t = create_pod(client, ns).await;
+    let last_seen = Cell::new(Vec::new());
+    eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
+        let t = create_pod(client, ns).await;
         if secs(&t) == want {
-            return t;
+            return Some(t);
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("never {want:?}; last {t:?}");
+        last_seen.set(t);
+        None
+    })
+    .await
+    .unwrap_or_else(|| {
+        let t = last_seen.take();
+        panic!("never {want:?}; last {t:?}")
+    })
 }
 
 #[tokio::test]
