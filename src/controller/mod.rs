@@ -221,7 +221,7 @@ fn spawn(
         },
     );
     match leader {
-        Some(leader) => spawn_leader_election(rt, leader, leading_tx, executor.fence(), clock.clone()),
+        Some(leader) => spawn_leader_election(rt, leader, leading_tx, executor.window(), clock.clone()),
         None => drop(leading_tx),
     }
     // A node Lease watch silent for half the grace period while nodes exist is stalled
@@ -299,7 +299,7 @@ fn spawn_leader_election(
     rt: &mut Runtime,
     leader: (crate::runtime::leader::Config, std::os::unix::net::UnixListener),
     leading: signal::Sender<bool>,
-    fence: Arc<crate::runtime::fence::Fence>,
+    window: Arc<crate::runtime::write_window::WriteWindow>,
     clock: Arc<dyn Clock>,
 ) {
     let (cfg, identity) = leader;
@@ -307,7 +307,7 @@ fn spawn_leader_election(
     let (client, stop, watch_metrics) = (rt.client(), rt.shutdown(), rt.watch_metrics());
     rt.spawn("leader-election", async move {
         let _identity = identity;
-        crate::runtime::leader::run(client, cfg, leading, metrics, watch_metrics, stop, fence, clock).await
+        crate::runtime::leader::run(client, cfg, leading, metrics, watch_metrics, stop, window, clock).await
     });
 }
 

@@ -28,7 +28,7 @@ pub(super) struct Task {
     pub(super) state: State,
     /// This process leads: its state decides (a standby only keeps its cache warm).
     pub(super) leading: signal::Receiver<bool>,
-    /// The write permission (the executor's fence is built on it).
+    /// The write permission (the executor's window is built on it).
     pub(super) writes: signal::Sender<bool>,
     /// Shadow mode: actions are counted, logged and simulated, never carried out.
     pub(super) dry_run: bool,
@@ -139,7 +139,7 @@ impl Task {
                 self.simulate(&mut actions);
             }
             // The write permission first: the actions of the turn that made this process the leader
-            // (or lifted a pause) must find the fence open.
+            // (or lifted a pause) must find the window open.
             self.update_may_write();
             for action in actions.drain(..) {
                 self.executor.submit(action);
@@ -160,7 +160,7 @@ impl Task {
             self.state.clock_stepped(step, self.clock.now(), actions);
             // The lease's bound was measured on the monotonic clock, but what stepped the wall
             // clock may have stopped this process too: confirm the lease before writing again.
-            self.executor.fence().suspect();
+            self.executor.window().suspect();
         }
     }
 
@@ -226,7 +226,7 @@ impl Task {
         self.nodes_changed = false;
     }
 
-    /// Opens the executor's write fence while this process leads, is not paused altogether and
+    /// Opens the executor's write window while this process leads, is not paused altogether and
     /// not in shadow mode; closes it otherwise.
     fn update_may_write(&mut self) {
         let open = *self.leading.borrow() && self.state.pause() != Pause::All && !self.dry_run;

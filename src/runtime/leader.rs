@@ -23,8 +23,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-use super::fence::Fence;
 use super::shutdown;
+use super::write_window::WriteWindow;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 
@@ -65,7 +65,7 @@ pub(crate) struct Config {
     pub(crate) live: Option<watch::Receiver<std::collections::BTreeMap<String, String>>>,
 }
 
-/// A leader that wakes this much later than it asked suspects its lease ([`Fence::suspect`]).
+/// A leader that wakes this much later than it asked suspects its lease ([`WriteWindow::suspect`]).
 const SCHEDULING_GAP: Duration = Duration::from_secs(1);
 
 /// The Lease annotation carrying the leader's Lease cache against its live reads
@@ -281,8 +281,8 @@ struct Candidate {
     leading: watch::Sender<bool>,
     metrics: LeaderMetrics,
     clock: Arc<dyn Clock>,
-    /// The executor's write fence, bounded by each renewal that lands.
-    fence: Arc<Fence>,
+    /// The executor's write window, bounded by each renewal that lands.
+    window: Arc<WriteWindow>,
 }
 
 impl Candidate {
@@ -320,7 +320,7 @@ impl Candidate {
                 if let Some(stop_at) = self.elector.stop_at() {
                     let (stop_at, sent) =
                         (tokio::time::Instant::from_std(stop_at), tokio::time::Instant::from_std(sent));
-                    self.fence.bound(stop_at, sent);
+                    self.window.bound(stop_at, sent);
                 }
                 Ok(true)
             }
@@ -374,18 +374,18 @@ impl Candidate {
     }
 
     /// Leads until the renew deadline passes without a renew (an error: the process exits) or
-    /// until shutdown (the lease is released). Either way the write fence is sealed first: on
+    /// until shutdown (the lease is released). Either way the write window is sealed first: on
     /// shutdown the writes in flight are awaited while the Lease is still ours, then it is
     /// released; on a lost Lease nothing more is sent, at once.
     async fn lead(
         &mut self,
         stop: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
-        fence: &Fence,
+        window: &WriteWindow,
     ) -> Result<()> {
         let retry = self.cfg.elector.retry_period;
         loop {
             let Some(stop_at) = self.elector.stop_at() else {
-                fence.seal(self.clock.instant()).await;
+                window.seal(self.clock.instant()).await;
                 return Err(Error::LostLease);
             };
             let stop_at = tokio::time::Instant::from_std(stop_at);
@@ -393,7 +393,7 @@ impl Candidate {
             let lost = tokio::select! {
                 _ = stop.as_mut() => {
                     self.set_leading(false);
-                    if !fence.seal(stop_at).await {
+                    if !window.seal(stop_at).await {
                         tracing::warn!("writes still in flight at the renew deadline; releasing nothing, the lease expires on its own");
                         return Ok(());
                     }
@@ -407,7 +407,7 @@ impl Candidate {
                     // confirms that the lease is still ours.
                     let gap = self.clock.instant().saturating_duration_since(slept_from + retry);
                     if gap > SCHEDULING_GAP {
-                        fence.suspect();
+                        window.suspect();
                         tracing::warn!(gap_ms = gap.as_millis() as u64, "the leader woke late; no write until the lease is renewed");
                     }
                     match tokio::time::timeout_at(stop_at, self.renew()).await {
@@ -425,7 +425,7 @@ impl Candidate {
             if lost {
                 // Writes in flight were given their deadline by the lease's bound: wait for them
                 // until then, so that the process does not exit before they are given up.
-                fence.seal(stop_at.max(self.clock.instant())).await;
+                window.seal(stop_at.max(self.clock.instant())).await;
                 return Err(Error::LostLease);
             }
         }
@@ -454,7 +454,7 @@ pub(crate) async fn run(
     metrics: LeaderMetrics,
     watch_metrics: super::watch::WatchMetrics,
     stop: shutdown::Signal,
-    fence: Arc<Fence>,
+    window: Arc<WriteWindow>,
     clock: Arc<dyn Clock>,
 ) -> Result<()> {
     let api: Api<Lease> = Api::namespaced(client.clone(), &cfg.namespace);
@@ -473,12 +473,12 @@ pub(crate) async fn run(
         leading,
         metrics,
         clock,
-        fence: fence.clone(),
+        window: window.clone(),
     };
     loop {
         let again = tokio::time::Instant::from_std(c.try_acquire().await);
         if c.elector.is_leader() {
-            let result = c.lead(&mut stopping, &fence).await;
+            let result = c.lead(&mut stopping, &window).await;
             c.set_leading(false);
             if result.is_err() {
                 tracing::error!(lease = %c.cfg.name, "lost the leader election lease: no renew within the renew deadline; stopped writing, exiting");

@@ -29,7 +29,7 @@ use super::watch::{Decoded, Format};
 pub(crate) type Built = Result<hyper::Request<Vec<u8>>, kube::core::request::Error>;
 
 /// `req` with `?timeout=` set to `d` (whole milliseconds, at least one): the API server gives the
-/// request up by then, as the client does ([`super::fence::Fence::write`]).
+/// request up by then, as the client does ([`super::write_window::WriteWindow::write`]).
 pub(crate) fn with_timeout(req: Built, d: std::time::Duration) -> Built {
     req.map(|mut r| {
         let uri = r.uri().to_string();

@@ -9,7 +9,6 @@ pub mod args;
 pub(crate) mod auth;
 pub mod client;
 pub(crate) mod configz;
-pub(crate) mod fence;
 pub(crate) mod http;
 pub(crate) mod leader;
 pub mod lean;
@@ -18,6 +17,7 @@ pub(crate) mod shutdown;
 pub mod telemetry;
 pub(crate) mod tls;
 pub mod watch;
+pub(crate) mod write_window;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Every request the executor makes, its events' included, goes through [`Calls::read`] or
 //! [`Calls::write`]: the metric (`nlc_api_requests_total{verb,resource,code}`), one log line for
-//! the unexpected, the outcome classified ([`CallOutcome`]). Writes also pass the [`Fence`] right
+//! the unexpected, the outcome classified ([`CallOutcome`]). Writes also pass the [`WriteWindow`] right
 //! before they are sent, and are bounded in time (`--api-write-timeout`): a slow API server or
 //! etcd must not hold an eviction permit for the client's 295 s read timeout.
 
@@ -8,7 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use crate::runtime::fence::Fence;
+pub(crate) use crate::runtime::write_window::WriteWindow;
 
 use super::Inner;
 use super::metrics::{ExecutorMetrics, RequestLabels};
@@ -28,7 +28,7 @@ pub(crate) enum CallOutcome<T> {
     /// Anything else (403, 5xx, no answer, a timeout).
     Failed(String),
     /// Not sent: this process may not write (it does not lead, is paused, or is stopping).
-    Fenced,
+    Closed,
 }
 
 impl<T> CallOutcome<T> {
@@ -38,22 +38,22 @@ impl<T> CallOutcome<T> {
             CallOutcome::Ok(v) => Ok(Some(v)),
             CallOutcome::Gone => Ok(None),
             CallOutcome::Conflict => Err("conflict".into()),
-            CallOutcome::Fenced => Err("not the leader".into()),
+            CallOutcome::Closed => Err("not the leader".into()),
             CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => Err(e),
         }
     }
 }
 
-/// The one request path: the fence, the write timeout and the request metric.
+/// The one request path: the window, the write timeout and the request metric.
 pub(super) struct Calls {
-    fence: Arc<Fence>,
+    window: Arc<WriteWindow>,
     metrics: ExecutorMetrics,
     write_timeout: Duration,
 }
 
 impl Calls {
-    pub(super) fn new(fence: Arc<Fence>, metrics: ExecutorMetrics, write_timeout: Duration) -> Self {
-        Self { fence, metrics, write_timeout }
+    pub(super) fn new(window: Arc<WriteWindow>, metrics: ExecutorMetrics, write_timeout: Duration) -> Self {
+        Self { window, metrics, write_timeout }
     }
 
     /// The executor's metrics, the request counter among them.
@@ -61,9 +61,9 @@ impl Calls {
         &self.metrics
     }
 
-    /// The fence every write passes.
-    pub(super) fn fence(&self) -> &Arc<Fence> {
-        &self.fence
+    /// The window every write passes.
+    pub(super) fn window(&self) -> &Arc<WriteWindow> {
+        &self.window
     }
 
     /// A read.
@@ -78,7 +78,7 @@ impl Calls {
     }
 
     /// A write: fenced, and bounded by `--api-write-timeout` and by the time left on the
-    /// leader's lease ([`Fence::write`]); `req` builds the request for that deadline (which it
+    /// leader's lease ([`WriteWindow::write`]); `req` builds the request for that deadline (which it
     /// sends as `?timeout=`, [`crate::runtime::lean::with_timeout`]).
     pub(super) async fn write<T, F: Future<Output = kube::Result<T>>>(
         &self,
@@ -87,9 +87,9 @@ impl Calls {
         name: &str,
         req: impl FnOnce(std::time::Duration) -> F,
     ) -> CallOutcome<T> {
-        match self.fence.write(self.write_timeout, req).await {
+        match self.window.write(self.write_timeout, req).await {
             Some(Some(result)) => self.classify(verb, resource, name, result),
-            None => CallOutcome::Fenced,
+            None => CallOutcome::Closed,
             Some(None) => {
                 self.metrics.requests.get_or_create(&RequestLabels { verb, resource, code: 0 }).inc();
                 self.metrics.timeouts.inc();

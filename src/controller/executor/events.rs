@@ -18,7 +18,7 @@
 //!   [`MAX_SERIES`] series, as client-go's correlator (its LRU of 4,096): full, it forgets the
 //!   least recently seen half, whose next repeat is a new event. Before, a storm of 150,000
 //!   evictions would have held 150,000 Events for six minutes. Every write goes through the
-//!   executor's request path ([`super::call`]): fenced, bounded by `--api-write-timeout`, counted
+//!   executor's request path ([`super::call`]): through the write window, bounded by `--api-write-timeout`, counted
 //!   in `nlc_api_requests_total{resource="events"}`.
 
 use std::collections::HashMap;
@@ -193,14 +193,14 @@ async fn worker(
                 Some((since, seen)) if now.since(seen) < Duration::from_secs(1) => since,
                 _ => now,
             };
-            while evictions.saturated() && since.elapsed() < EVENT_DEFER_MAX && calls.fence().is_open() {
+            while evictions.saturated() && since.elapsed() < EVENT_DEFER_MAX && calls.window().is_open() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             saturated = evictions.saturated().then(|| (since, Stopwatch::start()));
         } else {
             saturated = None;
         }
-        if !calls.fence().is_open() {
+        if !calls.window().is_open() {
             continue;
         }
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
@@ -350,7 +350,7 @@ pub(crate) struct Recorder {
     controller: String,
     instance: String,
     cache: Mutex<Cache>,
-    /// The executor's request path: the fence, `--api-write-timeout`, the request metric.
+    /// The executor's request path: the window, `--api-write-timeout`, the request metric.
     calls: Arc<Calls>,
     /// Event times, and the 6-minute aggregation window.
     clock: Arc<dyn Clock>,

@@ -1,7 +1,7 @@
 //! The executor: the only code that writes what the controllers decide. It carries out
 //! [`Action`]s (pod writes from a bounded queue by a fixed set of workers, node writes one per
 //! node), paces them (governor), sends every request, its events' included, through one request
-//! path (`call.rs`: the [`Fence`], `--api-write-timeout`, `nlc_api_requests_total`), and reports
+//! path (`call.rs`: the [`WriteWindow`], `--api-write-timeout`, `nlc_api_requests_total`), and reports
 //! each result back to the controller task, which decides about retries. One exception: a taint
 //! write that meets a conflict re-reads the node and applies the same change again, at most 5
 //! times, as upstream's `AddOrUpdateTaintOnNode` does (`nodes.rs`).
@@ -10,7 +10,7 @@
 //! ([`crate::runtime::leader`], its Lease), the webhook ([`crate::webhook::cache`], TolerationRule
 //! status) and [`crate::uninstall`] (our rules' taints, with no controller running).
 //!
-//! - `call.rs`: every request: metrics, outcome, the fence, the write timeout.
+//! - `call.rs`: every request: metrics, outcome, the window, the write timeout.
 //! - `queue.rs`: the pod writes waiting for a worker.
 //! - `pods.rs`: evictions and MarkPodsNotReady.
 //! - `nodes.rs`: conditions and taints.
@@ -36,7 +36,7 @@ use nlc_core::state::Input;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tracing::Instrument;
 
-pub(crate) use call::Fence;
+pub(crate) use call::WriteWindow;
 
 use super::args::Requests;
 use crate::clock::Clock;
@@ -154,7 +154,7 @@ struct Inner {
     running: Mutex<HashMap<Op, Arc<Cancel>>>,
     /// Pods whose `DisruptionTarget` condition is written, while their delete is retried.
     marked: Mutex<std::collections::HashSet<String>>,
-    /// The one request path (its fence, the write timeout, the request metric).
+    /// The one request path (its window, the write timeout, the request metric).
     calls: Arc<Calls>,
     metrics: EvictionMetrics,
     exec_metrics: ExecutorMetrics,
@@ -222,9 +222,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Executor {
     /// Starts the workers, as tasks of `rt` (a worker that panics is counted and stops the
     /// process; at shutdown an idle worker stops and a busy one finishes its write first, which
-    /// the fence bounds). `may_write` is the controller's decision that this process may write
+    /// the window bounds). `may_write` is the controller's decision that this process may write
     /// (it leads, is not paused altogether, is not in shadow mode); every write also passes the
-    /// [`Fence`] built on it.
+    /// [`WriteWindow`] built on it.
     pub(crate) fn new(
         rt: &mut Runtime,
         client: kube::Client,
@@ -235,7 +235,8 @@ impl Executor {
         metrics: ExecutorMetricSet,
     ) -> Self {
         let ExecutorMetricSet { eviction: metrics, executor: exec_metrics, lifecycle: lifecycle_metrics } = metrics;
-        let calls = Arc::new(Calls::new(Arc::new(Fence::new(may_write)), exec_metrics.clone(), cfg.write_timeout));
+        let calls =
+            Arc::new(Calls::new(Arc::new(WriteWindow::new(may_write)), exec_metrics.clone(), cfg.write_timeout));
         let busy = Arc::new(AtomicUsize::new(0));
         let saturation = Saturation { busy: busy.clone(), workers: cfg.concurrency };
         let lean = LeanClient::new(client.clone(), cfg.wire);
@@ -277,9 +278,9 @@ impl Executor {
         Self { inner }
     }
 
-    /// The fence every write passes: sealed by leader election before the Lease is released.
-    pub(crate) fn fence(&self) -> Arc<Fence> {
-        self.inner.calls.fence().clone()
+    /// The window every write passes: sealed by leader election before the Lease is released.
+    pub(crate) fn window(&self) -> Arc<WriteWindow> {
+        self.inner.calls.window().clone()
     }
 
     /// Carries out `action` in the background.
@@ -406,9 +407,9 @@ impl Inner {
         c
     }
 
-    /// Waits for `cells` of the API budget (`--kube-api-qps`), unless the fence is closed.
+    /// Waits for `cells` of the API budget (`--kube-api-qps`), unless the window is closed.
     async fn api_budget(&self, cells: u32) -> bool {
-        if !self.calls.fence().is_open() {
+        if !self.calls.window().is_open() {
             return false;
         }
         if let (Some(l), Some(n)) = (&self.cfg.api_limiter, NonZeroU32::new(cells)) {
@@ -419,12 +420,12 @@ impl Inner {
                 }
             }
         }
-        self.calls.fence().is_open()
+        self.calls.window().is_open()
     }
 }
 
 /// Takes the next job, or `None` once the process stops: an idle worker stops with it, a busy
-/// one finishes its job first (its write is bounded by the fence and `--api-write-timeout`).
+/// one finishes its job first (its write is bounded by the window and `--api-write-timeout`).
 async fn next<J: queue::Job>(queue: &queue::Queue<J>, stop: &Signal) -> Option<J> {
     tokio::select! {
         biased;

@@ -84,7 +84,7 @@ impl Inner {
             }
             CallOutcome::Conflict => NodeWriteResult::Conflict(self.read_node(&w.node).await.ok().flatten()),
             CallOutcome::Gone => NodeWriteResult::NotFound,
-            CallOutcome::Fenced => NodeWriteResult::Failed("not the leader".into()),
+            CallOutcome::Closed => NodeWriteResult::Failed("not the leader".into()),
             CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => NodeWriteResult::Failed(e),
         }
     }
@@ -103,7 +103,7 @@ impl Inner {
         let req = nodes().patch(&w.node, &crate::patch_params(), &Patch::Merge(&patch));
         match self.calls.write("patch", "nodes", &w.node, |t| self.lean.send_unread(with_timeout(req, t))).await {
             CallOutcome::Ok(()) => tracing::info!(node = %w.node, labels = ?w.labels, "beta OS/arch labels reconciled"),
-            CallOutcome::Gone | CallOutcome::Fenced => {}
+            CallOutcome::Gone | CallOutcome::Closed => {}
             CallOutcome::Conflict => tracing::warn!(node = %w.node, "reconciling labels: conflict"),
             CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => {
                 tracing::warn!(node = %w.node, error = %e, "reconciling labels failed")
@@ -130,7 +130,7 @@ impl Inner {
                 (label, LeaseRead::Found { resource_version })
             }
             CallOutcome::Gone => ("absent", LeaseRead::NotFound),
-            CallOutcome::Fenced => ("failed", LeaseRead::Failed("not the leader".into())),
+            CallOutcome::Closed => ("failed", LeaseRead::Failed("not the leader".into())),
             CallOutcome::Conflict => ("failed", LeaseRead::Failed("conflict".into())),
             CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => {
                 tracing::warn!(node = %c.node, error = %e, "reading a silent node's Lease failed; the node is not judged until a read succeeds");
@@ -202,7 +202,7 @@ impl Inner {
                 }
                 CallOutcome::Conflict => {}
                 CallOutcome::Gone => return NodeWriteResult::NotFound,
-                CallOutcome::Fenced => return NodeWriteResult::Failed("not the leader".into()),
+                CallOutcome::Closed => return NodeWriteResult::Failed("not the leader".into()),
                 CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => {
                     return NodeWriteResult::Failed(e);
                 }

@@ -60,7 +60,7 @@ impl Inner {
         let (namespace, name) = nlc_core::index::split_pod_key(&r.key);
         let mut delay = Duration::from_secs(1);
         loop {
-            if !self.calls.fence().is_open() {
+            if !self.calls.window().is_open() {
                 return TolerationsRead::Failed("not the leader".into());
             }
             let req = Request::new(Pod::url_path(&(), Some(namespace))).get(name, &GetParams::default());
@@ -79,7 +79,7 @@ impl Inner {
                     return TolerationsRead::Found { resource_version, tolerations };
                 }
                 CallOutcome::Ok(_) | CallOutcome::Gone => return TolerationsRead::Gone,
-                CallOutcome::Fenced => return TolerationsRead::Failed("not the leader".into()),
+                CallOutcome::Closed => return TolerationsRead::Failed("not the leader".into()),
                 CallOutcome::Conflict => "conflict".to_owned(),
                 CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => e,
             };
@@ -198,7 +198,7 @@ impl Inner {
             CallOutcome::Conflict => {
                 Some(self.fail("condition", "conflict writing the DisruptionTarget condition".into()))
             }
-            CallOutcome::Fenced => Some(EvictionResult::Failed("not the leader".into())),
+            CallOutcome::Closed => Some(EvictionResult::Failed("not the leader".into())),
             CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => {
                 Some(self.fail("condition", format!("adding the DisruptionTarget condition: {e}")))
             }
@@ -223,7 +223,7 @@ impl Inner {
             CallOutcome::Ok(_) => EvictionResult::Done { deleted: true },
             // Gone, or the UID precondition failed (409): another pod now has the name.
             CallOutcome::Gone | CallOutcome::Conflict => EvictionResult::Done { deleted: false },
-            CallOutcome::Fenced => EvictionResult::Failed("not the leader".into()),
+            CallOutcome::Closed => EvictionResult::Failed("not the leader".into()),
             CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => self.fail("delete", e),
         }
     }
@@ -239,7 +239,7 @@ impl Inner {
         {
             CallOutcome::Ok(_) => EvictionResult::Done { deleted: true },
             CallOutcome::Gone | CallOutcome::Conflict => EvictionResult::Done { deleted: false },
-            CallOutcome::Fenced => EvictionResult::Failed("not the leader".into()),
+            CallOutcome::Closed => EvictionResult::Failed("not the leader".into()),
             CallOutcome::Throttled(e) => {
                 self.metrics.failures.get_or_create(&ReasonLabels { reason: "disruption_budget" }).inc();
                 tracing::info!(pod = %ev.key, "eviction blocked by a PodDisruptionBudget; retrying");
@@ -278,7 +278,7 @@ impl Inner {
                             ))),
                             CallOutcome::Gone => Ok(None),
                             CallOutcome::Conflict => Err(format!("reading node {name}: conflict")),
-                            CallOutcome::Fenced => Err(format!("reading node {name}: not the leader")),
+                            CallOutcome::Closed => Err(format!("reading node {name}: not the leader")),
                             CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => {
                                 Err(format!("reading node {name}: {e}"))
                             }
@@ -334,7 +334,7 @@ impl Inner {
             CallOutcome::Gone => MarkResult::Gone,
             CallOutcome::Invalid(e) if e.contains("metadata.uid") => MarkResult::Gone,
             CallOutcome::Conflict => MarkResult::Failed("conflict".into()),
-            CallOutcome::Fenced => MarkResult::Failed("not the leader".into()),
+            CallOutcome::Closed => MarkResult::Failed("not the leader".into()),
             CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => MarkResult::Failed(e),
         }
     }

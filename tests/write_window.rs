@@ -1,5 +1,5 @@
 //! No second writer around a leader change, judged by the API server's own audit log: a leader
-//! stopped with SIGTERM in the middle of an eviction storm seals its write fence, waits for its
+//! stopped with SIGTERM in the middle of an eviction storm seals its write window, waits for its
 //! writes in flight, and only then releases its Lease, so that nothing it sends lands after the
 //! new leader's first write. Own control plane (the audit log is the whole API server's).
 
@@ -65,7 +65,7 @@ async fn sigterm_under_an_eviction_storm_leaves_no_write_after_the_new_leaders_f
     }
 }
 
-/// The fence is a deadline, not only a flag: a leader cut off from the API server in the middle
+/// The write window is a deadline, not only a flag: a leader cut off from the API server in the middle
 /// of an eviction storm (its deletes take 8 s to arrive, then its renewals stop arriving) gives
 /// every write in flight up by the time its lease could be someone else's, and sends none after:
 /// the API server's audit log shows nothing of it after the new leader's first write.
