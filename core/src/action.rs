@@ -192,6 +192,9 @@ pub struct SetTaints {
     /// A first NoExecute taint that went through the zone's rate limiter: counted in
     /// `node_collector_evictions_total{zone}`.
     pub counted_zone: Option<String>,
+    /// The mark of a fence of ours, set or cleared in the same request as the taints
+    /// ([`crate::fence::FENCED_LABEL`]).
+    pub fence_mark: Option<crate::fence::FenceMark>,
 }
 
 /// What an event on a node says (`node-controller`). Texts are upstream's, but for ours.
@@ -203,6 +206,10 @@ pub enum NodeEventKind {
     /// Warning `SecondNodeLifecycleController` (ours): kube-controller-manager's node
     /// lifecycle controller wrote the node's taints or Ready condition ([`crate::second_writers`]).
     SecondWriter(crate::second_writers::Wrote),
+    /// `NodeFenced` (ours): `out-of-service` applied on this signal (docs/spec.md §15).
+    Fenced(Option<crate::fence::Signal>),
+    /// `NodeUnfenced` (ours): our `out-of-service` removed, the node back.
+    Unfenced,
 }
 
 /// An event about a node.
@@ -220,11 +227,13 @@ impl NodeEvent {
             NodeEventKind::RemovingNode => "RemovingNode",
             NodeEventKind::NodeNotReady => "NodeNotReady",
             NodeEventKind::SecondWriter(_) => "SecondNodeLifecycleController",
+            NodeEventKind::Fenced(_) => "NodeFenced",
+            NodeEventKind::Unfenced => "NodeUnfenced",
         }
     }
 
     pub fn warning(&self) -> bool {
-        matches!(self.kind, NodeEventKind::SecondWriter(_))
+        matches!(self.kind, NodeEventKind::SecondWriter(_) | NodeEventKind::Fenced(_))
     }
 
     pub fn note(&self) -> String {
@@ -238,6 +247,14 @@ impl NodeEvent {
                 UPSTREAM_MANAGER,
                 if what == crate::second_writers::Wrote::NodeTaints { "taints" } else { "Ready condition" },
             ),
+            NodeEventKind::Fenced(signal) => format!(
+                "Node {n} is confirmed off ({}): tainted {}; its terminating pods are force-deleted and their volumes detached",
+                signal.map_or("signal unknown", crate::fence::Signal::as_str),
+                crate::taints::keys::OUT_OF_SERVICE
+            ),
+            NodeEventKind::Unfenced => {
+                format!("Node {n} is back: {} removed", crate::taints::keys::OUT_OF_SERVICE)
+            }
         }
     }
 }

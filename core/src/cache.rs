@@ -282,6 +282,7 @@ mod tests {
             exclude_disruption: false,
             on_hold: false,
             legacy_hold: false,
+            fence: Default::default(),
             unschedulable: false,
             taints: vec![],
             conditions: vec![],

@@ -80,6 +80,7 @@ pub fn node(name: &str) -> NodeBuilder {
         exclude_disruption: false,
         on_hold: false,
         legacy_hold: false,
+        fence: Default::default(),
         unschedulable: false,
         taints: vec![],
         conditions: vec![cond("Ready", "True", -1.0)],
@@ -133,6 +134,24 @@ impl NodeBuilder {
     /// Labelled `node.kubernetes.io/exclude-disruption`.
     pub fn excluded(mut self) -> Self {
         self.0.exclude_disruption = true;
+        self
+    }
+
+    /// The cloud provider's shutdown taint (a fence signal).
+    pub fn cloud_shutdown(mut self) -> Self {
+        self.0.taints.push(Taint {
+            key: crate::fence::CLOUD_SHUTDOWN.into(),
+            value: String::new(),
+            effect: crate::taints::Effect::NoSchedule,
+            time_added: None,
+        });
+        self.0.fence.cloud_shutdown = true;
+        self
+    }
+
+    /// Labelled with an operator's fence request.
+    pub fn fence_requested(mut self) -> Self {
+        self.0.fence.requested = true;
         self
     }
 
@@ -329,9 +348,20 @@ impl World {
                 }
                 Action::SetTaints(w) => {
                     let mut n = self.node(&w.node).clone();
-                    match crate::taints::apply_changes(&n.taints, &w.add, &w.remove, self.now) {
+                    let marked = match w.fence_mark {
+                        Some(crate::fence::FenceMark::Set(s)) => Some(Some(s.as_str().to_owned())),
+                        Some(crate::fence::FenceMark::Clear) => Some(None),
+                        None => None,
+                    };
+                    let next = crate::taints::apply_changes(&n.taints, &w.add, &w.remove, self.now);
+                    let next = next.or_else(|| marked.is_some().then(|| n.taints.clone()));
+                    match next {
                         Some(next) => {
                             n.taints = next;
+                            if let Some(by) = marked {
+                                n.fence.fenced_by = by;
+                            }
+                            n.fence.cloud_shutdown = n.taints.iter().any(|t| t.key == crate::fence::CLOUD_SHUTDOWN);
                             self.rv += 1;
                             n.resource_version = self.rv.to_string();
                             Some((w.node.clone(), NodeWriteResult::Done(Some(Box::new(n)))))
@@ -484,6 +514,7 @@ pub fn lifecycle_config() -> LifecycleConfig {
         rules: crate::rules::upstream_defaults(),
         mark_pods_not_ready: true,
         check_leases: true,
+        fence: Default::default(),
     }
 }
 

@@ -121,7 +121,10 @@ impl Controllers<'_> {
                     }
                 });
             }
-            Change::PodRemoved(old) => self.eviction(|ev, _| ev.pod_removed(&old.key())),
+            Change::PodRemoved(old) => {
+                self.eviction(|ev, _| ev.pod_removed(&old.key()));
+                self.lifecycle(|lc, cx| lc.pod_removed(&old.node_name, cx, out));
+            }
             Change::LeaseUpserted { name, .. } => self.lifecycle(|lc, cx| lc.lease_changed(&name, cx, out)),
             Change::LeaseRemoved(_) => {}
         }
@@ -229,7 +232,9 @@ impl State {
         } else if !was && self.is_active() {
             self.resume(now, out);
         } else if self.is_active() {
-            self.controllers(now).0.eviction(|ev, cx| ev.recheck_all(cx, out));
+            let (mut c, _) = self.controllers(now);
+            c.lifecycle(|lc, cx| lc.set_evictions_paused(pause == Pause::Evictions, cx, out));
+            c.eviction(|ev, cx| ev.recheck_all(cx, out));
         }
     }
 
@@ -238,7 +243,9 @@ impl State {
     /// for a managed taint; deadlines come from the API.
     fn resume(&mut self, now: Timestamp, out: &mut Vec<Action>) {
         let synced = self.cache.synced();
+        let paused = self.pause == Pause::Evictions;
         let (mut c, _) = self.controllers(now);
+        c.lifecycle(|lc, cx| lc.set_evictions_paused(paused, cx, out));
         if synced {
             c.lifecycle(|lc, cx| lc.synced(cx, out));
         }

@@ -386,11 +386,13 @@ impl fmt::Display for TaintId {
 pub struct TaintAdd {
     pub id: TaintId,
     pub inherit: Option<TaintId>,
+    /// The taint's value (empty for every rule's taint).
+    pub value: String,
 }
 
 impl TaintAdd {
     pub fn new(id: TaintId) -> Self {
-        Self { id, inherit: None }
+        Self { id, inherit: None, value: String::new() }
     }
 }
 
@@ -408,7 +410,7 @@ pub fn apply_changes(current: &[Taint], add: &[TaintAdd], remove: &[TaintId], no
                 a.inherit.as_ref().and_then(|i| current.iter().find(|t| i.match_taint(*t))).and_then(|t| t.time_added);
             next.push(Taint {
                 key: a.id.key.clone(),
-                value: String::new(),
+                value: a.value.clone(),
                 effect: a.id.effect.clone(),
                 time_added: Some(inherited.unwrap_or(now)),
             });

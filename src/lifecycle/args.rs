@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use nlc_core::fence::{self, Signal};
 use nlc_core::flags::{DAY, HOUR, SECOND, check_duration, check_rate, parse_duration};
 use nlc_core::health::Grace;
 use nlc_core::rules::{self, ConfigFile, RuleSpec};
@@ -73,6 +74,22 @@ pub(crate) struct LifecycleArgs {
     /// refused without it.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ALLOW_NO_EXECUTE_ON_HEALTHY_NODES")]
     pub(crate) allow_no_execute_on_healthy_nodes: bool,
+    /// Fence a node confirmed off: apply `node.kubernetes.io/out-of-service` (so that pod GC
+    /// force-deletes its terminating pods and their volumes are detached) on these signals,
+    /// comma-separated: `cloud-shutdown` (the cloud provider's shutdown taint), `operator`
+    /// (`kubectl nlc fence NODE`). Never on silence alone; empty (the default) turns it off.
+    #[arg(long, value_enum, value_delimiter = ',', env = "NLC_FENCE_ON")]
+    pub(crate) fence_on: Vec<Signal>,
+    /// How long a signal and a not-Ready node must both have been seen before the fence.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, env = "NLC_FENCE_DELAY")]
+    pub(crate) fence_delay: Duration,
+    /// A fence older than this is reported as stuck (`status`, `nlc_nodes_fenced_stuck`).
+    #[arg(long, default_value = "1h", value_parser = parse_duration, env = "NLC_FENCE_MAX_DURATION")]
+    pub(crate) fence_max_duration: Duration,
+    /// Also remove an `out-of-service` taint a person applied, once the node is back (by
+    /// default only the controller's own is removed; a person's is reported).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_FENCE_REMOVE_MANUAL")]
+    pub(crate) fence_remove_manual: bool,
 }
 
 /// What the flags turn into: the decisions' configuration (`None`: not run here) and the
@@ -131,7 +148,16 @@ impl LifecycleArgs {
             taint_rules,
             allow_no_execute_on_healthy_nodes,
             node_controller_lease_circuit_breaker,
+            fence_on,
+            fence_delay,
+            fence_max_duration,
+            fence_remove_manual,
         } = self;
+        check_duration("--fence-delay", fence_delay, Duration::ZERO, DAY)?;
+        check_duration("--fence-max-duration", fence_max_duration, SECOND, DAY * 30)?;
+        let mut fence_on = fence_on;
+        fence_on.sort();
+        fence_on.dedup();
         check_duration("--node-monitor-period", node_monitor_period, Duration::from_millis(100), HOUR)?;
         check_duration("--node-monitor-grace-period", node_monitor_grace_period, SECOND, DAY)?;
         check_duration("--node-startup-grace-period", node_startup_grace_period, SECOND, DAY)?;
@@ -174,6 +200,12 @@ impl LifecycleArgs {
             rules,
             mark_pods_not_ready,
             check_leases: node_controller_lease_circuit_breaker,
+            fence: fence::Config {
+                on: fence_on,
+                delay: fence_delay,
+                max_duration: fence_max_duration,
+                remove_manual: fence_remove_manual,
+            },
         });
         let pacing = Pacing { mark_pods_not_ready_qps, node_taint_qps, node_taint_burst };
         Ok(Config { decisions, pacing, config_file })

@@ -26,9 +26,11 @@
 //!
 //! Its parts: `nodes` (heartbeats, grace periods, writes and their backoff per node), `plan`
 //! (what a node's taints should become, and the gate), `zones` (zone states, limiters and
-//! queues, the all-zones outage), `marks` (MarkPodsNotReady).
+//! queues, the all-zones outage), `marks` (MarkPodsNotReady), `fences` (fencing a node confirmed
+//! off, docs/spec.md §15).
 
 mod consistency;
+mod fences;
 pub mod limiter;
 mod marks;
 mod nodes;
@@ -45,14 +47,16 @@ use crate::action::{
 };
 use crate::condition;
 use crate::ctx::Ctx;
+use crate::fence::Standing;
 use crate::health::{self, Grace, Probe};
 use crate::index::{PodKey, SlimNode};
 use crate::rules::TaintRule;
-use crate::taints::{TaintId, TaintIdentity};
+use crate::taints::{TaintAdd, TaintId, TaintIdentity};
 use crate::time::after;
 use crate::zone::Rates;
 pub use consistency::LeaseCacheReport;
 use consistency::LeaseHold;
+use fences::{Fences, Seen, Step};
 use marks::Marks;
 use nodes::Nodes;
 use plan::Judge;
@@ -73,6 +77,8 @@ pub struct Config {
     /// Read a silent node's Lease live before marking it `Unknown`, and hold while the Lease
     /// cache is behind (upstream 1.37's `NodeControllerLeaseCircuitBreaker`; `consistency`).
     pub check_leases: bool,
+    /// Fencing a node confirmed off (`--fence-*`, [`crate::fence`]).
+    pub fence: crate::fence::Config,
 }
 
 /// First delay and cap of the per-node backoff after a failed write (and of MarkPodsNotReady
@@ -94,6 +100,10 @@ pub struct NodeLifecycle {
     /// When this process began judging nodes (its caches synced while leading): a managed taint
     /// added before it was inherited ([`crate::ctx::Gate`]).
     judging_since: Option<Timestamp>,
+    /// Fences waiting out their delay or a brake.
+    fences: Fences,
+    /// The operator paused evictions: no new fence either (docs/spec.md §11, §15).
+    evictions_paused: bool,
 }
 
 impl NodeLifecycle {
@@ -115,6 +125,8 @@ impl NodeLifecycle {
             next_pass: None,
             synced: false,
             judging_since: None,
+            fences: Fences::default(),
+            evictions_paused: false,
         }
     }
 
@@ -201,6 +213,16 @@ impl NodeLifecycle {
             }
             reconcile_labels(node, old, out);
         }
+        if let Some(o) = old
+            && o.fence.fenced_by != node.fence.fenced_by
+            && node.selected
+        {
+            let kind = match &node.fence.fenced_by {
+                Some(signal) => NodeEventKind::Fenced(crate::fence::Signal::parse(signal)),
+                None => NodeEventKind::Unfenced,
+            };
+            out.push(Action::NodeEvent(NodeEvent { node: name.to_owned(), uid: node.uid.clone(), kind }));
+        }
         let ready_status = |n: &SlimNode| n.condition("Ready").map(|c| c.status.clone());
         if old.is_none_or(|o| {
             o.zone != node.zone
@@ -215,6 +237,7 @@ impl NodeLifecycle {
     }
 
     pub fn node_removed(&mut self, old: &SlimNode, out: &mut Vec<Action>) {
+        self.fences.forget(&old.name);
         if self.nodes.remove(&old.name) {
             self.zones.dequeue(&old.name);
             if old.selected {
@@ -335,6 +358,9 @@ impl NodeLifecycle {
         for name in self.nodes.retries_due(now) {
             self.reconcile(&name, cx, out);
         }
+        for name in self.fences.due(now, self.cfg.fence.delay) {
+            self.reconcile(&name, cx, out);
+        }
         let judge =
             Judge { cfg: &self.cfg, managed: &self.managed, nodes: &self.nodes, outage: self.zones.all_disrupted() };
         self.marks.retry_due(cx.index, now, |n| !judge.effectively_ready(n, now), out);
@@ -377,7 +403,8 @@ impl NodeLifecycle {
         // While live Lease reads are out the zones' queues wait for their answers (each is an
         // input), not for a time.
         let zones = if self.nodes.reading() { None } else { self.zones.next_wakeup() };
-        [self.nodes.next_wakeup(), self.marks.next_wakeup(), zones, self.next_pass].into_iter().flatten().min()
+        let fences = self.fences.next_wakeup(self.cfg.fence.delay);
+        [self.nodes.next_wakeup(), self.marks.next_wakeup(), zones, fences, self.next_pass].into_iter().flatten().min()
     }
 
     fn reconcile_all(&mut self, cx: Ctx<'_>, out: &mut Vec<Action>) {
@@ -432,7 +459,23 @@ impl NodeLifecycle {
             return;
         }
         let plan = self.judge().plan(node, now);
-        if !plan.add_now.is_empty() || !plan.remove.is_empty() {
+        let (mut add, mut remove) = (plan.add_now, plan.remove);
+        let step = self.fence_step(node, cx);
+        match step {
+            Step::Apply(_) => add.push(TaintAdd {
+                value: crate::fence::OUT_OF_SERVICE_VALUE.to_owned(),
+                ..TaintAdd::new(crate::fence::taint_id())
+            }),
+            Step::Remove => remove.extend(
+                node.taints
+                    .iter()
+                    .filter(|t| t.key == crate::taints::keys::OUT_OF_SERVICE)
+                    .map(|t| TaintId::new(t.key.clone(), t.effect.clone())),
+            ),
+            Step::ClearMark | Step::Nothing => {}
+        }
+        let fence_mark = step.mark(node);
+        if !add.is_empty() || !remove.is_empty() || fence_mark.is_some() {
             if let Some(st) = self.nodes.get_mut(name) {
                 st.writing = true;
             }
@@ -440,12 +483,61 @@ impl NodeLifecycle {
                 node: name.to_owned(),
                 resource_version: node.resource_version.clone(),
                 current: node.taints.clone(),
-                add: plan.add_now,
-                remove: plan.remove,
+                add,
+                remove,
                 counted_zone: None,
+                fence_mark,
             }));
         }
         self.set_queued(name, &node.zone, !plan.add_limited.is_empty() && !self.zones.all_disrupted());
+    }
+
+    /// What `node`'s fence should do now ([`fences`]).
+    fn fence_step(&mut self, node: &SlimNode, cx: Ctx<'_>) -> Step {
+        let tainted = crate::fence::out_of_service(&node.taints);
+        if self.cfg.fence.on.is_empty() && !tainted && node.fence.fenced_by.is_none() {
+            return Step::Nothing;
+        }
+        let judge = self.judge();
+        let seen = Seen {
+            ready: judge.effective_status(node, "Ready", cx.now).map(str::to_owned),
+            overdue: self.nodes.overdue(&node.name, cx.now),
+            terminating: if tainted { cx.index.pods_on(&node.name).filter(|p| p.terminating).count() } else { 0 },
+            braked: node.on_hold || self.evictions_paused || self.zones.all_disrupted(),
+        };
+        self.fences.step(&self.cfg.fence, node, &seen, cx.now)
+    }
+
+    /// Where `node` stands on fencing (docs/spec.md §15), for `status` and `explain`: `None`
+    /// for a node that is `Ready`, or not `Ready` with no pod terminating and no signal.
+    pub fn fence_standing(&self, node: &SlimNode, index: &crate::index::Index, now: Timestamp) -> Option<Standing> {
+        if crate::fence::out_of_service(&node.taints) {
+            return Some(Standing::Fenced { by: node.fence.fenced_by.clone() });
+        }
+        if let Some((since, signal)) = self.fences.pending(&node.name) {
+            return Some(Standing::Pending { signal, since });
+        }
+        let ready = self.judge().effective_status(node, "Ready", now) == Some(condition::TRUE);
+        (!ready && index.pods_on(&node.name).any(|p| p.terminating)).then_some(Standing::AwaitingSignal)
+    }
+
+    /// The operator paused or resumed evictions: a fence held by the pause goes when it lifts.
+    pub fn set_evictions_paused(&mut self, paused: bool, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        let lifted = self.evictions_paused && !paused;
+        self.evictions_paused = paused;
+        if lifted && self.synced {
+            for name in self.fences.held() {
+                self.reconcile(&name, cx, out);
+            }
+        }
+    }
+
+    /// A pod went from the cache: on a node with `out-of-service`, it may have been the last
+    /// one in the way of removing it.
+    pub fn pod_removed(&mut self, node: &str, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        if self.synced && cx.index.nodes.get(node).is_some_and(|n| crate::fence::out_of_service(&n.taints)) {
+            self.reconcile(node, cx, out);
+        }
     }
 
     /// Never judged silent from a stale Lease cache (`consistency`): a node whose grace has
@@ -529,6 +621,7 @@ impl NodeLifecycle {
                 add: t.add,
                 remove: vec![],
                 counted_zone: Some(t.zone),
+                fence_mark: None,
             }));
         }
     }

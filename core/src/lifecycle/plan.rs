@@ -36,7 +36,7 @@ pub(super) struct TaintPlan {
 }
 
 impl Judge<'_> {
-    fn effective_status<'n>(&self, node: &'n SlimNode, condition: &str, now: Timestamp) -> Option<&'n str> {
+    pub(super) fn effective_status<'n>(&self, node: &'n SlimNode, condition: &str, now: Timestamp) -> Option<&'n str> {
         if condition == UNSCHEDULABLE {
             return node.unschedulable.then_some(condition::TRUE);
         }
@@ -87,7 +87,7 @@ impl Judge<'_> {
                     && plan.remove.iter().any(|rm| rm.match_taint(*o))
             });
             match replaced {
-                Some(o) => plan.add_now.push(TaintAdd { id, inherit: Some(o.id()) }),
+                Some(o) => plan.add_now.push(TaintAdd { inherit: Some(o.id()), ..TaintAdd::new(id) }),
                 None => plan.add_limited.push(TaintAdd::new(id)),
             }
         }

@@ -926,3 +926,133 @@ fn a_silence_confirmed_during_a_hold_is_read_again_after_it() {
         .collect();
     assert_eq!(marked, vec!["n1", "n2"]);
 }
+
+// Fencing (docs/spec.md §15).
+
+fn fencing(on: &[crate::fence::Signal]) -> Config {
+    let mut c = cfg();
+    c.fence = crate::fence::Config { on: on.to_vec(), ..Default::default() };
+    c
+}
+
+const SIGNALS: &[crate::fence::Signal] = &[crate::fence::Signal::CloudShutdown, crate::fence::Signal::Operator];
+
+/// n0 is off (the cloud says so), n1 silent with no signal, n2..n5 alive.
+fn off_and_silent(c: Config, pods: Vec<crate::index::SlimPod>) -> World {
+    let mut nodes = vec![node("n0").zone("a").cloud_shutdown().build(), node("n1").zone("a").build()];
+    nodes.extend((2..6).map(|i| node(&format!("n{i}")).zone("a").build()));
+    World::new(c, nodes, pods)
+}
+
+const ALIVE: &[&str] = &["n2", "n3", "n4", "n5"];
+
+fn oos(w: &World, n: &str) -> bool {
+    w.has_taint(n, keys::OUT_OF_SERVICE, Effect::NoExecute)
+}
+
+#[test]
+fn a_node_confirmed_off_is_fenced_after_the_delay_and_never_on_silence_alone() {
+    let mut w = off_and_silent(fencing(SIGNALS), vec![]);
+    // Both go silent at once; their grace runs out at 50 s: the fence delay (60 s) runs from there.
+    w.heartbeat(ALIVE, 0.0, 100.0);
+    w.advance_to(109.999);
+    assert_eq!(w.node("n0").condition("Ready").map(|c| c.status.as_str()), Some("Unknown"));
+    assert!(!oos(&w, "n0"), "not before the delay");
+    w.advance_to(110.0);
+    assert!(oos(&w, "n0"), "{:?}", w.node("n0").taints);
+    let t = w.node("n0").taints.iter().find(|t| t.key == keys::OUT_OF_SERVICE).cloned();
+    assert_eq!(t.map(|t| t.value), Some("nodeshutdown".to_owned()));
+    assert_eq!(w.node("n0").fence.fenced_by.as_deref(), Some("cloud-shutdown"), "marked ours");
+    assert_eq!(w.events("NodeFenced").len(), 1);
+    w.heartbeat(ALIVE, 110.0, 2000.0);
+    assert!(!oos(&w, "n1"), "silence alone is never a signal, whatever the time");
+}
+
+#[test]
+fn fencing_is_off_unless_a_signal_is_accepted() {
+    let mut w = off_and_silent(cfg(), vec![]);
+    w.heartbeat(ALIVE, 0.0, 500.0);
+    assert!(!oos(&w, "n0"), "off by default");
+    let mut w = off_and_silent(fencing(&[crate::fence::Signal::Operator]), vec![]);
+    w.heartbeat(ALIVE, 0.0, 500.0);
+    assert!(!oos(&w, "n0"), "the cloud's signal is not accepted");
+    let mut n = w.node("n1").clone();
+    n.fence.requested = true;
+    w.update_node(n);
+    w.heartbeat(ALIVE, 500.0, 559.0);
+    assert!(!oos(&w, "n1"));
+    w.heartbeat(ALIVE, 560.0, 570.0);
+    assert!(oos(&w, "n1"), "the operator's request, 60 s after it was seen");
+    assert_eq!(w.node("n1").fence.fenced_by.as_deref(), Some("operator"));
+}
+
+#[test]
+fn our_fence_comes_off_when_the_node_is_back_and_its_terminating_pods_are_gone() {
+    let mut w = off_and_silent(fencing(SIGNALS), vec![pod("p").on("n0").terminating().build()]);
+    w.heartbeat(ALIVE, 0.0, 120.0);
+    assert!(oos(&w, "n0"));
+    // The instance is started again: the cloud lifts its taint, the kubelet posts Ready.
+    let mut n = w.node("n0").clone();
+    n.taints.retain(|t| t.key != crate::fence::CLOUD_SHUTDOWN);
+    n.fence.cloud_shutdown = false;
+    w.update_node(n);
+    w.renew_lease("n0");
+    w.kubelet_posts("n0", "True");
+    assert!(oos(&w, "n0"), "kept while a pod of the old incarnation is terminating");
+    w.input(Input::Pod(WatchEvent::Delete(pod("p").on("n0").terminating().build())));
+    assert!(!oos(&w, "n0"), "{:?}", w.node("n0").taints);
+    assert_eq!(w.node("n0").fence.fenced_by, None, "the mark goes with it");
+    assert_eq!(w.events("NodeUnfenced"), vec!["Node n0 is back: node.kubernetes.io/out-of-service removed"]);
+}
+
+#[test]
+fn a_person_s_out_of_service_is_reported_not_removed_unless_told() {
+    let taint = || Taint { value: "nodeshutdown".into(), ..Taint::new(keys::OUT_OF_SERVICE, Effect::NoExecute) };
+    let w = World::new(fencing(SIGNALS), vec![node("n0").zone("a").taint(taint()).build()], vec![]);
+    assert!(oos(&w, "n0"), "Ready, but not ours");
+    assert_eq!(
+        w.lc().fence_standing(w.node("n0"), &w.state.cache.index, w.now),
+        Some(crate::fence::Standing::Fenced { by: None })
+    );
+    let mut c = fencing(SIGNALS);
+    c.fence.remove_manual = true;
+    let w = World::new(c, vec![node("n0").zone("a").taint(taint()).build()], vec![]);
+    assert!(!oos(&w, "n0"), "--fence-remove-manual");
+}
+
+#[test]
+fn the_brakes_hold_a_fence() {
+    // A held node.
+    let mut nodes = vec![node("n0").zone("a").cloud_shutdown().on_hold().build()];
+    nodes.extend((2..6).map(|i| node(&format!("n{i}")).zone("a").build()));
+    let mut w = World::new(fencing(SIGNALS), nodes, vec![]);
+    w.heartbeat(ALIVE, 0.0, 300.0);
+    assert!(!oos(&w, "n0"), "held");
+    // Evictions paused: held until the pause lifts, then at once.
+    let mut w = off_and_silent(fencing(SIGNALS), vec![]);
+    w.input(Input::Pause(crate::brakes::Pause::Evictions));
+    w.heartbeat(ALIVE, 0.0, 300.0);
+    assert!(!oos(&w, "n0"), "paused");
+    let before = w.log.len();
+    w.input(Input::Pause(crate::brakes::Pause::None));
+    assert!(oos(&w, "n0"), "the pause lifted");
+    assert!(w.log[before..].iter().all(|(t, _)| *t == w.now), "at once");
+    // Every zone disrupted: the control plane is the likely fault.
+    let mut w = World::new(fencing(SIGNALS), vec![node("n0").zone("a").cloud_shutdown().build()], vec![]);
+    w.advance_to(300.0);
+    assert!(w.lc().all_zones_disrupted());
+    assert!(!oos(&w, "n0"), "all zones down");
+}
+
+#[test]
+fn a_pending_fence_is_reported_with_its_signal_and_since_when() {
+    let mut w = off_and_silent(fencing(SIGNALS), vec![pod("q").on("n1").terminating().build()]);
+    w.heartbeat(ALIVE, 0.0, 70.0);
+    let index = &w.state.cache.index;
+    assert_eq!(
+        w.lc().fence_standing(w.node("n0"), index, w.now),
+        Some(crate::fence::Standing::Pending { signal: crate::fence::Signal::CloudShutdown, since: ts(50.0) })
+    );
+    assert_eq!(w.lc().fence_standing(w.node("n1"), index, w.now), Some(crate::fence::Standing::AwaitingSignal));
+    assert_eq!(w.lc().fence_standing(w.node("n2"), index, w.now), None);
+}

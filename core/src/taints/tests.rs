@@ -216,7 +216,7 @@ fn apply_changes_keeps_foreign_taints_and_time_added() {
     assert_eq!(replaced, vec![user.clone(), taint(keys::NOT_READY, "", "NoExecute").added_at(t1)]);
     // The not-ready <-> unreachable swap keeps the replaced taint's timeAdded ("not Ready since");
     // the user's taint is untouched.
-    let swap = TaintAdd { id: ne(keys::NOT_READY), inherit: Some(ne(keys::UNREACHABLE)) };
+    let swap = TaintAdd { inherit: Some(ne(keys::UNREACHABLE)), ..TaintAdd::new(ne(keys::NOT_READY)) };
     let swapped = apply_changes(&current, std::slice::from_ref(&swap), &[ne(keys::UNREACHABLE)], t1).expect("changed");
     assert_eq!(swapped, vec![user.clone(), taint(keys::NOT_READY, "", "NoExecute").added_at(t0)]);
     // Inheriting from a taint that is not there (or has no timeAdded) falls back to now.

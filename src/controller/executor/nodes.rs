@@ -13,6 +13,7 @@ use kube::Resource;
 use kube::api::{GetParams, Patch};
 use kube::core::Request;
 use nlc_core::action::{CheckLease, LeaseRead, NodeWriteResult, SetConditions, SetLabels, SetTaints};
+use nlc_core::fence::{self, FenceMark};
 use nlc_core::index::SlimNode;
 use nlc_core::taints;
 use nlc_core::upstream::NODE_LEASE_NAMESPACE;
@@ -174,15 +175,24 @@ impl Inner {
         let mut current = w.current.clone();
         let mut rv = w.resource_version.clone();
         let mut fresh: Option<Box<SlimNode>> = None;
+        // A fence of ours is marked in the same request as its taint (nlc_core::fence).
+        let mark = w.fence_mark.map(|m| match m {
+            FenceMark::Set(signal) => serde_json::Value::from(signal.as_str()),
+            FenceMark::Clear => serde_json::Value::Null,
+        });
         for attempt in 0..5u32 {
-            let Some(next) = taints::apply_changes(&current, &w.add, &w.remove, self.clock.now()) else {
+            let next = taints::apply_changes(&current, &w.add, &w.remove, self.clock.now());
+            let Some(next) = next.or_else(|| mark.is_some().then(|| current.clone())) else {
                 return NodeWriteResult::Done(fresh);
             };
             if !self.api_budget(1).await {
                 return NodeWriteResult::Failed("not the leader".into());
             }
             let list: Vec<k8s_openapi::api::core::v1::Taint> = next.iter().map(Into::into).collect();
-            let patch = json!({"metadata": {"resourceVersion": rv}, "spec": {"taints": list}});
+            let mut patch = json!({"metadata": {"resourceVersion": rv}, "spec": {"taints": list}});
+            if let Some(mark) = &mark {
+                patch["metadata"]["labels"] = json!({ fence::FENCED_LABEL: mark });
+            }
             let req = nodes().patch(&w.node, &crate::patch_params(), &Patch::Merge(&patch));
             match self
                 .calls

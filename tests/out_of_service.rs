@@ -1,0 +1,168 @@
+//! Dead-node recovery against the real kube-apiserver and a real kube-controller-manager running
+//! pod GC only (the controller that stays on beside us, docs/spec.md §15): a node the cloud says
+//! is shut down, its pod evicted by us and left `Terminating` (no kubelet confirms it), gets
+//! `out-of-service` after `--fence-delay`, and pod GC force-deletes the pod; a silent node with no
+//! signal, and a held one, never; the node started again, our taint and its mark come off. Own
+//! control plane: pod GC acts on every node of it.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use nlc_core::fence::{CLOUD_SHUTDOWN, FENCED_LABEL};
+use nlc_testenv::shared;
+use serde_json::json;
+
+const OOS: &str = "node.kubernetes.io/out-of-service";
+
+fn shutdown_taint() -> serde_json::Value {
+    json!({"key": CLOUD_SHUTDOWN, "effect": "NoSchedule"})
+}
+
+fn fenced(n: &Node) -> bool {
+    n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|t| t.iter().any(|t| t.key == OOS))
+}
+
+fn mark(n: &Node) -> Option<String> {
+    n.metadata.labels.as_ref().and_then(|l| l.get(FENCED_LABEL)).cloned()
+}
+
+async fn pod_now(s: &Scope, name: &str) -> Option<Pod> {
+    s.pods().get_opt(name).await.expect("get pod")
+}
+
+async fn events(client: &kube::Client, reason: &str, node: &str) -> Vec<String> {
+    let api: Api<Event> = Api::all(client.clone());
+    let list = api.list(&ListParams::default().fields(&format!("reason={reason}"))).await.expect("events");
+    list.items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(node))
+        .map(|e| e.message.unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_node_confirmed_off_is_fenced_its_pods_force_deleted_and_unfenced_when_back() {
+    let env = shared();
+    let s = Scope::new(env, "oos").await;
+    // One zone: the off node, a silent one with no signal, a held off one, and four alive (3 of
+    // 7 not ready: the zone stays Normal, under the 0.55 threshold).
+    let off = make_node(&s, "z1", json!([shutdown_taint()])).await;
+    let silent = make_node(&s, "z1", json!([])).await;
+    let held = make_node_labelled(
+        &s,
+        "z1",
+        json!([shutdown_taint()]),
+        json!({"node-restriction.kubernetes.io/node-lifecycle-controller-hold": "test"}),
+    )
+    .await;
+    let mut alive = Vec::new();
+    for _ in 0..4 {
+        alive.push(make_node(&s, "z1", json!([])).await);
+    }
+    let mut all = alive.clone();
+    all.extend([off.clone(), silent.clone(), held.clone()]);
+    let kubelets = Kubelets::start(&s.client, &all).await;
+    for n in [&off, &silent, &held] {
+        kubelets.stop(n);
+    }
+    for (pod, node) in [("on-off", &off), ("on-silent", &silent), ("on-held", &held)] {
+        // Tolerates unreachable for 0 s (DefaultTolerationSeconds would give 300 s): due at once.
+        s.pod(pod, node, json!([toleration(UNREACHABLE, Some(0))]), json!({})).await;
+    }
+    let mut kcm = start_kcm(env, &env.kubeconfig, "pod-garbage-collector-controller", &[]);
+    let c = Controller::start(
+        env,
+        &s.scope,
+        &flags(&["--fence-on", "cloud-shutdown,operator", "--fence-delay", "2s", "--node-eviction-rate", "100"]),
+    )
+    .await;
+    let started = Instant::now();
+
+    // Evicted by us (untolerated unreachable:NoExecute), and left Terminating: no kubelet.
+    for pod in ["on-off", "on-silent"] {
+        eventually(Duration::from_secs(30), || async {
+            pod_now(&s, pod).await.and_then(|p| p.metadata.deletion_timestamp).map(|_| ())
+        })
+        .await
+        .unwrap_or_else(|| panic!("{pod} never deleted:\n{}", c.logs()));
+    }
+    // Fenced, marked ours, on the cloud's signal.
+    let (node, _) = wait_node(&s, &off, Duration::from_secs(30), fenced)
+        .await
+        .unwrap_or_else(|| panic!("never fenced:\n{}", c.logs()));
+    eprintln!("fenced {:.1} s after the controller started", started.elapsed().as_secs_f64());
+    let taint = node.spec.as_ref().and_then(|s| s.taints.as_ref()).and_then(|t| t.iter().find(|t| t.key == OOS));
+    assert_eq!(taint.map(|t| (t.value.as_deref(), t.effect.as_str())), Some((Some("nodeshutdown"), "NoExecute")));
+    assert_eq!(mark(&node).as_deref(), Some("cloud-shutdown"));
+    // Pod GC force-deletes the pod (it checks every 20 s).
+    let gone = eventually_every(Duration::from_secs(60), Duration::from_millis(500), || async {
+        pod_now(&s, "on-off").await.is_none().then_some(())
+    })
+    .await;
+    if gone.is_none() {
+        let _ = kcm.start_kill();
+        panic!(
+            "pod GC never force-deleted on-off:\n{}\nkcm:\n{}",
+            c.logs(),
+            std::fs::read_to_string(env.dir.join("kcm.log")).unwrap_or_default()
+        );
+    }
+    eprintln!("force-deleted {:.1} s after the controller started", started.elapsed().as_secs_f64());
+    let fenced_events = eventually(Duration::from_secs(10), || async {
+        let e = events(&s.client, "NodeFenced", &off).await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await
+    .unwrap_or_default();
+    assert_eq!(fenced_events.len(), 1, "{fenced_events:?}");
+    assert!(fenced_events[0].contains("(cloud-shutdown)"), "{fenced_events:?}");
+
+    // No signal, or a held node: never fenced, and their pods stay Terminating.
+    for n in [&silent, &held] {
+        let now = node_now(&s, n).await;
+        assert!(!fenced(&now), "{n} fenced:\n{}", c.logs());
+    }
+    assert!(pod_now(&s, "on-silent").await.is_some(), "a partition is not a dead node");
+    assert!(pod_now(&s, "on-held").await.is_some());
+
+    // The instance is started again: the cloud lifts its taint, the kubelet renews and posts Ready.
+    s.set_taints(
+        &off,
+        json!(
+            node_now(&s, &off)
+                .await
+                .spec
+                .and_then(|s| s.taints)
+                .map(|t| t.into_iter().filter(|t| t.key != CLOUD_SHUTDOWN).collect::<Vec<_>>())
+        ),
+    )
+    .await;
+    kubelets.resume(&off);
+    set_condition(&s, &off, "Ready", "True").await;
+    let (node, _) = wait_node(&s, &off, Duration::from_secs(30), |n| !fenced(n))
+        .await
+        .unwrap_or_else(|| panic!("never unfenced:\n{}", c.logs()));
+    assert_eq!(mark(&node), None, "the mark goes with the taint");
+    let unfenced = eventually(Duration::from_secs(10), || async {
+        let e = events(&s.client, "NodeUnfenced", &off).await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert!(unfenced.is_some(), "no NodeUnfenced event:\n{}", c.logs());
+
+    // A person's out-of-service on a Ready node is left alone (only ours is removed).
+    let api: Api<Node> = s.nodes();
+    let mut taints = node_now(&s, &alive[0]).await.spec.and_then(|s| s.taints).unwrap_or_default();
+    taints
+        .push(serde_json::from_value(json!({"key": OOS, "value": "nodeshutdown", "effect": "NoExecute"})).expect("t"));
+    api.patch(&alive[0], &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": taints}})))
+        .await
+        .expect("a person's taint");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(fenced(&node_now(&s, &alive[0]).await), "a person's taint removed:\n{}", c.logs());
+    drop(kcm);
+}
