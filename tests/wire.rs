@@ -14,6 +14,7 @@ use std::time::Duration;
 use common::*;
 use hyper::body::Body as _;
 use hyper::header::{ACCEPT, CONTENT_TYPE};
+use jiff::Timestamp;
 use kube::client::Body;
 use nlc_core::wire::{WireLease, WireNode, WirePod, proto};
 use nlc_testenv::shared;
@@ -233,8 +234,9 @@ async fn same_events<K: Wire>(j: &mut JsonWatch, p: &mut ProtoWatch) -> Vec<Stri
     panic!("no DELETED event in {n}: {types:?}")
 }
 
-// Long: one scope of odd objects, then every way of reading them (lists, pages,
-// errors, watches, a streaming list) compared on those same objects.
+// One scope of odd objects, then every way of reading them (lists, pages, errors, watches, a
+// streaming list) compared on those same objects. The order matters: the lists count the
+// objects that the watches then change and delete.
 #[tokio::test]
 async fn protobuf_lists_and_watches_decode_as_their_json() {
     let env = shared();
@@ -247,7 +249,32 @@ async fn protobuf_lists_and_watches_decode_as_their_json() {
     let leases_uri = format!("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases");
     let now = now_s();
 
-    // Nodes: labels with empty values, unschedulable both ways, taints of every shape.
+    let nodes = create_odd_nodes(&s, now).await;
+    let negative_admitted = create_odd_pods(c, &pods_uri, &nodes.odd, &nodes.ready, now).await;
+    create_odd_leases(c, &leases_uri).await;
+
+    lists_decode_as_their_json(c, &nodes_uri, &pods_uri, &leases_uri, negative_admitted).await;
+    the_answers_hold_what_the_cases_are_about(c, &pods_uri, &nodes.odd).await;
+    errors_decode_as_their_json(c, &pods_uri).await;
+    node_watch_events_decode_as_their_json(&s, &nodes_uri, &nodes.plain, &nodes.ready, now).await;
+    pod_watch_events_decode_as_their_json(c, &pods_uri).await;
+    a_streaming_list_of_leases_ends_at_its_bookmark(c, &leases_uri).await;
+}
+
+/// The scope's three nodes, by name.
+struct OddNodes {
+    /// Odd labels and taints, written partly by kube-controller-manager.
+    odd: String,
+    /// Plain, then changed and deleted by the node watch.
+    plain: String,
+    /// Made by `Scope::node`.
+    ready: String,
+}
+
+/// Nodes: labels with empty values, unschedulable both ways, taints of every shape.
+async fn create_odd_nodes(s: &Scope, now: Timestamp) -> OddNodes {
+    let c = &s.client;
+    let ns = &s.ns;
     let odd = nlc_testenv::unique(&format!("{ns}-odd"));
     create(
         c,
@@ -299,16 +326,21 @@ async fn protobuf_lists_and_watches_decode_as_their_json() {
         "images": [{"names": ["registry.example/app:v1"], "sizeBytes": 123}]}}),
     )
     .await;
+    OddNodes { odd, plain, ready }
+}
 
-    // Pods: bound and not, tolerations past the kept limit, extreme seconds, a deleting one.
-    let pod = |name: &str, node: Option<&str>, tolerations: Value| {
-        let mut spec = json!({"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-            "env": [{"name": "X", "value": "1"}]}], "tolerations": tolerations});
-        if let Some(node) = node {
-            spec["nodeName"] = json!(node);
-        }
-        json!({"metadata": {"name": name, "labels": {"app": "wire", "empty": ""}}, "spec": spec})
-    };
+/// A pod labelled `app=wire`, bound to `node` if any.
+fn pod(name: &str, node: Option<&str>, tolerations: Value) -> Value {
+    let mut spec = json!({"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+        "env": [{"name": "X", "value": "1"}]}], "tolerations": tolerations});
+    if let Some(node) = node {
+        spec["nodeName"] = json!(node);
+    }
+    json!({"metadata": {"name": name, "labels": {"app": "wire", "empty": ""}}, "spec": spec})
+}
+
+/// 300 tolerations of every shape: past the number the cache keeps.
+fn many_tolerations() -> Vec<Value> {
     let mut many = Vec::new();
     for i in 0..300 {
         many.push(match i % 5 {
@@ -319,14 +351,19 @@ async fn protobuf_lists_and_watches_decode_as_their_json() {
             _ => json!({"key": format!("k{i}"), "effect": "PreferNoSchedule"}),
         });
     }
-    let pods_post = format!("/api/v1/namespaces/{ns}/pods");
-    create(c, &pods_post, pod("many", Some(&odd), json!(many))).await;
+    many
+}
+
+/// Pods: bound and not, tolerations past the kept limit, extreme seconds, a deleting one.
+/// Returns whether the API server admitted the pod with negative `tolerationSeconds`.
+async fn create_odd_pods(c: &kube::Client, pods_uri: &str, odd: &str, ready: &str, now: Timestamp) -> bool {
+    create(c, pods_uri, pod("many", Some(odd), json!(many_tolerations()))).await;
     create(
         c,
-        &pods_post,
+        pods_uri,
         pod(
             "extreme",
-            Some(&odd),
+            Some(odd),
             json!([
         {"key": "max", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": i64::MAX},
         {"key": "zero", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0},
@@ -334,15 +371,34 @@ async fn protobuf_lists_and_watches_decode_as_their_json() {
         ),
     )
     .await;
+    let negative_admitted = create_negative_pod(c, pods_uri, odd).await;
+    create(c, pods_uri, pod("unbound", None, json!([]))).await;
+    create(c, pods_uri, pod("defaults", Some(ready), json!(null))).await;
+    let mut deleting = pod("deleting", Some(ready), json!([]));
+    deleting["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    create(c, pods_uri, deleting).await;
+    patch(c, &format!("{pods_uri}/extreme/status"), true, json!({"status": {"phase": "Running", "conditions": [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+        {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now},
+        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager", "message": "Taint manager: deleting due to NoExecute taint", "lastTransitionTime": now}]}}))
+    .await;
+    let r = call(c, "DELETE", &format!("{pods_uri}/deleting"), None, JSON).await;
+    assert_eq!(r.status, 200, "delete");
+    let _ = r.bytes().await;
+    negative_admitted
+}
+
+/// Tries a pod with negative `tolerationSeconds` on `odd`; returns whether it was admitted.
+async fn create_negative_pod(c: &kube::Client, pods_uri: &str, odd: &str) -> bool {
     let negative = call(
         c,
         "POST",
-        &pods_post,
+        pods_uri,
         Some((
             JSON,
             pod(
                 "negative",
-                Some(&odd),
+                Some(odd),
                 json!([
         {"key": "min", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": i64::MIN},
         {"key": "neg", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": -5}]),
@@ -356,21 +412,12 @@ async fn protobuf_lists_and_watches_decode_as_their_json() {
         nlc_testenv::note(&format!("wire: negative tolerationSeconds refused ({})", negative.status));
     }
     let _ = negative.bytes().await;
-    create(c, &pods_post, pod("unbound", None, json!([]))).await;
-    create(c, &pods_post, pod("defaults", Some(&ready), json!(null))).await;
-    let mut deleting = pod("deleting", Some(&ready), json!([]));
-    deleting["metadata"]["finalizers"] = json!(["example.com/hold"]);
-    create(c, &pods_post, deleting).await;
-    patch(c, &format!("{pods_post}/extreme/status"), true, json!({"status": {"phase": "Running", "conditions": [
-        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
-        {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now},
-        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager", "message": "Taint manager: deleting due to NoExecute taint", "lastTransitionTime": now}]}}))
-    .await;
-    let r = call(c, "DELETE", &format!("{pods_post}/deleting"), None, JSON).await;
-    assert_eq!(r.status, 200, "delete");
-    let _ = r.bytes().await;
+    negative_admitted
+}
 
-    // Leases: empty holder, zero transitions (a zero duration is refused), microseconds, far-future renewTime, a bare spec.
+/// Leases: empty holder, zero transitions (a zero duration is refused), microseconds, far-future
+/// renewTime, a bare spec.
+async fn create_odd_leases(c: &kube::Client, leases_uri: &str) {
     let micro = "2026-03-04T05:06:07.123456Z";
     for (name, spec) in [
         (
@@ -382,15 +429,27 @@ async fn protobuf_lists_and_watches_decode_as_their_json() {
         ("pre-epoch", json!({"renewTime": "1969-07-20T20:17:40.000001Z"})),
         ("bare", json!({})),
     ] {
-        create(c, &leases_uri, json!({"metadata": {"name": name}, "spec": spec})).await;
+        create(c, leases_uri, json!({"metadata": {"name": name}, "spec": spec})).await;
     }
+}
 
-    // Lists.
-    assert_eq!(same_list::<WireNode>(c, &nodes_uri).await, 3);
-    let pods = same_list::<WirePod>(c, &pods_uri).await;
+/// Every node, pod and Lease of the scope lists equal in protobuf and in JSON, whole and in pages.
+async fn lists_decode_as_their_json(
+    c: &kube::Client,
+    nodes_uri: &str,
+    pods_uri: &str,
+    leases_uri: &str,
+    negative_admitted: bool,
+) {
+    assert_eq!(same_list::<WireNode>(c, nodes_uri).await, 3);
+    let pods = same_list::<WirePod>(c, pods_uri).await;
     assert_eq!(pods, if negative_admitted { 6 } else { 5 });
-    assert_eq!(same_list::<WireLease>(c, &leases_uri).await, 5);
-    // The protobuf and JSON answers hold what the cases are about.
+    assert_eq!(same_list::<WireLease>(c, leases_uri).await, 5);
+}
+
+/// The protobuf and JSON answers hold what the cases are about: more tolerations than the cache
+/// keeps, kube-controller-manager's managedFields.
+async fn the_answers_hold_what_the_cases_are_about(c: &kube::Client, pods_uri: &str, odd: &str) {
     let r = call(c, "GET", &format!("{pods_uri}/many"), None, PROTOBUF).await;
     let body = r.bytes().await;
     let many = WirePod::from_protobuf(proto::unknown(&body).expect("a pod").raw);
@@ -403,13 +462,15 @@ async fn protobuf_lists_and_watches_decode_as_their_json() {
     let node = WireNode::from_protobuf(proto::unknown(&body).expect("a node").raw);
     assert!(node.0.metadata.managed_fields.is_some(), "kube-controller-manager's entry is kept");
     assert!(!nlc_core::second_writers::node_writes(&node.0).is_empty());
+}
 
-    // Errors: a protobuf Status reads as kube reads the JSON one.
+/// Errors: a protobuf Status reads as kube reads the JSON one.
+async fn errors_decode_as_their_json(c: &kube::Client, pods_uri: &str) {
     for (method, uri, body) in [
         ("GET", format!("{pods_uri}/missing"), None),
         (
             "POST",
-            pods_post.clone(),
+            pods_uri.to_owned(),
             Some((JSON, json!({"metadata": {"name": "Bad_Name"}, "spec": {"containers": []}}))),
         ),
     ] {
@@ -425,12 +486,21 @@ async fn protobuf_lists_and_watches_decode_as_their_json() {
         assert_eq!(status, json, "{method} {uri}");
         assert!(status.code >= 400, "{status:?}");
     }
+}
 
-    // Watches: the same changes decode equal.
-    let r = call(c, "GET", &nodes_uri, None, PROTOBUF).await;
+/// The resourceVersion of `uri`'s list, read in protobuf: where a watch of the changes after it starts.
+async fn list_resource_version(c: &kube::Client, uri: &str) -> String {
+    let r = call(c, "GET", uri, None, PROTOBUF).await;
     let body = r.bytes().await;
     let (meta, _) = proto::list(proto::unknown(&body).expect("a body").raw).expect("a list");
-    let rv = meta.resource_version.expect("a resourceVersion");
+    meta.resource_version.expect("a resourceVersion")
+}
+
+/// Watches: the same node changes (a label, kube-controller-manager's taint, a condition, a
+/// deletion) decode equal.
+async fn node_watch_events_decode_as_their_json(s: &Scope, nodes_uri: &str, plain: &str, ready: &str, now: Timestamp) {
+    let c = &s.client;
+    let rv = list_resource_version(c, nodes_uri).await;
     let (mut j, mut p) = watch_both(c, &format!("{nodes_uri}&watch=true&resourceVersion={rv}")).await;
     patch(
         c,
@@ -447,27 +517,29 @@ async fn protobuf_lists_and_watches_decode_as_their_json() {
         {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute", "timeAdded": now}]}}),
     )
     .await;
-    set_condition(&s, &ready, "Ready", "Unknown").await;
+    set_condition(s, ready, "Ready", "Unknown").await;
     let r = call(c, "DELETE", &format!("/api/v1/nodes/{plain}"), None, JSON).await;
     assert_eq!(r.status, 200);
     let _ = r.bytes().await;
     let types = same_events::<WireNode>(&mut j, &mut p).await;
     assert!(types.len() >= 4, "{types:?}");
+}
 
-    let r = call(c, "GET", &pods_uri, None, PROTOBUF).await;
-    let body = r.bytes().await;
-    let (meta, _) = proto::list(proto::unknown(&body).expect("a body").raw).expect("a list");
-    let rv = meta.resource_version.expect("a resourceVersion");
+/// Watches: the same pod changes (a finalizer removed, a deletion) decode equal.
+async fn pod_watch_events_decode_as_their_json(c: &kube::Client, pods_uri: &str) {
+    let rv = list_resource_version(c, pods_uri).await;
     let (mut j, mut p) = watch_both(c, &format!("{pods_uri}?watch=true&resourceVersion={rv}")).await;
-    patch(c, &format!("{pods_post}/deleting"), false, json!({"metadata": {"finalizers": null}})).await;
-    let r = call(c, "DELETE", &format!("{pods_post}/unbound?gracePeriodSeconds=0"), None, JSON).await;
+    patch(c, &format!("{pods_uri}/deleting"), false, json!({"metadata": {"finalizers": null}})).await;
+    let r = call(c, "DELETE", &format!("{pods_uri}/unbound?gracePeriodSeconds=0"), None, JSON).await;
     assert_eq!(r.status, 200);
     let _ = r.bytes().await;
     let types = same_events::<WirePod>(&mut j, &mut p).await;
     assert!(types.len() >= 2, "{types:?}");
+}
 
-    // A streaming list (WatchList, 1.34+): ADDED for each Lease, then the bookmark that ends
-    // the initial events, found by `proto::bookmark`.
+/// A streaming list (WatchList, 1.34+): ADDED for each Lease, then the bookmark that ends
+/// the initial events, found by `proto::bookmark`.
+async fn a_streaming_list_of_leases_ends_at_its_bookmark(c: &kube::Client, leases_uri: &str) {
     let uri = format!(
         "{leases_uri}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
     );

@@ -249,6 +249,15 @@ impl From<PodBuilder> for SlimPod {
     }
 }
 
+/// A watch's initial list as the cache receives it: `Init`, one `InitApply` per object (in order),
+/// `InitDone`, each wrapped by `wrap` (`Input::Node`, `Input::Pod`, `Input::Lease`).
+pub fn initial_list<K>(wrap: impl Fn(WatchEvent<K>) -> Input, objects: impl IntoIterator<Item = K>) -> Vec<Input> {
+    let mut inputs = vec![wrap(WatchEvent::Init)];
+    inputs.extend(objects.into_iter().map(|o| wrap(WatchEvent::InitApply(o))));
+    inputs.push(wrap(WatchEvent::InitDone));
+    inputs
+}
+
 /// The controller state plus a simulated API server that carries out node writes at once, the
 /// way kube-apiserver would (resourceVersions, conflicts); evictions and other writes are only
 /// logged.
@@ -293,16 +302,11 @@ impl World {
             log: vec![],
             live_leases: Default::default(),
         };
-        w.input(Input::Node(WatchEvent::Init));
-        for n in nodes {
-            w.input(Input::Node(WatchEvent::InitApply(n)));
+        for input in initial_list(Input::Node, nodes).into_iter().chain(initial_list(Input::Pod, pods)) {
+            w.input(input);
         }
-        w.input(Input::Node(WatchEvent::InitDone));
-        w.input(Input::Pod(WatchEvent::Init));
-        for p in pods {
-            w.input(Input::Pod(WatchEvent::InitApply(p)));
-        }
-        w.input(Input::Pod(WatchEvent::InitDone));
+        // Spelled out: each Lease also becomes the API server's, its resourceVersion taken from
+        // `w.rv` between inputs (which node writes advance).
         w.input(Input::Lease(WatchEvent::Init));
         for (name, renewed) in leases {
             w.rv += 1;

@@ -7,7 +7,9 @@ use super::*;
 use crate::action::{Action, MarkPodNotReady, MarkResult, NodeWriteResult, Op};
 use crate::cache::WatchEvent;
 use crate::ctx::Gate;
-use crate::fixtures::{World, cond, evicted, lifecycle_config as cfg, node, pod, taint_eviction as eviction, ts};
+use crate::fixtures::{
+    World, cond, evicted, initial_list, lifecycle_config as cfg, node, pod, taint_eviction as eviction, ts,
+};
 use crate::index::SlimNode;
 use crate::rules;
 use crate::state::{Input, State};
@@ -621,17 +623,11 @@ fn a_standby_decides_nothing_until_it_leads_then_judges_from_the_warm_cache() {
     let mut state = State::standby(eviction(), Some(NodeLifecycle::new(cfg())));
     let mut out = vec![];
     let inputs = [
-        Input::Node(WatchEvent::Init),
-        Input::Node(WatchEvent::InitApply(down)),
-        Input::Node(WatchEvent::InitApply(node("n1").zone("a").build())),
-        Input::Node(WatchEvent::InitDone),
-        Input::Pod(WatchEvent::Init),
-        Input::Pod(WatchEvent::InitApply(pod("p").on("n0").build())),
-        Input::Pod(WatchEvent::InitDone),
-        Input::Lease(WatchEvent::Init),
-        Input::Lease(WatchEvent::InitDone),
+        initial_list(Input::Node, [down, node("n1").zone("a").build()]),
+        initial_list(Input::Pod, [pod("p").on("n0").build()]),
+        initial_list(Input::Lease, []),
     ];
-    for input in inputs {
+    for input in inputs.into_iter().flatten() {
         state.handle(input, ts(0.0), &mut out);
     }
     state.after_batch(ts(0.0), &mut out);

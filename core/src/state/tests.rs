@@ -1,7 +1,7 @@
 //! The brakes (hold, pause) and shadow mode through the whole state, on a fake clock.
 
 use super::*;
-use crate::fixtures::{World, evicted, lifecycle_config, no_execute, node, pod, taint_eviction, ts};
+use crate::fixtures::{World, evicted, initial_list, lifecycle_config, no_execute, node, pod, taint_eviction, ts};
 use crate::index::SlimNode;
 use crate::taints::{Effect, keys};
 
@@ -125,17 +125,12 @@ fn shadow_mode_goes_on_as_if_its_writes_were_carried_out_and_repeats_none() {
     let mut state = State::new(taint_eviction(), Some(crate::lifecycle::NodeLifecycle::new(lifecycle_config())));
     let mut log = Vec::new();
     let mut out = Vec::new();
-    let mut inputs = vec![Input::Node(WatchEvent::Init)];
-    inputs.extend(zone_a(&["n0", "n1", "n2", "n3"]).into_iter().map(|n| Input::Node(WatchEvent::InitApply(n))));
-    inputs.extend([
-        Input::Node(WatchEvent::InitDone),
-        Input::Pod(WatchEvent::Init),
-        Input::Pod(WatchEvent::InitApply(pod("p").on("n0").build())),
-        Input::Pod(WatchEvent::InitDone),
-        Input::Lease(WatchEvent::Init),
-        Input::Lease(WatchEvent::InitDone),
-    ]);
-    for i in inputs {
+    let inputs = [
+        initial_list(Input::Node, zone_a(&["n0", "n1", "n2", "n3"])),
+        initial_list(Input::Pod, [pod("p").on("n0").build()]),
+        initial_list(Input::Lease, []),
+    ];
+    for i in inputs.into_iter().flatten() {
         state.handle(i, ts(0.0), &mut out);
     }
     state.after_batch(ts(0.0), &mut out);
