@@ -61,6 +61,13 @@ pub enum Command {
     /// only this controller's own rules manage (kube-controller-manager never removes them, and
     /// its taint manager would evict for them for ever). `--dry-run` prints them.
     Uninstall(crate::uninstall::UninstallArgs),
+    /// Ask for a node you have confirmed is off to be fenced: the controller (with
+    /// `--fence-on=operator`) applies `node.kubernetes.io/out-of-service` once it is not Ready for
+    /// `--fence-delay`, so that its terminating pods are force-deleted and their volumes detached.
+    /// Never for a node that may still run (a partition): its pods would run twice.
+    Fence(crate::fencing::FenceArgs),
+    /// Withdraw a fence request; the controller's `out-of-service` comes off once the node is back.
+    Unfence(crate::fencing::FenceArgs),
 }
 
 #[cfg(test)]

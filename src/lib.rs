@@ -16,9 +16,10 @@
 //!      the controllers decide, reports results back                        one request path)
 //! ```
 //!
-//! Three writers stand outside the executor by design, each writing only its own object: leader
+//! Four writers stand outside the executor by design, each writing only its own object: leader
 //! election its Lease ([`runtime::leader`]), the webhook the status of TolerationRules
-//! ([`webhook::cache`]), and the [`uninstall`] command the taints of our own rules.
+//! ([`webhook::cache`]), the [`uninstall`] command the taints of our own rules, and the `fence` /
+//! `unfence` commands ([`fencing`]) a person's fence request on a node.
 //!
 //! Modules:
 //! - [`runtime`]: the one runtime of every long-running command: client, metrics registry, admin
@@ -27,6 +28,8 @@
 //! - [`lifecycle`], [`eviction`]: the controllers' flags (their decisions live in the core).
 //! - [`webhook`]: the admission webhook server (decisions: [`nlc_core::admission`]).
 //! - [`explain`]: the `explain` command's reading of files and the cluster.
+//! - [`fencing`]: the `fence` and `unfence` commands (`kubectl nlc fence NODE`): an operator's
+//!   request that a node confirmed off be fenced.
 //! - [`uninstall`]: the `uninstall` command: the taints only our own rules manage, removed before
 //!   a rollback.
 //! - [`status`]: the `status` command (`kubectl nlc status`): the controller's pure code over the
@@ -49,6 +52,7 @@ pub mod controller;
 pub mod error;
 pub(crate) mod eviction;
 pub mod explain;
+pub mod fencing;
 pub(crate) mod lifecycle;
 pub(crate) mod metrics;
 pub(crate) mod output;

@@ -20,6 +20,8 @@ fn main() -> ExitCode {
             .map(|y| print!("{y}"))
             .map_err(|problem| nlc_core::Error::Input { source_name: "TolerationRule CRD".into(), problem }.into()),
         Command::Uninstall(args) => rt.block_on(node_lifecycle_controller::uninstall::run(args)),
+        Command::Fence(args) => rt.block_on(node_lifecycle_controller::fencing::run(args, false)),
+        Command::Unfence(args) => rt.block_on(node_lifecycle_controller::fencing::run(args, true)),
         Command::Run(args) => {
             runtime::telemetry::init(&log).and_then(|()| rt.block_on(controller::run(*args, configz)))
         }

@@ -121,6 +121,22 @@ async fn a_node_confirmed_off_is_fenced_its_pods_force_deleted_and_unfenced_when
     assert_eq!(fenced_events.len(), 1, "{fenced_events:?}");
     assert!(fenced_events[0].contains("(cloud-shutdown)"), "{fenced_events:?}");
 
+    // `status` says where each stands.
+    let out = std::process::Command::new(BIN)
+        .args(["status", "--kubeconfig"])
+        .arg(&env.kubeconfig)
+        .args(["-o", "json"])
+        .output()
+        .expect("status");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("status: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let row = |n: &str| {
+        report["notReady"].as_array().into_iter().flatten().find(|r| r["name"] == n).cloned().unwrap_or_default()
+    };
+    assert_eq!(row(&off)["fence"], "fenced (cloud-shutdown)", "{report}");
+    assert_eq!(row(&silent)["fence"], "awaiting a signal", "{report}");
+    assert_eq!(row(&silent)["terminating"], 1, "{report}");
+
     // No signal, or a held node: never fenced, and their pods stay Terminating.
     for n in [&silent, &held] {
         let now = node_now(&s, n).await;
@@ -165,4 +181,67 @@ async fn a_node_confirmed_off_is_fenced_its_pods_force_deleted_and_unfenced_when
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(fenced(&node_now(&s, &alive[0]).await), "a person's taint removed:\n{}", c.logs());
     drop(kcm);
+}
+
+/// `fence NODE` (`kubectl nlc fence`): an operator's request, recorded with who and why, is a signal
+/// with `--fence-on=operator`; `unfence` withdraws it, and the fence comes off once the node is back.
+#[tokio::test]
+async fn an_operator_fences_a_node_with_the_fence_command_and_withdraws_it() {
+    let env = shared();
+    let s = Scope::new(env, "oos-cmd").await;
+    let target = make_node(&s, "z1", json!([])).await;
+    let mut all = vec![target.clone()];
+    for _ in 0..3 {
+        all.push(make_node(&s, "z1", json!([])).await);
+    }
+    let kubelets = Kubelets::start(&s.client, &all).await;
+    kubelets.stop(&target);
+    s.pod("p", &target, json!([toleration(UNREACHABLE, Some(0))]), json!({})).await;
+    let c = Controller::start(env, &s.scope, &flags(&["--fence-on", "operator", "--fence-delay", "1s"])).await;
+    eventually(Duration::from_secs(30), || async {
+        pod_now(&s, "p").await.and_then(|p| p.metadata.deletion_timestamp).map(|_| ())
+    })
+    .await
+    .unwrap_or_else(|| panic!("p never deleted:\n{}", c.logs()));
+    // Silent, its pod terminating, no signal: nothing, whatever the time.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!fenced(&node_now(&s, &target).await), "fenced on silence:\n{}", c.logs());
+
+    let cli = |cmd: &str, extra: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .args([cmd, "--kubeconfig"])
+            .arg(&env.kubeconfig)
+            .arg(&target)
+            .args(extra)
+            .output()
+            .expect(cmd);
+        assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let said = cli("fence", &["--reason", "BMC says powered off"]);
+    assert!(said.contains("fence requested"), "{said}");
+    let node = node_now(&s, &target).await;
+    let record = node.metadata.annotations.as_ref().and_then(|a| a.get(nlc_core::fence::FENCE_REQUEST_ANNOTATION));
+    let record: serde_json::Value = serde_json::from_str(record.map_or("null", String::as_str)).expect("record");
+    assert_eq!(record["reason"], "BMC says powered off");
+    assert!(record["by"].as_str().is_some_and(|by| !by.is_empty() && by != "unknown"), "{record}");
+    let (node, _) = wait_node(&s, &target, Duration::from_secs(20), fenced)
+        .await
+        .unwrap_or_else(|| panic!("never fenced:\n{}", c.logs()));
+    assert_eq!(mark(&node).as_deref(), Some("operator"));
+
+    let said = cli("unfence", &[]);
+    assert!(said.contains("withdrawn"), "{said}");
+    let node = node_now(&s, &target).await;
+    assert!(node.metadata.labels.as_ref().is_none_or(|l| !l.contains_key(nlc_core::fence::FENCE_REQUEST_LABEL)));
+    assert!(fenced(&node), "the fence stays while the node is off");
+    // Back: it heartbeats again (the request is gone), and its pod was never confirmed gone by
+    // a kubelet; the test plays the kubelet and lets it go.
+    kubelets.resume(&target);
+    set_condition(&s, &target, "Ready", "True").await;
+    s.pods().delete("p", &kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.ok();
+    let (node, _) = wait_node(&s, &target, Duration::from_secs(30), |n| !fenced(n))
+        .await
+        .unwrap_or_else(|| panic!("never unfenced:\n{}", c.logs()));
+    assert_eq!(mark(&node), None);
 }

@@ -134,6 +134,12 @@ pub struct NodeRow {
     pub held: bool,
     /// NoExecute and NoSchedule taints of the well-known keys, as `key:Effect`.
     pub taints: Vec<String>,
+    /// Pods bound to it that are being deleted (only its kubelet, or a fence, can finish them).
+    pub terminating: usize,
+    /// Where it stands on fencing (docs/spec.md §15): `awaiting a signal`, `pending (SIGNAL)`,
+    /// `fenced (SIGNAL)`, `fenced (not ours)`, with `, stuck` past `--fence-max-duration`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fence: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -151,6 +157,27 @@ pub struct EvictionRow {
     pub taint: String,
     /// The `tolerationSeconds` used for it (`null`: the taint is not tolerated).
     pub toleration_seconds: Option<i64>,
+}
+
+/// A node's fencing standing in words, `stuck` when ours is older than `--fence-max-duration`.
+fn fence_text(
+    lc: &crate::lifecycle::NodeLifecycle,
+    n: &crate::index::SlimNode,
+    index: &crate::index::Index,
+    now: Timestamp,
+) -> Option<String> {
+    use crate::fence::Standing;
+    Some(match lc.fence_standing(n, index, now)? {
+        Standing::AwaitingSignal => "awaiting a signal".to_owned(),
+        Standing::Pending { signal, .. } => format!("pending ({signal})"),
+        Standing::Fenced { by: None } => "fenced (not ours)".to_owned(),
+        Standing::Fenced { by: Some(by) } => {
+            let added =
+                n.taints.iter().find(|t| t.key == crate::taints::keys::OUT_OF_SERVICE).and_then(|t| t.time_added);
+            let stuck = added.is_some_and(|a| now >= crate::time::after(a, lc.config().fence.max_duration));
+            format!("fenced ({by}){}", if stuck { ", stuck" } else { "" })
+        }
+    })
 }
 
 fn rfc3339(t: Timestamp) -> String {
@@ -192,6 +219,8 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
                 since: ready.and_then(|c| c.last_transition).map(rfc3339),
                 held: n.on_hold,
                 taints,
+                terminating: index.pods_on(&n.name).filter(|p| p.terminating).count(),
+                fence: state.lifecycle.as_ref().and_then(|l| fence_text(l, n, index, now)),
             })
         })
         .collect();
@@ -289,11 +318,25 @@ pub fn render_text(r: &Report) -> String {
     }
     let _ = writeln!(out, "\nNOT READY ({} of {} nodes)", r.not_ready.len(), r.nodes);
     if !r.not_ready.is_empty() {
-        let _ = writeln!(out, "NODE                      READY    SINCE                 HOLD  TAINTS");
+        let _ = writeln!(
+            out,
+            "NODE                      READY    SINCE                 HOLD  TERMINATING  FENCE              TAINTS"
+        );
         for n in &r.not_ready {
             let since = n.since.as_deref().unwrap_or("-");
             let hold = if n.held { "yes" } else { "" };
-            let _ = writeln!(out, "{:<25} {:<8} {:<21} {:<5} {}", n.name, n.ready, since, hold, n.taints.join(","));
+            let fence = n.fence.as_deref().unwrap_or("-");
+            let _ = writeln!(
+                out,
+                "{:<25} {:<8} {:<21} {:<5} {:>11}  {:<18} {}",
+                n.name,
+                n.ready,
+                since,
+                hold,
+                n.terminating,
+                fence,
+                n.taints.join(",")
+            );
         }
     }
     if !r.held_nodes.is_empty() {
@@ -334,9 +377,8 @@ pub fn render_text(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::WatchEvent;
     use crate::eviction::TaintEviction;
-    use crate::fixtures::{lifecycle_config, no_execute, node, pod, ts};
+    use crate::fixtures::{initial_list, lifecycle_config, no_execute, node, pod, ts};
     use crate::lifecycle::NodeLifecycle;
     use crate::state::Input;
     use crate::taints::keys;
@@ -348,23 +390,19 @@ mod tests {
         let down = node("down").zone("a").unknown().taint(no_execute(keys::UNREACHABLE, Some(-100.0))).build();
         let held =
             node("held").zone("a").unknown().on_hold().taint(no_execute(keys::UNREACHABLE, Some(-100.0))).build();
-        let inputs = vec![
-            Input::Node(WatchEvent::Init),
-            Input::Node(WatchEvent::InitApply(down)),
-            Input::Node(WatchEvent::InitApply(held)),
-            Input::Node(WatchEvent::InitApply(node("up").zone("a").build())),
-            Input::Node(WatchEvent::InitDone),
-            Input::Pod(WatchEvent::Init),
-            Input::Pod(WatchEvent::InitApply(pod("late").on("down").tolerates(keys::UNREACHABLE, Some(600)).build())),
-            Input::Pod(WatchEvent::InitApply(pod("soon").on("down").tolerates(keys::UNREACHABLE, Some(120)).build())),
-            Input::Pod(WatchEvent::InitApply(pod("now").on("down").build())),
-            Input::Pod(WatchEvent::InitApply(pod("kept").on("held").build())),
-            Input::Pod(WatchEvent::InitDone),
-            Input::Lease(WatchEvent::Init),
-            Input::Lease(WatchEvent::InitDone),
+        let pods = [
+            pod("late").on("down").tolerates(keys::UNREACHABLE, Some(600)).build(),
+            pod("soon").on("down").tolerates(keys::UNREACHABLE, Some(120)).build(),
+            pod("now").on("down").build(),
+            pod("kept").on("held").build(),
+        ];
+        let inputs = [
+            initial_list(Input::Node, [down, held, node("up").zone("a").build()]),
+            initial_list(Input::Pod, pods),
+            initial_list(Input::Lease, []),
         ];
         let mut out = vec![];
-        for i in inputs {
+        for i in inputs.into_iter().flatten() {
             state.handle(i, ts(0.0), &mut out);
         }
         state.after_batch(ts(0.0), &mut out);

@@ -17,7 +17,7 @@ use super::metrics::ControllerMetrics;
 use super::second_writers;
 use crate::clock::{Clock, StepDetector, far_future};
 use crate::error::Result;
-use crate::lifecycle::metrics::ZoneLabels;
+use crate::lifecycle::metrics::{ByLabels, ZoneLabels};
 use crate::runtime::admin::Heartbeat;
 use crate::runtime::shutdown;
 use crate::runtime::watch::ResourceLabels;
@@ -221,9 +221,30 @@ impl Task {
             let (held, legacy) =
                 nodes.fold((0, 0), |(h, l), n| (h + usize::from(n.on_hold), l + usize::from(n.legacy_hold)));
             self.metrics.brakes.set(pause, held, legacy);
+            self.show_fences();
         }
         self.brakes_shown = Some(pause);
         self.nodes_changed = false;
+    }
+
+    /// `nlc_nodes_fenced{by}` and the oldest fence of ours (docs/spec.md §15).
+    fn show_fences(&self) {
+        let (mut ours, mut other, mut oldest) = (0i64, 0i64, None::<jiff::Timestamp>);
+        for n in self.state.cache.index.nodes.values() {
+            let Some(t) = n.taints.iter().find(|t| t.key == nlc_core::taints::keys::OUT_OF_SERVICE) else { continue };
+            if n.fence.fenced_by.is_some() {
+                ours += 1;
+                if let Some(at) = t.time_added {
+                    oldest = Some(oldest.map_or(at, |o| o.min(at)));
+                }
+            } else {
+                other += 1;
+            }
+        }
+        let m = &self.metrics.lifecycle;
+        m.fenced.get_or_create(&ByLabels { by: "controller" }).set(ours);
+        m.fenced.get_or_create(&ByLabels { by: "other" }).set(other);
+        m.oldest_fence.set(oldest.map_or(0, |t| t.as_second()));
     }
 
     /// Opens the executor's write window while this process leads, is not paused altogether and

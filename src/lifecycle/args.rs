@@ -77,7 +77,7 @@ pub(crate) struct LifecycleArgs {
     /// Fence a node confirmed off: apply `node.kubernetes.io/out-of-service` (so that pod GC
     /// force-deletes its terminating pods and their volumes are detached) on these signals,
     /// comma-separated: `cloud-shutdown` (the cloud provider's shutdown taint), `operator`
-    /// (`kubectl nlc fence NODE`). Never on silence alone; empty (the default) turns it off.
+    /// (`kubectl nlc fence NODE`'s label). Never on silence alone; empty (the default) turns it off.
     #[arg(long, value_enum, value_delimiter = ',', env = "NLC_FENCE_ON")]
     pub(crate) fence_on: Vec<Signal>,
     /// How long a signal and a not-Ready node must both have been seen before the fence.

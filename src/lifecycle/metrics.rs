@@ -30,6 +30,17 @@ pub(crate) struct LifecycleMetrics {
     pub(crate) lease_cache_holds: Counter,
     /// Live reads of a silent node's Lease, by what they found.
     pub(crate) lease_checks: Family<ResultLabels, Counter>,
+    /// Nodes carrying `out-of-service`, by whose it is (`controller`: ours, `other`: a person's
+    /// or another tool's).
+    pub(crate) fenced: Family<ByLabels, Gauge>,
+    /// When the oldest `out-of-service` of ours was added (0: none).
+    pub(crate) oldest_fence: Gauge,
+}
+
+/// Whose.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub(crate) struct ByLabels {
+    pub(crate) by: &'static str,
 }
 
 /// What a request found.
@@ -56,6 +67,8 @@ impl Default for LifecycleMetrics {
             lease_cache_stale: Gauge::default(),
             lease_cache_holds: Counter::default(),
             lease_checks: Family::default(),
+            fenced: Family::default(),
+            oldest_fence: Gauge::default(),
         }
     }
 }
@@ -112,6 +125,16 @@ impl LifecycleMetrics {
             "nlc_lease_cache_stale",
             "1 while no node is judged silent: a live read of a silent node's Lease found a version the Lease watch has not delivered yet (upstream's NodeControllerLeaseCircuitBreaker)",
             m.lease_cache_stale.clone(),
+        );
+        registry.register(
+            "nlc_nodes_fenced",
+            "Nodes carrying node.kubernetes.io/out-of-service, by whose it is (controller: ours, other: a person's or another tool's)",
+            m.fenced.clone(),
+        );
+        registry.register(
+            "nlc_node_oldest_fence_timestamp_seconds",
+            "When the oldest out-of-service taint of this controller was added (0: none); see the NodeLifecycleControllerFenceStuck alert",
+            m.oldest_fence.clone(),
         );
         registry.register(
             "nlc_lease_cache_holds",

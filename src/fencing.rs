@@ -1,0 +1,69 @@
+//! `fence` and `unfence` (`kubectl nlc fence NODE`): an operator's request that a node confirmed off
+//! be fenced (docs/spec.md §15), and its withdrawal. The request is the label
+//! [`FENCE_REQUEST_LABEL`] on the node, written through the API so that RBAC decides who may and
+//! the audit log says who did; [`FENCE_REQUEST_ANNOTATION`] beside it says who (as the API server
+//! authenticated them), when and why, for people. The controller applies `out-of-service` only with
+//! `--fence-on` naming `operator`, once the node is not `Ready` for `--fence-delay`.
+
+use clap::Args;
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PostParams};
+use nlc_core::fence::{FENCE_REQUEST_ANNOTATION, FENCE_REQUEST_LABEL};
+use serde_json::json;
+
+use crate::clock::{Clock as _, SystemClock};
+use crate::error::Result;
+use crate::runtime::args::ClientArgs;
+
+#[derive(Debug, Args)]
+pub struct FenceArgs {
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+    /// The node.
+    pub(crate) node: String,
+    /// Why (how it was confirmed off: the cloud console, the BMC, the PDU...); recorded in the
+    /// node's `node-lifecycle-controller.io/fence-request` annotation.
+    #[arg(long, default_value = "")]
+    pub(crate) reason: String,
+}
+
+/// Who the API server says we are (`SelfSubjectReview`), or `None` when it will not say.
+async fn whoami(client: &kube::Client) -> Option<String> {
+    let review: SelfSubjectReview = serde_json::from_value(json!({})).ok()?;
+    let answer = Api::<SelfSubjectReview>::all(client.clone()).create(&PostParams::default(), &review).await.ok()?;
+    answer.status?.user_info?.username
+}
+
+/// `fence` (`undo`: `unfence`).
+pub async fn run(args: FenceArgs, undo: bool) -> Result<()> {
+    let FenceArgs { client, node, reason } = args;
+    let client = crate::runtime::client::client(&client).await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let current = nodes.get(&node).await?;
+    let patch = if undo {
+        json!({"metadata": {"labels": {FENCE_REQUEST_LABEL: null}, "annotations": {FENCE_REQUEST_ANNOTATION: null}}})
+    } else {
+        let who = whoami(&client).await.unwrap_or_else(|| "unknown".to_owned());
+        let at = SystemClock.now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let record = json!({"by": who, "at": at, "reason": reason}).to_string();
+        json!({"metadata": {"labels": {FENCE_REQUEST_LABEL: "requested"}, "annotations": {FENCE_REQUEST_ANNOTATION: record}}})
+    };
+    nodes.patch(&node, &crate::patch_params(), &Patch::Merge(&patch)).await?;
+    if undo {
+        println!(
+            "node {node}: fence request withdrawn; an out-of-service taint the controller applied comes off once the node is back"
+        );
+        return Ok(());
+    }
+    let ready = current
+        .status
+        .and_then(|s| s.conditions)
+        .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    println!(
+        "node {node}: fence requested; with --fence-on including operator, the controller applies node.kubernetes.io/out-of-service once the node has been not Ready for --fence-delay{}",
+        if ready { " (it is Ready now: nothing happens until it is not)" } else { "" }
+    );
+    Ok(())
+}
