@@ -219,6 +219,9 @@ struct Eviction<'a> {
     immediate: bool,
     causes: Vec<Cause>,
     now: Timestamp,
+    /// The pod's node carries `out-of-service` (docs/spec.md §15): it is off, so a
+    /// PodDisruptionBudget cannot protect its pods; they are deleted, never evicted.
+    fenced: bool,
 }
 
 #[derive(Debug, Default)]
@@ -852,19 +855,21 @@ impl TaintEviction {
                 if phase == Some(Phase::Retrying) && self.timers.contains(key) {
                     return;
                 }
-                self.evict(Eviction { key, pod, phase, due, immediate, causes, now: cx.now }, out);
+                let fenced =
+                    cx.index.nodes.get(&*pod.node_name).is_some_and(|n| crate::fence::out_of_service(&n.taints));
+                self.evict(Eviction { key, pod, phase, due, immediate, causes, now: cx.now, fenced }, out);
             }
         }
     }
 
     /// Hands the pod's eviction to the executor.
     fn evict(&mut self, e: Eviction<'_>, out: &mut Vec<Action>) {
-        let Eviction { key, pod, phase, due, immediate, causes, now } = e;
+        let Eviction { key, pod, phase, due, immediate, causes, now, fenced } = e;
         self.timers.cancel(key);
         self.next_op += 1;
         let op = self.next_op;
-        let method = self.method(key, now);
-        let fell_back = method == EvictionMode::Delete && self.cfg.mode == EvictionMode::Evict;
+        let method = if fenced { EvictionMode::Delete } else { self.method(key, now) };
+        let fell_back = method == EvictionMode::Delete && self.cfg.mode == EvictionMode::Evict && !fenced;
         let t = self.tracked.entry(key.clone()).or_insert_with(|| Tracked::new(pod, due, now));
         if phase != Some(Phase::Retrying) {
             t.due = t.due.min(due);

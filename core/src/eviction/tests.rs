@@ -463,6 +463,30 @@ fn evict_mode_falls_back_to_delete_after_the_pdb_wait_whatever_the_failure() {
     }
 }
 
+/// A fenced node (`out-of-service`, ours or a person's) is off: its pods are deleted at once,
+/// never evicted through the Eviction API, whose PodDisruptionBudgets cannot protect them
+/// (docs/spec.md §15); no fallback event, since nothing was refused.
+#[test]
+fn on_a_fenced_node_pods_are_deleted_not_evicted() {
+    let cfg = Config { mode: EvictionMode::Evict, pdb_max_wait: Some(Duration::from_secs(60)), ..Config::default() };
+    let mut w = EvictionWorld::new(cfg);
+    let oos = Taint { value: "nodeshutdown".into(), ..no_execute(crate::taints::keys::OUT_OF_SERVICE, Some(0.0)) };
+    w.set_node(node("n1").taints(vec![oos]).build(), 0);
+    w.set_node(node("n2").taints(vec![no_execute("k", Some(0.0))]).build(), 0);
+    w.set_pod(pod("fenced").on("n1").build(), 0);
+    w.set_pod(pod("other").on("n2").build(), 0);
+    let out = w.take();
+    assert!(!out.iter().any(|a| matches!(a, Action::PodEvent(e) if e.kind == PodEventKind::EvictionFallback)));
+    let method = |name: &str| {
+        out.iter().find_map(|a| match a {
+            Action::EvictPod(e) if e.name == name => Some(e.method),
+            _ => None,
+        })
+    };
+    assert_eq!(method("fenced"), Some(EvictionMode::Delete));
+    assert_eq!(method("other"), Some(EvictionMode::Evict), "only the fenced node's pods");
+}
+
 #[test]
 fn terminating_terminal_orphaned_and_unselected_pods_are_left_alone() {
     let mut w = EvictionWorld::new(Config::default());
