@@ -4,7 +4,8 @@
 //! Helm chart as a user would (two controller replicas placed by the real scheduler), real
 //! kubelets heartbeating, and node failures made by freezing a worker's container
 //! (`docker pause`), and a real network partition (`docker network disconnect`); then three of
-//! upstream's own e2e specs (scripts/e2e-upstream.sh, set `ci`) on the same cluster. Every
+//! upstream's own e2e specs (scripts/e2e-upstream.sh, set `ci`) on the same cluster, and a node
+//! really gone (`docker stop`) fenced on the cloud's shutdown signal. Every
 //! scenario asserts on the API; the timings are printed and written to `<out>/summary.md`.
 //!
 //! The cluster is made and the chart installed by the README's own `scripts/kind.sh up`, and
@@ -355,6 +356,102 @@ async fn partition(client: &kube::Client, kubeconfig: &Path, w1: &str, w2: &str,
     );
 }
 
+/// Our fence delay here (`--fence-delay`, 60 s by default).
+const FENCE_DELAY: u64 = 10;
+/// kube-controller-manager's pod GC looks for terminating pods on fenced nodes every 20 s.
+const POD_GC_PERIOD: u64 = 20;
+
+/// Scenario 6: a node really gone. A StatefulSet of one on the worker without the leader, that
+/// worker stopped (`docker stop`), the cloud's shutdown taint applied by the test as a cloud
+/// controller manager would: the pod is evicted, stays `Terminating` (no kubelet), the node is
+/// fenced (`out-of-service`), pod GC force-deletes the pod, and the StatefulSet's pod runs on the
+/// other worker. The worker started again: unfenced, nothing else evicted.
+async fn dead_node(client: &kube::Client, w1: &str, w2: &str, summary: &mut String) {
+    let (_, leader_node) = until("a leader", Duration::from_secs(60), || leader(client, FULLNAME)).await;
+    let (victim, spare) = if leader_node == w1 { (w2, w1) } else { (w1, w2) };
+    let toleration = 10u64;
+    namespace(client, "state", toleration).await;
+    until_mutated(client, "state", toleration as i64).await;
+    set_unschedulable(client, spare, true).await;
+    let sts: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "db"},
+        "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}}, "spec": {
+                "terminationGracePeriodSeconds": 5,
+                "containers": [{"name": "c", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}]}}}
+    }))
+    .expect("statefulset");
+    Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), "state")
+        .create(&PostParams::default(), &sts)
+        .await
+        .expect("create statefulset");
+    let pods = Api::<Pod>::namespaced(client.clone(), "state");
+    let running_on = |p: &Pod| {
+        let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        (running && p.metadata.deletion_timestamp.is_none()).then_some(node)
+    };
+    let first = until(&format!("db-0 running on {victim}"), Duration::from_secs(120), || async {
+        let p = pods.get_opt("db-0").await.ok()??;
+        (running_on(&p)? == victim).then_some(p.metadata.uid?)
+    })
+    .await;
+    set_unschedulable(client, spare, false).await;
+    let stopped = Timestamp::now();
+    docker(&["stop", victim]);
+    // What a cloud controller manager does when the cloud's API says the instance is shut down.
+    let mut taints = node(client, victim).await.spec.and_then(|s| s.taints).unwrap_or_default();
+    taints.push(
+        serde_json::from_value(json!({"key": "node.cloudprovider.kubernetes.io/shutdown", "effect": "NoSchedule"}))
+            .expect("taint"),
+    );
+    Api::<Node>::all(client.clone())
+        .patch(victim, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": taints}})))
+        .await
+        .expect("the shutdown taint");
+    let fenced = until(&format!("{victim} fenced"), Duration::from_secs(180), || async {
+        let n = node(client, victim).await;
+        let marked = n.metadata.labels.as_ref().and_then(|l| l.get(nlc_core::fence::FENCED_LABEL)).cloned();
+        (has_taint_key(&n, "node.kubernetes.io/out-of-service") && marked.as_deref() == Some("cloud-shutdown"))
+            .then_some(Timestamp::now())
+    })
+    .await;
+    let moved = until(&format!("db-0 running on {spare}"), Duration::from_secs(180), || async {
+        let p = pods.get_opt("db-0").await.ok()??;
+        (running_on(&p)? == spare && p.metadata.uid.as_ref() != Some(&first)).then_some(Timestamp::now())
+    })
+    .await;
+    let took = secs_between(stopped, moved);
+    let bound = (GRACE + toleration + FENCE_DELAY + POD_GC_PERIOD + 15) as f64;
+    note(
+        summary,
+        format!(
+            "{victim} stopped (`docker stop`, the cloud's shutdown taint applied): fenced (out-of-service) {:.1} s after the stop, the StatefulSet's pod Running on {spare} {took:.1} s after the stop (grace {GRACE} s + toleration {toleration} s + fence delay {FENCE_DELAY} s + pod GC's {POD_GC_PERIOD} s period + 15 s = {bound:.0} s)",
+            secs_between(stopped, fenced)
+        ),
+    );
+    assert!(took <= bound, "db-0 moved {took:.1} s after the stop, more than {bound:.0} s");
+    // Started again: the cloud lifts its taint, the kubelet comes back; the fence comes off.
+    let restarted = Timestamp::now();
+    docker(&["start", victim]);
+    let mut taints = node(client, victim).await.spec.and_then(|s| s.taints).unwrap_or_default();
+    taints.retain(|t| t.key != "node.cloudprovider.kubernetes.io/shutdown");
+    Api::<Node>::all(client.clone())
+        .patch(victim, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": taints}})))
+        .await
+        .expect("lift the shutdown taint");
+    let back = until(&format!("{victim} Ready and unfenced"), Duration::from_secs(240), || async {
+        let n = node(client, victim).await;
+        let ready = ready_of(&n).is_some_and(|(s, _)| s == "True");
+        let marked = n.metadata.labels.as_ref().is_some_and(|l| l.contains_key(nlc_core::fence::FENCED_LABEL));
+        (ready && !has_taint_key(&n, "node.kubernetes.io/out-of-service") && !marked).then_some(Timestamp::now())
+    })
+    .await;
+    let p = pods.get("db-0").await.expect("db-0");
+    assert_eq!(running_on(&p).as_deref(), Some(spare), "nothing else evicted");
+    note(summary, format!("{victim} started again: Ready and unfenced {:.1} s later", secs_between(restarted, back)));
+}
+
 fn helm(kubeconfig: &Path, args: &[&str]) -> String {
     let helm = nlc_testenv::tool("helm").unwrap_or_else(|e| panic!("{e:#}"));
     run(Command::new(helm).arg("--kubeconfig").arg(kubeconfig).args(args))
@@ -400,7 +497,9 @@ fn values(out: &Path) -> PathBuf {
                         "app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": "controller"}}}]},
                 "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                     {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "Exists"}]}]}}
-            }
+            },
+            // Scenario 6: dead-node recovery on the cloud's shutdown signal.
+            "extraArgs": ["--fence-on=cloud-shutdown", format!("--fence-delay={FENCE_DELAY}s")]
         },
     });
     let path = out.join("values.json");
@@ -655,7 +754,15 @@ async fn on_a_real_kind_cluster() {
     })
     .await;
 
-    // 6. The kustomize overlay as users apply it, in place of the chart. (kube-controller-manager
+    // 6. A node really gone (`docker stop`): fenced on the cloud's shutdown signal, its
+    //    StatefulSet's pod force-deleted by pod GC and running on the other worker.
+    dead_node(&client, &w1, &w2, &mut summary).await;
+    until("two replicas again", Duration::from_secs(180), || async {
+        available(&client, NAMESPACE, FULLNAME, 2).await.then_some(())
+    })
+    .await;
+
+    // 7. The kustomize overlay as users apply it, in place of the chart. (kube-controller-manager
     //    side by side is tests/controller_differential.rs, in `make test`.)
     helm(&kubeconfig, &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"]);
     let overlay = out.join("overlay");
