@@ -44,10 +44,15 @@ pub fn taint_id() -> TaintId {
     TaintId::new(crate::taints::keys::OUT_OF_SERVICE, Effect::NoExecute)
 }
 
-/// Whether `taints` carry the `out-of-service` taint (pod GC and attach-detach look for the key
-/// alone, whatever the effect and value).
+/// The `out-of-service` taints among `taints`, whatever their effect and value (pod GC and
+/// attach-detach look for the key alone).
+pub fn out_of_service_taints(taints: &[Taint]) -> impl Iterator<Item = &Taint> {
+    taints.iter().filter(|t| t.key == crate::taints::keys::OUT_OF_SERVICE)
+}
+
+/// Whether `taints` carry an `out-of-service` taint.
 pub fn out_of_service(taints: &[Taint]) -> bool {
-    taints.iter().any(|t| t.key == crate::taints::keys::OUT_OF_SERVICE)
+    out_of_service_taints(taints).next().is_some()
 }
 
 /// A signal that a node is off.
@@ -118,11 +123,9 @@ pub enum FenceMark {
     Clear,
 }
 
-/// What a node shows of fencing, read from its labels and taints.
+/// What a node's labels say of fencing (its taints, the other half, stay on the node).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeFence {
-    /// The cloud provider's shutdown taint is on it.
-    pub cloud_shutdown: bool,
     /// An operator asked for a fence ([`FENCE_REQUEST_LABEL`]).
     pub requested: bool,
     /// [`FENCED_LABEL`]'s value: the `out-of-service` taint is ours, applied on this signal.
@@ -130,18 +133,17 @@ pub struct NodeFence {
 }
 
 impl NodeFence {
-    pub fn new(labels: Option<&std::collections::BTreeMap<String, String>>, taints: &[Taint]) -> Self {
+    pub fn new(labels: Option<&std::collections::BTreeMap<String, String>>) -> Self {
         Self {
-            cloud_shutdown: taints.iter().any(|t| t.key == CLOUD_SHUTDOWN),
             requested: labels.is_some_and(|l| l.contains_key(FENCE_REQUEST_LABEL)),
             fenced_by: labels.and_then(|l| l.get(FENCED_LABEL)).cloned(),
         }
     }
 
-    /// The first signal of `on` (in its order) the node shows.
-    pub fn signal(&self, on: &[Signal]) -> Option<Signal> {
+    /// The first signal of `on` (in its order) the node shows, with these labels and `taints`.
+    pub fn signal(&self, on: &[Signal], taints: &[Taint]) -> Option<Signal> {
         on.iter().copied().find(|s| match s {
-            Signal::CloudShutdown => self.cloud_shutdown,
+            Signal::CloudShutdown => taints.iter().any(|t| t.key == CLOUD_SHUTDOWN),
             Signal::Operator => self.requested,
         })
     }
@@ -170,13 +172,14 @@ mod tests {
     #[test]
     fn signals_are_read_from_labels_and_taints_in_the_order_they_are_accepted() {
         let labels = BTreeMap::from([(FENCE_REQUEST_LABEL.to_owned(), "alice".to_owned())]);
-        let both = NodeFence::new(Some(&labels), &[taint(CLOUD_SHUTDOWN)]);
-        assert_eq!(both.signal(&[]), None, "fencing is off by default");
-        assert_eq!(both.signal(&[Signal::Operator, Signal::CloudShutdown]), Some(Signal::Operator));
-        assert_eq!(both.signal(&[Signal::CloudShutdown]), Some(Signal::CloudShutdown));
-        let none = NodeFence::new(None, &[taint("node.kubernetes.io/unreachable")]);
-        assert_eq!(none.signal(&[Signal::Operator, Signal::CloudShutdown]), None, "silence is no signal");
-        let ours = NodeFence::new(Some(&BTreeMap::from([(FENCED_LABEL.to_owned(), "operator".to_owned())])), &[]);
+        let (both, shut) = (NodeFence::new(Some(&labels)), [taint(CLOUD_SHUTDOWN)]);
+        assert_eq!(both.signal(&[], &shut), None, "fencing is off by default");
+        assert_eq!(both.signal(&[Signal::Operator, Signal::CloudShutdown], &shut), Some(Signal::Operator));
+        assert_eq!(both.signal(&[Signal::CloudShutdown], &shut), Some(Signal::CloudShutdown));
+        let none = NodeFence::new(None);
+        let silent = [taint("node.kubernetes.io/unreachable")];
+        assert_eq!(none.signal(&[Signal::Operator, Signal::CloudShutdown], &silent), None, "silence is no signal");
+        let ours = NodeFence::new(Some(&BTreeMap::from([(FENCED_LABEL.to_owned(), "operator".to_owned())])));
         assert_eq!(ours.fenced_by.as_deref(), Some("operator"));
     }
 

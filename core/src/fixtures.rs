@@ -145,7 +145,6 @@ impl NodeBuilder {
             effect: crate::taints::Effect::NoSchedule,
             time_added: None,
         });
-        self.0.fence.cloud_shutdown = true;
         self
     }
 
@@ -365,7 +364,6 @@ impl World {
                             if let Some(by) = marked {
                                 n.fence.fenced_by = by;
                             }
-                            n.fence.cloud_shutdown = n.taints.iter().any(|t| t.key == crate::fence::CLOUD_SHUTDOWN);
                             self.rv += 1;
                             n.resource_version = self.rv.to_string();
                             Some((w.node.clone(), NodeWriteResult::Done(Some(Box::new(n)))))

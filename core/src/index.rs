@@ -53,7 +53,8 @@ pub struct SlimNode {
     pub on_hold: bool,
     /// Labelled [`crate::brakes::LEGACY_HOLD_LABEL`], which is not honoured any more.
     pub legacy_hold: bool,
-    /// Its fence signals and whether the `out-of-service` taint on it is ours ([`crate::fence`]).
+    /// Its labels' fence request and whether the `out-of-service` taint on it is ours
+    /// ([`crate::fence`]).
     pub fence: crate::fence::NodeFence,
     pub unschedulable: bool,
     pub taints: Vec<Taint>,
@@ -87,7 +88,6 @@ impl From<&Node> for SlimNode {
     fn from(n: &Node) -> Self {
         let labels = n.metadata.labels.as_ref();
         let spec = n.spec.as_ref();
-        let taints: Vec<Taint> = spec.iter().flat_map(|s| s.taints.iter().flatten()).map(Taint::from).collect();
         Self {
             name: n.metadata.name.clone().unwrap_or_default(),
             uid: n.metadata.uid.clone().unwrap_or_default(),
@@ -97,9 +97,9 @@ impl From<&Node> for SlimNode {
             exclude_disruption: labels.is_some_and(|l| l.contains_key(zone::EXCLUDE_DISRUPTION_LABEL)),
             on_hold: labels.is_some_and(|l| l.contains_key(crate::brakes::HOLD_LABEL)),
             legacy_hold: labels.is_some_and(|l| l.contains_key(crate::brakes::LEGACY_HOLD_LABEL)),
-            fence: crate::fence::NodeFence::new(labels, &taints),
+            fence: crate::fence::NodeFence::new(labels),
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
-            taints,
+            taints: spec.iter().flat_map(|s| s.taints.iter().flatten()).map(Taint::from).collect(),
             conditions: n
                 .status
                 .iter()

@@ -172,8 +172,7 @@ fn fence_text(
         Standing::Pending { signal, .. } => format!("pending ({signal})"),
         Standing::Fenced { by: None } => "fenced (not ours)".to_owned(),
         Standing::Fenced { by: Some(by) } => {
-            let added =
-                n.taints.iter().find(|t| t.key == crate::taints::keys::OUT_OF_SERVICE).and_then(|t| t.time_added);
+            let added = crate::fence::out_of_service_taints(&n.taints).next().and_then(|t| t.time_added);
             let stuck = added.is_some_and(|a| now >= crate::time::after(a, lc.config().fence.max_duration));
             format!("fenced ({by}){}", if stuck { ", stuck" } else { "" })
         }

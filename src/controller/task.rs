@@ -231,7 +231,7 @@ impl Task {
     fn show_fences(&self) {
         let (mut ours, mut other, mut oldest) = (0i64, 0i64, None::<jiff::Timestamp>);
         for n in self.state.cache.index.nodes.values() {
-            let Some(t) = n.taints.iter().find(|t| t.key == nlc_core::taints::keys::OUT_OF_SERVICE) else { continue };
+            let Some(t) = nlc_core::fence::out_of_service_taints(&n.taints).next() else { continue };
             if n.fence.fenced_by.is_some() {
                 ours += 1;
                 if let Some(at) = t.time_added {

@@ -63,7 +63,7 @@ impl Fences {
     pub(super) fn step(&mut self, cfg: &fence::Config, node: &SlimNode, seen: &Seen, now: Timestamp) -> Step {
         let tainted = fence::out_of_service(&node.taints);
         let ours = node.fence.fenced_by.is_some();
-        let signal = node.fence.signal(&cfg.on);
+        let signal = node.fence.signal(&cfg.on, &node.taints);
         let not_ready = matches!(seen.ready.as_deref(), Some(condition::FALSE | condition::UNKNOWN));
         match signal {
             Some(signal) if not_ready && !tainted => {

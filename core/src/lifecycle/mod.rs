@@ -467,9 +467,7 @@ impl NodeLifecycle {
                 ..TaintAdd::new(crate::fence::taint_id())
             }),
             Step::Remove => remove.extend(
-                node.taints
-                    .iter()
-                    .filter(|t| t.key == crate::taints::keys::OUT_OF_SERVICE)
+                crate::fence::out_of_service_taints(&node.taints)
                     .map(|t| TaintId::new(t.key.clone(), t.effect.clone())),
             ),
             Step::ClearMark | Step::Nothing => {}

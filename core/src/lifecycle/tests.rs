@@ -990,7 +990,6 @@ fn our_fence_comes_off_when_the_node_is_back_and_its_terminating_pods_are_gone()
     // The instance is started again: the cloud lifts its taint, the kubelet posts Ready.
     let mut n = w.node("n0").clone();
     n.taints.retain(|t| t.key != crate::fence::CLOUD_SHUTDOWN);
-    n.fence.cloud_shutdown = false;
     w.update_node(n);
     w.renew_lease("n0");
     w.kubelet_posts("n0", "True");
