@@ -2,8 +2,9 @@
 //! pod GC only (the controller that stays on beside us, docs/spec.md §15): a node the cloud says
 //! is shut down, its pod evicted by us and left `Terminating` (no kubelet confirms it), gets
 //! `out-of-service` after `--fence-delay`, and pod GC force-deletes the pod; a silent node with no
-//! signal, and a held one, never; the node started again, our taint and its mark come off. Own
-//! control plane: pod GC acts on every node of it.
+//! signal, and a held one, never; the node started again, our taint and its mark come off. The
+//! pause and shadow mode stop the fence too (every zone down: `tests/lifecycle_outage.rs`). Own control plane:
+//! pod GC acts on every node of it.
 
 mod common;
 
@@ -17,6 +18,7 @@ use nlc_testenv::shared;
 use serde_json::json;
 
 const OOS: &str = "node.kubernetes.io/out-of-service";
+const PAUSE: &str = "node-lifecycle-controller-pause";
 
 fn shutdown_taint() -> serde_json::Value {
     json!({"key": CLOUD_SHUTDOWN, "effect": "NoSchedule"})
@@ -136,6 +138,25 @@ async fn a_node_confirmed_off_is_fenced_its_pods_force_deleted_and_unfenced_when
     assert_eq!(row(&off)["fence"], "fenced (cloud-shutdown)", "{report}");
     assert_eq!(row(&silent)["fence"], "awaiting a signal", "{report}");
     assert_eq!(row(&silent)["terminating"], 1, "{report}");
+    // `explain` says it for one pod, and the metric counts them (on-silent and on-held).
+    let out = std::process::Command::new(BIN)
+        .args(["explain", "--from-cluster", "--kubeconfig"])
+        .arg(&env.kubeconfig)
+        .args(["--node", &silent, "--pod", &format!("{}/on-silent", s.ns), "-o", "json"])
+        .output()
+        .expect("explain");
+    let explained: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("explain: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let line = explained["fence"].as_str().unwrap_or_default();
+    assert!(
+        line.starts_with("awaiting a signal") && line.contains(&format!("kubectl nlc fence {silent}")),
+        "{explained}"
+    );
+    let counted = eventually(Duration::from_secs(10), || async {
+        (metric(&c.metrics().await, "nlc_pods_terminating_on_not_ready_nodes") == Some(2.0)).then_some(())
+    })
+    .await;
+    assert!(counted.is_some(), "{}", c.metrics().await);
 
     // No signal, or a held node: never fenced, and their pods stay Terminating.
     for n in [&silent, &held] {
@@ -244,4 +265,79 @@ async fn an_operator_fences_a_node_with_the_fence_command_and_withdraws_it() {
         .await
         .unwrap_or_else(|| panic!("never unfenced:\n{}", c.logs()));
     assert_eq!(mark(&node), None);
+}
+
+/// The pause stops the fence (a pause set before the node went silent), and the fence goes on
+/// the moment it lifts. (Every zone down stops it too: `tests/lifecycle_outage.rs`, alone on its
+/// control plane.)
+#[tokio::test]
+async fn the_pause_stops_the_fence_until_it_lifts() {
+    let env = shared();
+    let s = Scope::new(env, "oos-pause").await;
+    let off = make_node(&s, "z1", json!([shutdown_taint()])).await;
+    let mut all = vec![off.clone()];
+    for _ in 0..3 {
+        all.push(make_node(&s, "z1", json!([])).await);
+    }
+    let kubelets = Kubelets::start(&s.client, &all).await;
+    let pause: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(s.client.clone(), &s.ns);
+    let cm =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": PAUSE}, "data": {"pause": "evictions"}});
+    pause.patch(PAUSE, &PatchParams::apply("nlc-test").force(), &Patch::Apply(&cm)).await.expect("pause");
+    // The controller's namespace (where it reads the pause) is its Lease's.
+    let own: Vec<&str> = FAST
+        .iter()
+        .copied()
+        .chain([
+            "--fence-on",
+            "cloud-shutdown",
+            "--fence-delay",
+            "1s",
+            "--leader-elect-resource-namespace",
+            s.ns.as_str(),
+        ])
+        .collect();
+    let c = Controller::start(env, &s.scope, &own).await;
+    eventually(Duration::from_secs(5), || async {
+        (metric(&c.metrics().await, "nlc_pause{mode=\"evictions\"}") == Some(1.0)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("pause not in force:\n{}", c.logs()));
+    kubelets.stop(&off);
+    wait_node(&s, &off, Duration::from_secs(15), |n| ready_of(n).is_some_and(|c| c.status == "Unknown"))
+        .await
+        .unwrap_or_else(|| panic!("{off} never Unknown:\n{}", c.logs()));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(!fenced(&node_now(&s, &off).await), "fenced while paused:\n{}", c.logs());
+
+    // Lifted: the fence goes at once (the delay ran out long ago).
+    pause.delete(PAUSE, &Default::default()).await.expect("lift the pause");
+    let (node, _) = wait_node(&s, &off, Duration::from_secs(10), fenced)
+        .await
+        .unwrap_or_else(|| panic!("not fenced after the pause lifted:\n{}", c.logs()));
+    assert_eq!(mark(&node).as_deref(), Some("cloud-shutdown"));
+}
+
+/// Shadow mode (`--dry-run`) decides the fence, logs and counts it, and writes nothing.
+#[tokio::test]
+async fn shadow_mode_decides_the_fence_and_writes_nothing() {
+    let env = shared();
+    let s = Scope::new(env, "oos-dry").await;
+    let off = make_node(&s, "z1", json!([shutdown_taint()])).await;
+    let mut all = vec![off.clone()];
+    for _ in 0..3 {
+        all.push(make_node(&s, "z1", json!([])).await);
+    }
+    let kubelets = Kubelets::start(&s.client, &all).await;
+    let c =
+        Controller::start(env, &s.scope, &flags(&["--dry-run", "--fence-on", "cloud-shutdown", "--fence-delay", "1s"]))
+            .await;
+    kubelets.stop(&off);
+    let decided = eventually(Duration::from_secs(20), || async {
+        c.logs().lines().any(|l| l.contains("dry run: not carried out") && l.contains(OOS)).then_some(())
+    })
+    .await;
+    assert!(decided.is_some(), "shadow mode never decided the fence:\n{}", c.logs());
+    let node = node_now(&s, &off).await;
+    assert!(!fenced(&node) && mark(&node).is_none(), "shadow mode fenced:\n{}", c.logs());
 }

@@ -64,6 +64,11 @@ pub struct Explanation {
     /// none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub comparison_operators: Option<String>,
+    /// Where the pod's node stands on fencing (docs/spec.md §15), when it matters for this pod:
+    /// the node carries `out-of-service`, or it is not `Ready` and the pod is terminating or a
+    /// signal that the node is off is there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fence: Option<String>,
     /// Why the eviction decision is what it is, in words (text output).
     #[serde(skip)]
     pub reason: String,
@@ -119,8 +124,10 @@ pub fn explain(node: &Node, pod: &Pod, opts: MatchOptions, now: Timestamp) -> Ex
             (false, _) => "ignored (--enable-comparison-operators=false): an Lt/Gt toleration tolerates nothing".to_owned(),
         }
     });
+    let fence = fence_line(node, &taints, pod.metadata.deletion_timestamp.is_some());
     Explanation {
         comparison_operators,
+        fence,
         node: node.metadata.name.clone().unwrap_or_default(),
         pod: format!(
             "{}/{}",
@@ -133,6 +140,50 @@ pub fn explain(node: &Node, pod: &Pod, opts: MatchOptions, now: Timestamp) -> Ex
         warnings,
         reason,
         tolerations: tolerations.iter().map(ToString::to_string).collect(),
+    }
+}
+
+/// Where `node` stands on fencing, for a pod on it (`terminating`: the pod has a
+/// `deletionTimestamp`); `None` when fencing does not concern it. From the node alone: whether
+/// this controller accepts a signal (`--fence-on`) is its own flag, so a signal is named as one.
+fn fence_line(node: &Node, taints: &[Taint], terminating: bool) -> Option<String> {
+    use crate::fence::{FENCE_REQUEST_LABEL, NodeFence, Signal};
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let marks = NodeFence::new(node.metadata.labels.as_ref());
+    let pod_gc = "kube-controller-manager's pod GC force-deletes the pod once it is terminating, and the attach-detach controller detaches its volumes";
+    if crate::fence::out_of_service(taints) {
+        let whose = match &marks.fenced_by {
+            Some(by) => format!("by this controller on the signal {by}"),
+            None => "not by this controller (a person or another tool; it stays until they remove it)".to_owned(),
+        };
+        return Some(format!(
+            "fenced: the node carries node.kubernetes.io/out-of-service, {whose}; {pod_gc}; with --eviction-mode evict the pod is deleted, not evicted"
+        ));
+    }
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == crate::condition::TRUE);
+    if ready {
+        return None;
+    }
+    let signal = marks.signal(&[Signal::CloudShutdown, Signal::Operator], taints);
+    match (signal, terminating) {
+        (Some(s), _) => {
+            let what = match s {
+                Signal::CloudShutdown => format!("the cloud's shutdown taint ({})", crate::fence::CLOUD_SHUTDOWN),
+                Signal::Operator => format!("an operator's fence request ({FENCE_REQUEST_LABEL})"),
+            };
+            Some(format!(
+                "awaiting the fence: the node is not Ready and carries {what}; with --fence-on={s} this controller fences it after --fence-delay, and then {pod_gc}"
+            ))
+        }
+        (None, true) => Some(format!(
+            "awaiting a signal: the pod is terminating on a node that is not Ready, and only its kubelet can confirm it gone; if the node is really off (not only silent: a partitioned node's pods may still run), `kubectl nlc fence {name} --reason ...` (with --fence-on=operator)"
+        )),
+        (None, false) => None,
     }
 }
 
@@ -276,6 +327,9 @@ pub fn render_text(e: &Explanation) -> String {
         ),
     };
     let _ = writeln!(out, "Eviction:   {verdict}");
+    if let Some(f) = &e.fence {
+        let _ = writeln!(out, "Fence:      {f}");
+    }
     if !e.warnings.is_empty() {
         let _ = writeln!(out);
         let _ = writeln!(out, "Warnings:");

@@ -179,6 +179,22 @@ fn fence_text(
     })
 }
 
+/// Whether `status` lists `n` as not `Ready`: its `Ready` condition, as written, is not `True`.
+fn not_ready(n: &crate::index::SlimNode) -> bool {
+    n.condition("Ready").is_none_or(|c| c.status != condition::TRUE)
+}
+
+/// Pods terminating on nodes that are not `Ready` (the sum of `status`'s TERMINATING column):
+/// on a node that is really off they stay so until it is fenced (docs/spec.md §15).
+pub fn terminating_on_not_ready(index: &crate::index::Index) -> usize {
+    index
+        .nodes
+        .values()
+        .filter(|n| not_ready(n))
+        .map(|n| index.pods_on(&n.name).filter(|p| p.terminating).count())
+        .sum()
+}
+
 fn rfc3339(t: Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
@@ -201,10 +217,10 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
         .nodes
         .values()
         .filter_map(|n| {
-            let ready = n.condition("Ready");
-            if ready.is_some_and(|c| c.status == condition::TRUE) {
+            if !not_ready(n) {
                 return None;
             }
+            let ready = n.condition("Ready");
             let taints = n
                 .taints
                 .iter()

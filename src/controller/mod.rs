@@ -268,6 +268,7 @@ fn spawn(
         steps,
         second_writers,
         brakes_shown: None,
+        terminating_counted: None,
         nodes_changed: true,
         lease_holds: 0,
         lease_cache: LeaseCacheShown { note: rt.ready_note("lease cache"), published, shown: None },

@@ -56,7 +56,13 @@ pub(super) struct Task {
     pub(super) lease_cache: LeaseCacheShown,
     /// Nodes exist: a silent node or node Lease watch is stalled.
     pub(super) stall_armed: Arc<AtomicBool>,
+    /// When the pods terminating on not-`Ready` nodes were last counted (a count goes over
+    /// every node: at most once per [`TERMINATING_COUNT_EVERY`]).
+    pub(super) terminating_counted: Option<jiff::Timestamp>,
 }
+
+/// How often `nlc_pods_terminating_on_not_ready_nodes` is recounted (its alert waits 15 min).
+const TERMINATING_COUNT_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Where the Lease cache's state is shown besides the metrics: `/readyz?verbose`, and the
 /// leader's Lease for `status`.
@@ -225,6 +231,15 @@ impl Task {
         }
         self.brakes_shown = Some(pause);
         self.nodes_changed = false;
+        let now = self.clock.now();
+        if self
+            .terminating_counted
+            .is_none_or(|at| now < at || now >= nlc_core::time::after(at, TERMINATING_COUNT_EVERY))
+        {
+            self.terminating_counted = Some(now);
+            let count = nlc_core::status::terminating_on_not_ready(&self.state.cache.index);
+            self.metrics.lifecycle.terminating_on_not_ready.set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
     }
 
     /// `nlc_nodes_fenced{by}` and the oldest fence of ours (docs/spec.md §15).

@@ -35,6 +35,8 @@ pub(crate) struct LifecycleMetrics {
     pub(crate) fenced: Family<ByLabels, Gauge>,
     /// When the oldest `out-of-service` of ours was added (0: none).
     pub(crate) oldest_fence: Gauge,
+    /// Pods terminating on nodes that are not `Ready` (`status`'s TERMINATING column, summed).
+    pub(crate) terminating_on_not_ready: Gauge,
 }
 
 /// Whose.
@@ -69,6 +71,7 @@ impl Default for LifecycleMetrics {
             lease_checks: Family::default(),
             fenced: Family::default(),
             oldest_fence: Gauge::default(),
+            terminating_on_not_ready: Gauge::default(),
         }
     }
 }
@@ -135,6 +138,11 @@ impl LifecycleMetrics {
             "nlc_node_oldest_fence_timestamp_seconds",
             "When the oldest out-of-service taint of this controller was added (0: none); see the NodeLifecycleControllerFenceStuck alert",
             m.oldest_fence.clone(),
+        );
+        registry.register(
+            "nlc_pods_terminating_on_not_ready_nodes",
+            "Pods with a deletionTimestamp on nodes that are not Ready: on a node that is really off, only a fence (out-of-service) ends them; see the NodeLifecycleControllerPodsStuckTerminating alert",
+            m.terminating_on_not_ready.clone(),
         );
         registry.register(
             "nlc_lease_cache_holds",

@@ -362,11 +362,12 @@ const FENCE_DELAY: u64 = 10;
 const POD_GC_PERIOD: u64 = 20;
 
 /// Scenario 6: a node really gone. A StatefulSet of one on the worker without the leader, that
-/// worker stopped (`docker stop`), the cloud's shutdown taint applied by the test as a cloud
-/// controller manager would: the pod is evicted, stays `Terminating` (no kubelet), the node is
-/// fenced (`out-of-service`), pod GC force-deletes the pod, and the StatefulSet's pod runs on the
-/// other worker. The worker started again: unfenced, nothing else evicted.
-async fn dead_node(client: &kube::Client, w1: &str, w2: &str, summary: &mut String) {
+/// worker stopped (`docker stop`): the pod is evicted and stays `Terminating` (no kubelet); with
+/// no signal it stays so, unfenced, and `status` says the node awaits a signal. Then the cloud's
+/// shutdown taint, applied by the test as a cloud controller manager would: the node is fenced
+/// (`out-of-service`), pod GC force-deletes the pod, and the StatefulSet's pod runs on the other
+/// worker. The worker started again: unfenced, nothing else evicted.
+async fn dead_node(client: &kube::Client, kubeconfig: &Path, w1: &str, w2: &str, summary: &mut String) {
     let (_, leader_node) = until("a leader", Duration::from_secs(60), || leader(client, FULLNAME)).await;
     let (victim, spare) = if leader_node == w1 { (w2, w1) } else { (w1, w2) };
     let toleration = 10u64;
@@ -399,7 +400,31 @@ async fn dead_node(client: &kube::Client, w1: &str, w2: &str, summary: &mut Stri
     set_unschedulable(client, spare, false).await;
     let stopped = Timestamp::now();
     docker(&["stop", victim]);
+    // No signal yet: the pod is evicted and stays Terminating (no kubelet confirms it), and
+    // `status` says the node awaits a signal.
+    let terminating = until(&format!("db-0 terminating on {victim}"), Duration::from_secs(120), || async {
+        let p = pods.get_opt("db-0").await.ok()??;
+        (p.metadata.uid.as_ref() == Some(&first) && p.metadata.deletion_timestamp.is_some()).then_some(Timestamp::now())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(FENCE_DELAY + 5)).await;
+    let status = run(Command::new(common::BIN).args(["status", "-o", "json", "--kubeconfig"]).arg(kubeconfig));
+    let report: serde_json::Value = serde_json::from_str(&status).expect("status -o json");
+    let row = report["notReady"].as_array().into_iter().flatten().find(|r| r["name"] == victim).cloned();
+    let row = row.unwrap_or_else(|| panic!("{victim} not in status: {status}"));
+    assert_eq!(row["fence"], "awaiting a signal", "{status}");
+    let p = pods.get_opt("db-0").await.ok().flatten();
+    assert_eq!(p.and_then(|p| p.metadata.uid), Some(first.clone()), "db-0 replaced with no signal");
+    assert!(!has_taint_key(&node(client, victim).await, "node.kubernetes.io/out-of-service"), "fenced on silence");
+    note(
+        summary,
+        format!(
+            "{victim} stopped (`docker stop`), no signal: db-0 Terminating {:.1} s after the stop and still there {FENCE_DELAY}+5 s later, not fenced, `status`: awaiting a signal",
+            secs_between(stopped, terminating)
+        ),
+    );
     // What a cloud controller manager does when the cloud's API says the instance is shut down.
+    let signalled = Timestamp::now();
     let mut taints = node(client, victim).await.spec.and_then(|s| s.taints).unwrap_or_default();
     taints.push(
         serde_json::from_value(json!({"key": "node.cloudprovider.kubernetes.io/shutdown", "effect": "NoSchedule"}))
@@ -421,16 +446,21 @@ async fn dead_node(client: &kube::Client, w1: &str, w2: &str, summary: &mut Stri
         (running_on(&p)? == spare && p.metadata.uid.as_ref() != Some(&first)).then_some(Timestamp::now())
     })
     .await;
-    let took = secs_between(stopped, moved);
-    let bound = (GRACE + toleration + FENCE_DELAY + POD_GC_PERIOD + 15) as f64;
+    // The node has been not Ready since long before the signal: from the signal, the delay, pod
+    // GC's period and 15 s (from the stop, it would be grace + toleration + delay + 15 s, had the
+    // signal come with the stop).
+    let took = secs_between(signalled, moved);
+    let bound = (FENCE_DELAY + POD_GC_PERIOD + 15) as f64;
     note(
         summary,
         format!(
-            "{victim} stopped (`docker stop`, the cloud's shutdown taint applied): fenced (out-of-service) {:.1} s after the stop, the StatefulSet's pod Running on {spare} {took:.1} s after the stop (grace {GRACE} s + toleration {toleration} s + fence delay {FENCE_DELAY} s + pod GC's {POD_GC_PERIOD} s period + 15 s = {bound:.0} s)",
-            secs_between(stopped, fenced)
+            "then the cloud's shutdown taint applied ({:.1} s after the stop): fenced (out-of-service) {:.1} s after the signal, the StatefulSet's pod Running on {spare} {took:.1} s after the signal, {:.1} s after the stop (bound from the signal: fence delay {FENCE_DELAY} s + pod GC's {POD_GC_PERIOD} s period + 15 s = {bound:.0} s)",
+            secs_between(stopped, signalled),
+            secs_between(signalled, fenced),
+            secs_between(stopped, moved)
         ),
     );
-    assert!(took <= bound, "db-0 moved {took:.1} s after the stop, more than {bound:.0} s");
+    assert!(took <= bound, "db-0 moved {took:.1} s after the signal, more than {bound:.0} s");
     // Started again: the cloud lifts its taint, the kubelet comes back; the fence comes off.
     let restarted = Timestamp::now();
     docker(&["start", victim]);
@@ -756,7 +786,7 @@ async fn on_a_real_kind_cluster() {
 
     // 6. A node really gone (`docker stop`): fenced on the cloud's shutdown signal, its
     //    StatefulSet's pod force-deleted by pod GC and running on the other worker.
-    dead_node(&client, &w1, &w2, &mut summary).await;
+    dead_node(&client, &kubeconfig, &w1, &w2, &mut summary).await;
     until("two replicas again", Duration::from_secs(180), || async {
         available(&client, NAMESPACE, FULLNAME, 2).await.then_some(())
     })

@@ -169,3 +169,50 @@ fn a_pod_bound_after_the_taint_counts_from_its_binding() {
         (Some("2026-01-01T00:01:00Z"), Some(Anchor::TimeAdded))
     );
 }
+
+fn node_with(labels: serde_json::Value, taints: serde_json::Value, ready: &str) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "worker-3", "labels": labels},
+        "spec": {"taints": taints},
+        "status": {"conditions": [{"type": "Ready", "status": ready}]}
+    }))
+    .expect("node")
+}
+
+fn terminating(mut p: Pod) -> Pod {
+    p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+    p
+}
+
+#[test]
+fn the_fence_line_says_where_the_node_stands_for_this_pod() {
+    let oos = json!({"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"});
+    let unreachable = json!({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"});
+    let p = terminating(pod(json!([])));
+    let line = |n: &Node, p: &Pod| explain(n, p, MatchOptions::default(), now()).fence;
+
+    let ours = node_with(json!({crate::fence::FENCED_LABEL: "cloud-shutdown"}), json!([oos, unreachable]), "Unknown");
+    let said = line(&ours, &p).expect("fenced");
+    assert!(said.starts_with("fenced:") && said.contains("by this controller on the signal cloud-shutdown"), "{said}");
+    let theirs = node_with(json!({}), json!([oos, unreachable]), "Unknown");
+    assert!(line(&theirs, &p).is_some_and(|s| s.contains("not by this controller")));
+
+    // Not Ready, terminating, no signal: a person must confirm the node is off.
+    let silent = node_with(json!({}), json!([unreachable]), "Unknown");
+    let said = line(&silent, &p).expect("awaiting a signal");
+    assert!(said.starts_with("awaiting a signal") && said.contains("kubectl nlc fence worker-3"), "{said}");
+    assert_eq!(line(&silent, &pod(json!([]))), None, "a running pod on a silent node: nothing to fence for");
+
+    // A signal: the fence waits for the controller (if it accepts the signal).
+    let shut = json!({"key": crate::fence::CLOUD_SHUTDOWN, "effect": "NoSchedule"});
+    let off = node_with(json!({}), json!([unreachable, shut]), "Unknown");
+    assert!(line(&off, &pod(json!([]))).is_some_and(|s| s.contains("--fence-on=cloud-shutdown")));
+    let asked = node_with(json!({crate::fence::FENCE_REQUEST_LABEL: "alice"}), json!([unreachable]), "False");
+    assert!(line(&asked, &p).is_some_and(|s| s.contains("--fence-on=operator")));
+
+    // Ready: fencing does not concern it, whatever the signal.
+    assert_eq!(line(&node_with(json!({}), json!([shut]), "True"), &p), None);
+    let text = render_text(&explain(&ours, &p, MatchOptions::default(), now()));
+    assert!(text.contains("\nFence:      fenced:"), "{text}");
+}
