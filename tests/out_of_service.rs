@@ -2,7 +2,8 @@
 //! pod GC only (the controller that stays on beside us, docs/spec.md §15): a node the cloud says
 //! is shut down, its pod evicted by us and left `Terminating` (no kubelet confirms it), gets
 //! `out-of-service` after `--fence-delay`, and pod GC force-deletes the pod; a silent node with no
-//! signal, and a held one, never; the node started again, our taint and its mark come off. The
+//! signal, and a held one, never; the node started again, our taint and its mark come off once
+//! its VolumeAttachment of before is gone. The
 //! pause and shadow mode stop the fence too (every zone down: `tests/lifecycle_outage.rs`). Own control plane:
 //! pod GC acts on every node of it.
 
@@ -75,6 +76,16 @@ async fn a_node_confirmed_off_is_fenced_its_pods_force_deleted_and_unfenced_when
         // Tolerates unreachable for 0 s (DefaultTolerationSeconds would give 300 s): due at once.
         s.pod(pod, node, json!([toleration(UNREACHABLE, Some(0))]), json!({})).await;
     }
+    // A volume attached to the off node before it went (the attach-detach controller does not run
+    // here, so it stays attached): its fence stays until it is detached.
+    let attachments: Api<k8s_openapi::api::storage::v1::VolumeAttachment> = Api::all(s.client.clone());
+    let va = format!("{off}-old");
+    let attachment = json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment", "metadata": {"name": va},
+        "spec": {"attacher": "csi.example.com", "nodeName": off, "source": {"persistentVolumeName": "pv-old"}}});
+    attachments
+        .create(&Default::default(), &serde_json::from_value(attachment).expect("va"))
+        .await
+        .expect("a VolumeAttachment");
     let mut kcm = start_kcm(env, &env.kubeconfig, "pod-garbage-collector-controller", &[]);
     let c = Controller::start(
         env,
@@ -180,6 +191,9 @@ async fn a_node_confirmed_off_is_fenced_its_pods_force_deleted_and_unfenced_when
     .await;
     kubelets.resume(&off);
     set_condition(&s, &off, "Ready", "True").await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(fenced(&node_now(&s, &off).await), "unfenced with a volume still attached:\n{}", c.logs());
+    attachments.delete(&va, &Default::default()).await.expect("detached");
     let (node, _) = wait_node(&s, &off, Duration::from_secs(30), |n| !fenced(n))
         .await
         .unwrap_or_else(|| panic!("never unfenced:\n{}", c.logs()));

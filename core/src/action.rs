@@ -327,6 +327,29 @@ pub enum TolerationsRead {
     Failed(String),
 }
 
+/// List the VolumeAttachments of a node whose `out-of-service` is about to come off (docs/spec.md
+/// §15): the fence stays while one of the old incarnation remains (the attach-detach controller
+/// detaches them under the fence; without it, a volume of a pod that is gone could stay attached to
+/// a node that runs again). Answered by [`crate::state::Input::AttachmentsRead`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckAttachments {
+    /// Names this read, so that an answer for an older one is ignored.
+    pub op: u64,
+    pub node: String,
+    /// Attachments created before this are the old incarnation's (the fence's `timeAdded`);
+    /// `None`: every attachment of the node counts.
+    pub before: Option<jiff::Timestamp>,
+}
+
+/// What a list of a node's VolumeAttachments found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AttachmentsRead {
+    /// This many of the old incarnation remain.
+    Found(usize),
+    /// Not read (refused, failed, or this process stopped leading): read again after a backoff.
+    Failed(String),
+}
+
 /// Set labels on a node (upstream's `reconcileNodeLabels`): a merge patch of these labels only.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SetLabels {
@@ -352,6 +375,7 @@ pub enum Action {
     MarkPodNotReady(MarkPodNotReady),
     CheckLease(CheckLease),
     ReadTolerations(ReadTolerations),
+    CheckAttachments(CheckAttachments),
     /// Call off a queued write: it reports [`EvictionResult::Cancelled`] (or
     /// [`MarkResult::Cancelled`]) unless it has already gone ahead.
     Cancel(Op),

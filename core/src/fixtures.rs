@@ -269,6 +269,9 @@ pub struct World {
     /// The API server's Leases (the watch may not have delivered them): what a live read
     /// finds, by node.
     pub live_leases: std::collections::HashMap<String, SlimLease>,
+    /// What a list of each node's VolumeAttachments (of its old incarnation) finds; none when
+    /// not set.
+    pub attachments: std::collections::HashMap<String, crate::action::AttachmentsRead>,
 }
 
 impl World {
@@ -300,6 +303,7 @@ impl World {
             rv: 100,
             log: vec![],
             live_leases: Default::default(),
+            attachments: Default::default(),
         };
         for input in initial_list(Input::Node, nodes).into_iter().chain(initial_list(Input::Pod, pods)) {
             w.input(input);
@@ -374,6 +378,12 @@ impl World {
                 Action::CheckLease(c) => {
                     let answer = self.lease_answer(c);
                     self.input(answer);
+                    None
+                }
+                Action::CheckAttachments(c) => {
+                    let result =
+                        self.attachments.get(&c.node).cloned().unwrap_or(crate::action::AttachmentsRead::Found(0));
+                    self.input(Input::AttachmentsRead { node: c.node.clone(), op: c.op, result });
                     None
                 }
                 _ => None,

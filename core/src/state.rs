@@ -49,6 +49,12 @@ pub enum Input {
         op: u64,
         result: crate::action::TolerationsRead,
     },
+    /// The executor's report on a [`crate::action::CheckAttachments`].
+    AttachmentsRead {
+        node: String,
+        op: u64,
+        result: crate::action::AttachmentsRead,
+    },
     /// The pause ConfigMap changed (docs/spec.md §11).
     Pause(Pause),
 }
@@ -153,6 +159,11 @@ enum Report {
         key: PodKey,
         op: u64,
         result: crate::action::TolerationsRead,
+    },
+    AttachmentsRead {
+        node: String,
+        op: u64,
+        result: crate::action::AttachmentsRead,
     },
     /// `own_write`: the cache took in the node as our write returned it (it carries no
     /// heartbeat).
@@ -289,6 +300,7 @@ impl State {
             Input::MarkResult { key, op, result } => return Some(Report::Mark { key, op, result }),
             Input::LeaseRead { node, op, result } => return Some(Report::LeaseRead { node, op, result }),
             Input::TolerationsRead { key, op, result } => return Some(Report::TolerationsRead { key, op, result }),
+            Input::AttachmentsRead { node, op, result } => return Some(Report::AttachmentsRead { node, op, result }),
             Input::NodeWriteResult { node, result } => {
                 // The node as our write returned it carries no heartbeat; the node as read after
                 // a conflict is an ordinary observation.
@@ -330,6 +342,10 @@ impl State {
                 c.lifecycle(|lc, cx| lc.lease_read(&node, op, &result, cx, out));
             }
             Some(Report::LeaseRead { .. }) => {}
+            Some(Report::AttachmentsRead { node, op, result }) if active => {
+                c.lifecycle(|lc, cx| lc.attachments_read(&node, op, &result, cx, out));
+            }
+            Some(Report::AttachmentsRead { .. }) => {}
             Some(Report::TolerationsRead { key, op, result }) => {
                 c.eviction(|ev, cx| ev.tolerations_read(&key, op, result, cx, out));
             }
@@ -449,6 +465,12 @@ impl State {
                     Some(l) => crate::action::LeaseRead::Found { resource_version: l.resource_version.clone() },
                     None => crate::action::LeaseRead::NotFound,
                 },
+            }),
+            // Shadow mode reads nothing: a fence it only simulated has no attachments to wait for.
+            Action::CheckAttachments(c) => Some(Input::AttachmentsRead {
+                node: c.node.clone(),
+                op: c.op,
+                result: crate::action::AttachmentsRead::Found(0),
             }),
             // Shadow mode reads nothing: a pod whose tolerations were cut short stays undecided
             // for a taint none of the kept ones tolerates, as before the read existed.

@@ -91,6 +91,7 @@ impl BrakeMetrics {
             Action::NodeEvent(_) => "node_event",
             Action::MarkPodNotReady(_) => "mark_pod_not_ready",
             Action::CheckLease(_) => "check_lease",
+            Action::CheckAttachments(_) => "check_attachments",
             Action::ReadTolerations(_) => "read_tolerations",
             Action::Cancel(_) => "cancel",
         };

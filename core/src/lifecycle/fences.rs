@@ -2,6 +2,7 @@
 //! is off, and not `Ready`, gets `out-of-service`, and when ours comes off again.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use jiff::Timestamp;
 
@@ -18,6 +19,9 @@ pub(super) enum Step {
     Apply(Signal),
     /// Remove `out-of-service` (and our mark, if it is there).
     Remove,
+    /// Everything else says remove it: list the node's VolumeAttachments first
+    /// ([`crate::action::CheckAttachments`]).
+    CheckAttachments,
     /// The taint went without us: clear our mark.
     ClearMark,
 }
@@ -27,7 +31,7 @@ impl Step {
         match self {
             Self::Apply(s) => Some(FenceMark::Set(*s)),
             Self::Remove | Self::ClearMark => node.fence.fenced_by.is_some().then_some(FenceMark::Clear),
-            Self::Nothing => None,
+            Self::Nothing | Self::CheckAttachments => None,
         }
     }
 }
@@ -51,6 +55,26 @@ pub(super) struct Seen {
 #[derive(Default)]
 pub(super) struct Fences {
     pending: HashMap<String, Pending>,
+    /// Per fenced node that is back: where the list of its VolumeAttachments stands.
+    checks: HashMap<String, Check>,
+    ops: u64,
+}
+
+/// How long a list that found none of the old incarnation's attachments stands for the removal.
+const CHECK_VALID: Duration = Duration::from_secs(10);
+/// How soon a node whose attachments remain (or whose list failed) is listed again.
+const CHECK_AGAIN: Duration = Duration::from_secs(5);
+
+enum Check {
+    Reading(u64),
+    /// None remain, as listed at this time.
+    Clear(Timestamp),
+    /// Some remain (`None`: the list failed); listed again at `retry` (`armed`: a timer is set).
+    Left {
+        count: Option<usize>,
+        retry: Timestamp,
+        armed: bool,
+    },
 }
 
 struct Pending {
@@ -87,9 +111,48 @@ impl Fences {
         }
         let back = seen.ready.as_deref() == Some(condition::TRUE) || (signal.is_none() && !seen.overdue);
         if back && seen.terminating == 0 && (ours || cfg.remove_manual) {
-            return Step::Remove;
+            return match self.checks.get(&node.name) {
+                Some(Check::Clear(at)) if now < after(*at, CHECK_VALID) => {
+                    self.checks.remove(&node.name);
+                    Step::Remove
+                }
+                Some(Check::Reading(_)) => Step::Nothing,
+                Some(Check::Left { retry, .. }) if now < *retry => Step::Nothing,
+                _ => Step::CheckAttachments,
+            };
         }
+        self.checks.remove(&node.name);
         Step::Nothing
+    }
+
+    /// A list of `node`'s attachments is sent: its op.
+    pub(super) fn start_check(&mut self, node: &str) -> u64 {
+        self.ops += 1;
+        self.checks.insert(node.to_owned(), Check::Reading(self.ops));
+        self.ops
+    }
+
+    /// The answer to the list `op` of `node`'s attachments; `false` for an answer no longer
+    /// waited for.
+    pub(super) fn attachments_read(&mut self, node: &str, op: u64, found: Option<usize>, now: Timestamp) -> bool {
+        if !matches!(self.checks.get(node), Some(Check::Reading(o)) if *o == op) {
+            return false;
+        }
+        let check = match found {
+            Some(0) => Check::Clear(now),
+            count => Check::Left { count, retry: after(now, CHECK_AGAIN), armed: true },
+        };
+        self.checks.insert(node.to_owned(), check);
+        true
+    }
+
+    /// How many VolumeAttachments of the old incarnation the last list found on a fenced node
+    /// that is otherwise back (`Some(None)`: the list failed).
+    pub(super) fn attachments_left(&self, node: &str) -> Option<Option<usize>> {
+        match self.checks.get(node)? {
+            Check::Left { count, .. } => Some(*count),
+            _ => None,
+        }
     }
 
     /// Nodes whose delay ran out by `now` (each once).
@@ -101,12 +164,25 @@ impl Fences {
                 names.push(name.clone());
             }
         }
+        for (name, c) in &mut self.checks {
+            if let Check::Left { retry, armed, .. } = c
+                && *armed
+                && *retry <= now
+            {
+                *armed = false;
+                names.push(name.clone());
+            }
+        }
         names.sort();
         names
     }
 
     pub(super) fn next_wakeup(&self, delay: std::time::Duration) -> Option<Timestamp> {
-        self.pending.values().filter(|p| p.armed).map(|p| after(p.since, delay)).min()
+        let retries = self.checks.values().filter_map(|c| match c {
+            Check::Left { retry, armed: true, .. } => Some(*retry),
+            _ => None,
+        });
+        self.pending.values().filter(|p| p.armed).map(|p| after(p.since, delay)).chain(retries).min()
     }
 
     /// Nodes waiting for a brake to let their fence go.
@@ -123,5 +199,6 @@ impl Fences {
 
     pub(super) fn forget(&mut self, node: &str) {
         self.pending.remove(node);
+        self.checks.remove(node);
     }
 }

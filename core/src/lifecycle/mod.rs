@@ -43,7 +43,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::action::{
-    Action, CheckLease, LeaseRead, MarkResult, NodeEvent, NodeEventKind, NodeWriteResult, SetConditions, SetTaints,
+    Action, AttachmentsRead, CheckAttachments, CheckLease, LeaseRead, MarkResult, NodeEvent, NodeEventKind,
+    NodeWriteResult, SetConditions, SetTaints,
 };
 use crate::condition;
 use crate::ctx::Ctx;
@@ -314,6 +315,40 @@ impl NodeLifecycle {
         }
     }
 
+    /// The executor's report on a [`CheckAttachments`]: none of the old incarnation left, the
+    /// fence comes off (if all else still says so); some left, or a failed list: listed again
+    /// shortly.
+    pub fn attachments_read(
+        &mut self,
+        name: &str,
+        op: u64,
+        result: &AttachmentsRead,
+        cx: Ctx<'_>,
+        out: &mut Vec<Action>,
+    ) {
+        let found = match result {
+            AttachmentsRead::Found(n) => Some(*n),
+            AttachmentsRead::Failed(_) => None,
+        };
+        let before = self.fences.attachments_left(name);
+        if !self.fences.attachments_read(name, op, found, cx.now) {
+            return;
+        }
+        match (found, result) {
+            (Some(0), _) => {}
+            (Some(n), _) if before != Some(Some(n)) => tracing::info!(
+                node = name,
+                attachments = n,
+                "the node is back, and the fence stays while VolumeAttachments of its pods from before it remain"
+            ),
+            (None, AttachmentsRead::Failed(e)) => {
+                tracing::warn!(node = name, error = %e, "listing the node's VolumeAttachments failed; the fence stays until a list succeeds");
+            }
+            _ => {}
+        }
+        self.reconcile(name, cx, out);
+    }
+
     /// The executor's report on a node write.
     pub fn node_write_result(&mut self, name: &str, result: &NodeWriteResult, cx: Ctx<'_>, out: &mut Vec<Action>) {
         let Some(flipped_from_ready) = self.nodes.node_write_result(name, result, cx.index, cx.now) else { return };
@@ -470,6 +505,11 @@ impl NodeLifecycle {
                 crate::fence::out_of_service_taints(&node.taints)
                     .map(|t| TaintId::new(t.key.clone(), t.effect.clone())),
             ),
+            Step::CheckAttachments => {
+                let before = crate::fence::out_of_service_taints(&node.taints).filter_map(|t| t.time_added).min();
+                let op = self.fences.start_check(name);
+                out.push(Action::CheckAttachments(CheckAttachments { op, node: name.to_owned(), before }));
+            }
             Step::ClearMark | Step::Nothing => {}
         }
         let fence_mark = step.mark(node);

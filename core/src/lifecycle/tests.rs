@@ -1001,6 +1001,36 @@ fn our_fence_comes_off_when_the_node_is_back_and_its_terminating_pods_are_gone()
 }
 
 #[test]
+fn our_fence_stays_while_volume_attachments_of_the_old_incarnation_remain() {
+    use crate::action::AttachmentsRead;
+    let mut w = off_and_silent(fencing(SIGNALS), vec![]);
+    w.heartbeat(ALIVE, 0.0, 120.0);
+    assert!(oos(&w, "n0"));
+    w.attachments.insert("n0".into(), AttachmentsRead::Found(2));
+    let mut n = w.node("n0").clone();
+    n.taints.retain(|t| t.key != crate::fence::CLOUD_SHUTDOWN);
+    w.update_node(n);
+    w.renew_lease("n0");
+    w.kubelet_posts("n0", "True");
+    assert!(oos(&w, "n0"), "kept while two attachments remain");
+    let lists = |w: &World| w.log.iter().filter(|(_, a)| matches!(a, Action::CheckAttachments(_))).count();
+    assert_eq!(lists(&w), 1);
+    // Listed again every 5 s while they remain, or while a list fails.
+    w.advance_to(125.0);
+    assert_eq!(lists(&w), 2);
+    w.attachments.insert("n0".into(), AttachmentsRead::Failed("forbidden".into()));
+    w.advance_to(130.0);
+    assert_eq!(lists(&w), 3);
+    assert!(oos(&w, "n0"), "a failed list is no answer");
+    // The attach-detach controller detached them.
+    w.attachments.insert("n0".into(), AttachmentsRead::Found(0));
+    w.advance_to(135.0);
+    assert_eq!(lists(&w), 4);
+    assert!(!oos(&w, "n0"), "{:?}", w.node("n0").taints);
+    assert_eq!(w.events("NodeUnfenced").len(), 1);
+}
+
+#[test]
 fn a_person_s_out_of_service_is_reported_not_removed_unless_told() {
     let taint = || Taint { value: "nodeshutdown".into(), ..Taint::new(keys::OUT_OF_SERVICE, Effect::NoExecute) };
     let w = World::new(fencing(SIGNALS), vec![node("n0").zone("a").taint(taint()).build()], vec![]);

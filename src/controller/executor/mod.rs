@@ -350,6 +350,15 @@ impl Executor {
                 };
                 tokio::spawn(task.instrument(span));
             }
+            Action::CheckAttachments(c) => {
+                let inner = inner.clone();
+                let span = tracing::info_span!("check-attachments", node = %c.node);
+                let task = async move {
+                    let result = inner.read_attachments(&c).await;
+                    let _ = inner.results.send(Input::AttachmentsRead { node: c.node, op: c.op, result }).await;
+                };
+                tokio::spawn(task.instrument(span));
+            }
             Action::ReadTolerations(r) => {
                 let inner = inner.clone();
                 let span = tracing::info_span!("read-tolerations", pod = %r.key);

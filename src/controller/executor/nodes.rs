@@ -12,7 +12,9 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
 use kube::api::{GetParams, Patch};
 use kube::core::Request;
-use nlc_core::action::{CheckLease, LeaseRead, NodeWriteResult, SetConditions, SetLabels, SetTaints};
+use nlc_core::action::{
+    AttachmentsRead, CheckAttachments, CheckLease, LeaseRead, NodeWriteResult, SetConditions, SetLabels, SetTaints,
+};
 use nlc_core::fence::{self, FenceMark};
 use nlc_core::index::SlimNode;
 use nlc_core::taints;
@@ -142,6 +144,26 @@ impl Inner {
         result
     }
 
+    /// Lists the VolumeAttachments ([`CheckAttachments`]) and counts the node's from before
+    /// `before`. Every attachment of the cluster is listed (no field selector reaches
+    /// `spec.nodeName`), only when a fenced node is back, and decoded into names and times only.
+    pub(super) async fn read_attachments(&self, c: &CheckAttachments) -> AttachmentsRead {
+        use k8s_openapi::api::storage::v1::VolumeAttachment;
+        let req = Request::new(VolumeAttachment::url_path(&(), None)).list(&kube::api::ListParams::default());
+        let Some(outcome) =
+            self.paced_read("list", "volumeattachments", &c.node, self.lean.whole::<Attachments>(req)).await
+        else {
+            return AttachmentsRead::Failed("executor closed".into());
+        };
+        match outcome {
+            CallOutcome::Ok(list) => AttachmentsRead::Found(list.count(&c.node, c.before)),
+            CallOutcome::Gone => AttachmentsRead::Found(0),
+            CallOutcome::Closed => AttachmentsRead::Failed("not the leader".into()),
+            CallOutcome::Conflict => AttachmentsRead::Failed("conflict".into()),
+            CallOutcome::Throttled(e) | CallOutcome::Invalid(e) | CallOutcome::Failed(e) => AttachmentsRead::Failed(e),
+        }
+    }
+
     async fn read_node(&self, name: &str) -> Result<Option<Box<SlimNode>>, String> {
         let req = nodes().get(name, &GetParams::default());
         let found = self.calls.read("get", "nodes", name, self.lean.slim::<WireNode>(req)).await.found()?;
@@ -236,4 +258,44 @@ impl Inner {
 /// Requests on nodes.
 pub(super) fn nodes() -> Request {
     Request::new(Node::url_path(&(), None))
+}
+
+/// A VolumeAttachment list, as far as [`Inner::read_attachments`] reads it.
+#[derive(serde::Deserialize)]
+struct Attachments {
+    #[serde(default)]
+    items: Vec<Attachment>,
+}
+
+#[derive(serde::Deserialize)]
+struct Attachment {
+    #[serde(default)]
+    metadata: AttachmentMeta,
+    #[serde(default)]
+    spec: AttachmentSpec,
+}
+
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AttachmentMeta {
+    creation_timestamp: Option<jiff::Timestamp>,
+}
+
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AttachmentSpec {
+    #[serde(default)]
+    node_name: String,
+}
+
+impl Attachments {
+    /// The attachments to `node` created before `before` (all of them without it; one without a
+    /// creation time counts).
+    fn count(&self, node: &str, before: Option<jiff::Timestamp>) -> usize {
+        let old = |a: &&Attachment| match (before, a.metadata.creation_timestamp) {
+            (Some(b), Some(created)) => created <= b,
+            _ => true,
+        };
+        self.items.iter().filter(|a| a.spec.node_name == node).filter(old).count()
+    }
 }
