@@ -54,6 +54,10 @@ pub enum Command {
     /// pause, the evictions due next (read-only; also `kubectl nlc status` when installed as
     /// `kubectl-nlc`).
     Status(Box<StatusArgs>),
+    /// What the controller would do if a taint were put on some nodes, or they failed: which
+    /// pods would go at once, which when, which never, per workload; the PodDisruptionBudgets it
+    /// would break; how the zone limiter would pace it (read-only; `kubectl nlc whatif`).
+    Whatif(Box<crate::whatif::WhatIfArgs>),
     /// Print the CustomResourceDefinitions the webhook's toleration rules use (TolerationRule), as
     /// YAML for `kubectl apply -f -`.
     Crds,

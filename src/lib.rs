@@ -60,6 +60,7 @@ pub mod runtime;
 pub mod status;
 pub mod uninstall;
 pub mod webhook;
+pub mod whatif;
 
 pub use error::{Error, Result};
 

@@ -16,6 +16,7 @@ fn main() -> ExitCode {
     let result = match command {
         Command::Explain(args) => rt.block_on(explain::run(args)),
         Command::Status(args) => rt.block_on(status::run(*args)),
+        Command::Whatif(args) => rt.block_on(node_lifecycle_controller::whatif::run(*args)),
         Command::Crds => nlc_core::admission::toleration_rules::crd_yaml()
             .map(|y| print!("{y}"))
             .map_err(|problem| nlc_core::Error::Input { source_name: "TolerationRule CRD".into(), problem }.into()),

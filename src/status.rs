@@ -85,10 +85,10 @@ struct LeaderFlags {
 }
 
 /// The configuration `status` decides with, and where it came from.
-struct Decisions {
-    lifecycle: Option<nlc_core::lifecycle::Config>,
-    opts: MatchOptions,
-    source: String,
+pub(crate) struct Decisions {
+    pub(crate) lifecycle: Option<nlc_core::lifecycle::Config>,
+    pub(crate) opts: MatchOptions,
+    pub(crate) source: String,
 }
 
 /// The leader's configuration from its Lease's `/configz` document, `None` when it carries none.
@@ -150,18 +150,7 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     loop {
         // The leader's configuration, read again each round: a new leader may run another.
         let leader = Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease).await;
-        let decisions = if controller_config {
-            match &leader {
-                Ok(Some(l)) => match leader_decisions(l, &namespace, &lease) {
-                    Some(d) => d?,
-                    None => given(format!("Lease {namespace}/{lease} carries no configuration")),
-                },
-                Ok(None) => given(format!("no Lease {namespace}/{lease}: no leader")),
-                Err(e) => given(format!("cannot read Lease {namespace}/{lease}: {e}")),
-            }
-        } else {
-            given("--controller-config=false".to_owned())
-        };
+        let decisions = choose(controller_config, &leader, &namespace, &lease, given)?;
         let mut r = snapshot(&client, &namespace, decisions.lifecycle, decisions.opts, within).await?;
         r.configuration = decisions.source;
         r.lease_cache = leader.ok().flatten().as_ref().and_then(lease_cache);
@@ -186,6 +175,29 @@ pub async fn run(args: StatusArgs) -> Result<()> {
             _ = tokio::signal::ctrl_c() => return Ok(()),
         }
     }
+}
+
+/// The configuration to decide with: the leader's (from its Lease) when `controller_config`
+/// and it publishes one, else `given`'s.
+pub(crate) fn choose(
+    controller_config: bool,
+    leader: &std::result::Result<Option<Lease>, kube::Error>,
+    namespace: &str,
+    lease: &str,
+    given: impl Fn(String) -> Decisions,
+) -> Result<Decisions> {
+    Ok(if controller_config {
+        match leader {
+            Ok(Some(l)) => match leader_decisions(l, namespace, lease) {
+                Some(d) => d?,
+                None => given(format!("Lease {namespace}/{lease} carries no configuration")),
+            },
+            Ok(None) => given(format!("no Lease {namespace}/{lease}: no leader")),
+            Err(e) => given(format!("cannot read Lease {namespace}/{lease}: {e}")),
+        }
+    } else {
+        given("--controller-config=false".to_owned())
+    })
 }
 
 /// The leader's Lease cache against its live reads, as it publishes it on its Lease.
@@ -226,15 +238,24 @@ fn pretty(r: &Report) -> String {
     serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
-/// Lists what the controller watches and runs its state over it, as a controller that has just
-/// started would decide.
-async fn snapshot(
+/// What the controller watches, as listed, and its state run over it at `now`, as a controller
+/// that has just started would decide (`status`, `whatif`).
+pub(crate) struct Snapshot {
+    pub(crate) state: State,
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) pods: Vec<Pod>,
+    pub(crate) now: jiff::Timestamp,
+    /// What the state decided over the lists (nothing is carried out).
+    pub(crate) actions: Vec<nlc_core::action::Action>,
+}
+
+/// Lists what the controller watches and runs its state over it.
+pub(crate) async fn cluster_state(
     client: &kube::Client,
     namespace: &str,
     lifecycle: Option<nlc_core::lifecycle::Config>,
     opts: MatchOptions,
-    within: Duration,
-) -> Result<Report> {
+) -> Result<Snapshot> {
     let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await?;
     let pods = Api::<Pod>::all(client.clone()).list(&ListParams::default().fields("spec.nodeName!=")).await?;
     let leases = Api::<Lease>::namespaced(client.clone(), NODE_LEASE_NAMESPACE).list(&ListParams::default()).await?;
@@ -262,13 +283,25 @@ async fn snapshot(
         state.handle(input, now, &mut actions);
     }
     state.after_batch(now, &mut actions);
+    Ok(Snapshot { state, nodes: nodes.items, pods: pods.items, now, actions })
+}
+
+/// The report on the cluster as listed now.
+async fn snapshot(
+    client: &kube::Client,
+    namespace: &str,
+    lifecycle: Option<nlc_core::lifecycle::Config>,
+    opts: MatchOptions,
+    within: Duration,
+) -> Result<Report> {
+    let Snapshot { state, nodes, pods, now, .. } = cluster_state(client, namespace, lifecycle, opts).await?;
     let mut r = report(&state, now, within);
-    r.evicted = evicted_rows(pods.items.iter().filter_map(evicted_by_taint), now, within);
-    let nodes_written = nodes.items.iter().flat_map(|n| {
+    r.evicted = evicted_rows(pods.iter().filter_map(evicted_by_taint), now, within);
+    let nodes_written = nodes.iter().flat_map(|n| {
         let name = n.metadata.name.clone().unwrap_or_default();
         nlc_core::second_writers::node_writes(n).into_iter().map(move |s| (name.clone(), s))
     });
-    let pods_written = pods.items.iter().flat_map(|p| {
+    let pods_written = pods.iter().flat_map(|p| {
         let key = format!(
             "{}/{}",
             p.metadata.namespace.as_deref().unwrap_or_default(),

@@ -32,6 +32,8 @@
 //! - [`default_tolerations`], [`admission`]: the DefaultTolerationSeconds rule and its
 //!   admission review.
 //! - [`explain`]: what Kubernetes decides for one pod on one node, for `explain`.
+//! - [`whatif`]: what the controller would do if a taint or a failure came to some nodes: the
+//!   state run forward in shadow mode, for `whatif`.
 //! - [`leader`]: leader election decisions, with client-go's semantics.
 //! - [`flags`]: durations and the ranges flags must fall in.
 //! - [`time`]: saturating time arithmetic, backoff, and times read as Go reads them.
@@ -76,6 +78,7 @@ pub mod time;
 pub mod timer_queue;
 pub mod uid;
 pub mod upstream;
+pub mod whatif;
 pub mod wire;
 pub mod x509;
 pub mod zone;

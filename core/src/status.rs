@@ -195,11 +195,11 @@ pub fn terminating_on_not_ready(index: &crate::index::Index) -> usize {
         .sum()
 }
 
-fn rfc3339(t: Timestamp) -> String {
+pub(crate) fn rfc3339(t: Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-fn state_name(s: ZoneState) -> &'static str {
+pub(crate) fn state_name(s: ZoneState) -> &'static str {
     match s {
         ZoneState::Initial => "Initial",
         ZoneState::Normal => "Normal",

@@ -1,0 +1,142 @@
+use super::*;
+use crate::fixtures::{World, lifecycle_config, node, pod, taint_eviction, ts};
+use crate::taints::Effect;
+use proptest::prelude::*;
+
+const HORIZON: Duration = Duration::from_secs(3600);
+const KEY: &str = "example.com/maintenance";
+
+fn world(pods: Vec<crate::index::SlimPod>) -> World {
+    let nodes = (0..6).map(|i| node(&format!("n{i}")).zone("a").build()).collect();
+    let leases = (0..6).map(|i| (["n0", "n1", "n2", "n3", "n4", "n5"][i], 0.0)).collect();
+    World::with_leases(preview_config(lifecycle_config(), HORIZON), taint_eviction(), nodes, pods, leases)
+}
+
+fn taint() -> Taint {
+    Taint { key: KEY.into(), value: String::new(), effect: Effect::NoExecute, time_added: None }
+}
+
+fn outcome<'a>(w: &'a WhatIf, pod: &str) -> (&'a str, Option<i64>) {
+    let row = w.pods.iter().find(|p| p.pod == format!("ns/{pod}")).expect("a row");
+    (row.outcome, row.in_seconds)
+}
+
+#[test]
+fn a_taint_is_previewed_pod_by_pod() {
+    let pods = vec![
+        pod("now").on("n0").build(),
+        pod("soon").on("n0").tolerates(KEY, Some(30)).build(),
+        pod("forever").on("n0").tolerates(KEY, None).build(),
+        pod("late").on("n0").tolerates(KEY, Some(7200)).build(),
+        pod("elsewhere").on("n1").build(),
+    ];
+    let w = world(pods);
+    let h = Hypothesis { taint: Some(taint()), ready: None, nodes: vec!["n0".into()] };
+    let facts = vec![PodFacts {
+        key: "ns/now".into(),
+        namespace: "ns".into(),
+        labels: BTreeMap::from([("app".into(), "web".into())]),
+        healthy: true,
+        workload: "Deployment/web".into(),
+    }];
+    let budget = Budget {
+        namespace: "ns".into(),
+        name: "web".into(),
+        selector: "app=web".parse().expect("selector"),
+        min_available: Some(IntOrPercent::Int(1)),
+        max_unavailable: None,
+    };
+    let now = w.now;
+    let got = run(w.state, vec![], &h, now, HORIZON, &facts, &[budget]);
+    assert_eq!(outcome(&got, "now"), ("immediate", Some(0)));
+    assert_eq!(outcome(&got, "soon"), ("delayed", Some(30)));
+    assert_eq!(outcome(&got, "forever"), ("never", None));
+    assert_eq!(outcome(&got, "late"), ("later", Some(7200)));
+    assert!(got.pods.iter().all(|p| p.node == "n0"), "only the tainted node's pods");
+    assert_eq!(got.workloads.iter().find(|g| g.name == "ns/Deployment/web").map(|g| g.immediate), Some(1));
+    assert_eq!(
+        got.namespaces,
+        vec![GroupRow { name: "ns".into(), immediate: 1, delayed: 1, later: 1, held: 0, never: 1 }]
+    );
+    assert_eq!(got.budgets_broken, vec![BudgetRow { budget: "ns/web".into(), healthy: 1, desired: 1, after: 0 }]);
+    assert!(render_text(&got).contains("ns/soon"));
+}
+
+#[test]
+fn a_failure_is_previewed_through_the_zone_limiter() {
+    // Three of six nodes of one zone fail: 50 %, under the 55 % threshold: Normal, tainted at
+    // 0.1 node/s; their pods carry the API server's 300 s default.
+    let pods = (0..3)
+        .map(|i| {
+            pod(&format!("p{i}")).on(&format!("n{i}")).tolerates(crate::taints::keys::UNREACHABLE, Some(300)).build()
+        })
+        .collect();
+    let w = world(pods);
+    let h =
+        Hypothesis { taint: None, ready: Some("Unknown".into()), nodes: vec!["n0".into(), "n1".into(), "n2".into()] };
+    let now = w.now;
+    let got = run(w.state, vec![], &h, now, HORIZON, &[], &[]);
+    let zone = &got.zones[0];
+    assert_eq!((zone.before.as_str(), zone.after.as_str(), zone.unhealthy), ("Normal", "Normal", 3));
+    let times: Vec<i64> = got
+        .tainted
+        .iter()
+        .filter(|t| t.taint.starts_with(crate::taints::keys::UNREACHABLE))
+        .map(|t| t.in_seconds)
+        .collect();
+    assert_eq!(times, vec![0, 10, 20], "one node every 10 s: {:?}", got.tainted);
+    assert_eq!(zone.tainted_first_minute, 3);
+    let mut due: Vec<i64> = got.pods.iter().filter_map(|p| p.in_seconds).collect();
+    due.sort();
+    assert_eq!(due, vec![300, 310, 320], "{:?}", got.pods);
+}
+
+proptest! {
+    // Each case runs the state an hour forward twice.
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// What `whatif` says is what the controller then does, pod for pod, to the second.
+    #[test]
+    fn whatif_and_the_controller_agree(seconds in prop::collection::vec(prop::option::of(prop::option::of(-5i64..5000)), 1..8)) {
+        let pods: Vec<_> = seconds
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let p = pod(&format!("p{i}")).on(["n0", "n1"][i % 2]);
+                match s {
+                    None => p.build(), // no toleration for it
+                    Some(secs) => p.tolerates(KEY, *secs).build(),
+                }
+            })
+            .collect();
+        let h = Hypothesis { taint: Some(taint()), ready: None, nodes: vec!["n0".into(), "n1".into()] };
+        let w = world(pods.clone());
+        let now = w.now;
+        let said = run(w.state, vec![], &h, now, HORIZON, &[], &[]);
+
+        // The controller, with the taint really put on the nodes, run to the horizon.
+        let mut w = world(pods);
+        for n in ["n0", "n1"] {
+            let mut node = w.node(n).clone();
+            node.taints.push(Taint { time_added: Some(w.now), ..taint() });
+            w.update_node(node);
+        }
+        w.advance_to(3600.0);
+        let done: HashMap<String, i64> = w
+            .log
+            .iter()
+            .filter_map(|(t, a)| match a {
+                Action::EvictPod(e) => Some((e.key.to_string(), t.duration_since(ts(0.0)).as_secs())),
+                _ => None,
+            })
+            .collect();
+        for row in &said.pods {
+            let evicted = done.get(&row.pod).copied();
+            match row.outcome {
+                "immediate" | "delayed" => prop_assert_eq!(evicted, row.in_seconds, "{}", row.pod),
+                _ => prop_assert_eq!(evicted, None, "{}", row.pod),
+            }
+        }
+        prop_assert_eq!(said.pods.len(), seconds.len());
+    }
+}

@@ -1,0 +1,188 @@
+//! `whatif` (also `kubectl nlc whatif`): what the controller would do if a taint were put on the
+//! nodes a selector picks, or their `Ready` condition went `Unknown`. Reads the cluster as
+//! `status` does and runs the controller's own state forward in shadow mode
+//! ([`nlc_core::whatif`]); writes nothing.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::time::Duration;
+
+use clap::Args;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams};
+use nlc_core::flags::parse_duration;
+use nlc_core::selector::Selector;
+use nlc_core::whatif::{Budget, Hypothesis, IntOrPercent, PodFacts, preview_config, render_text, run as preview};
+
+use crate::error::Result;
+use crate::lifecycle::LifecycleArgs;
+use crate::output::OutputFormat;
+use crate::runtime::args::ClientArgs;
+use crate::status::{Decisions, Snapshot, choose, cluster_state};
+
+#[derive(Debug, Args)]
+pub struct WhatIfArgs {
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+    /// The nodes it happens to: a label selector (`topology.kubernetes.io/zone=eu-1a`,
+    /// `node-role.kubernetes.io/worker`; `''` for every node).
+    #[arg(long, required_unless_present = "node")]
+    pub(crate) nodes: Option<String>,
+    /// The nodes it happens to, by name (repeated, or with --nodes: the nodes either picks).
+    #[arg(long)]
+    pub(crate) node: Vec<String>,
+    /// Suppose this taint put on them now: `KEY[=VALUE]:EFFECT` (only `NoExecute` evicts).
+    #[arg(long, required_unless_present = "condition", conflicts_with = "condition")]
+    pub(crate) taint: Option<String>,
+    /// Suppose their condition written so: `Ready=Unknown` (a failure: node lifecycle taints
+    /// them `unreachable`, through the zone limiter) or `Ready=False` (`not-ready`).
+    #[arg(long)]
+    pub(crate) condition: Option<String>,
+    /// How far ahead to look.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub(crate) within: Duration,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
+    pub(crate) output: OutputFormat,
+    /// The controller's namespace (where its pause ConfigMap and Lease live).
+    #[arg(short = 'n', long, default_value = "node-lifecycle-controller", env = "NLC_NAMESPACE")]
+    pub(crate) namespace: String,
+    /// The controller's leader election Lease (its `--leader-elect-resource-name`).
+    #[arg(long, default_value = "node-lifecycle-controller")]
+    pub(crate) lease: String,
+    /// Decide with the configuration the leader runs with (its `/configz` on its Lease), as
+    /// `status` does; else with the lifecycle flags given here.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub(crate) controller_config: bool,
+    /// Honour the `Lt` / `Gt` toleration operators, as the controller does with the same flag.
+    #[arg(long, value_enum, default_value = "auto", num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_COMPARISON_OPERATORS")]
+    pub(crate) enable_comparison_operators: nlc_core::taints::ComparisonOperators,
+    #[command(flatten)]
+    pub(crate) lifecycle: LifecycleArgs,
+}
+
+fn input(what: &str, problem: impl ToString) -> crate::Error {
+    nlc_core::Error::Input { source_name: what.to_owned(), problem: problem.to_string() }.into()
+}
+
+/// `Ready=Unknown` as (`Ready`, `Unknown`); only the `Ready` condition is supposed.
+fn parse_condition(s: &str) -> Result<String> {
+    match s.split_once('=') {
+        Some(("Ready", status @ ("Unknown" | "False" | "True"))) => Ok(status.to_owned()),
+        _ => Err(input("--condition", format!("{s:?}: expected Ready=Unknown, Ready=False or Ready=True"))),
+    }
+}
+
+pub async fn run(args: WhatIfArgs) -> Result<()> {
+    let WhatIfArgs {
+        client,
+        nodes,
+        node,
+        taint,
+        condition,
+        within,
+        output,
+        namespace,
+        lease,
+        controller_config,
+        enable_comparison_operators,
+        lifecycle,
+    } = args;
+    let selector: Option<Selector> = nodes.as_deref().map(str::parse).transpose().map_err(|e| input("--nodes", e))?;
+    let taint = taint.as_deref().map(nlc_core::whatif::parse_taint).transpose().map_err(|e| input("--taint", e))?;
+    let ready = condition.as_deref().map(parse_condition).transpose()?;
+    let here = lifecycle.into_config()?.decisions;
+    let given = |source: String| Decisions {
+        lifecycle: here.clone(),
+        opts: enable_comparison_operators.options(),
+        source: format!("the flags given here ({source})"),
+    };
+    let client = crate::runtime::client::client(&client).await?;
+    let leader = Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease).await;
+    let decisions = choose(controller_config, &leader, &namespace, &lease, given)?;
+    let lifecycle = decisions.lifecycle.map(|c| preview_config(c, within));
+    let Snapshot { state, nodes: listed, pods, now, actions } =
+        cluster_state(&client, &namespace, lifecycle, decisions.opts).await?;
+    let chosen: Vec<String> = listed
+        .iter()
+        .filter(|n| {
+            let named = n.metadata.name.as_ref().is_some_and(|name| node.contains(name));
+            named || selector.as_ref().is_some_and(|s| s.matches(n.metadata.labels.as_ref()))
+        })
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    if let Some(missing) = node.iter().find(|n| !chosen.contains(n)) {
+        return Err(input("--node", format!("no node {missing:?}")));
+    }
+    if chosen.is_empty() {
+        return Err(input("--nodes", format!("{:?} selects no node", nodes.unwrap_or_default())));
+    }
+    let facts: Vec<PodFacts> = pods.iter().map(facts).collect();
+    let budgets = Api::<PodDisruptionBudget>::all(client.clone()).list(&ListParams::default()).await?;
+    let budgets: Vec<Budget> = budgets.items.iter().filter_map(budget).collect();
+    let h = Hypothesis { taint, ready, nodes: chosen };
+    let answer = preview(state, actions, &h, now, within, &facts, &budgets);
+    let mut out = std::io::stdout().lock();
+    let written = match output {
+        OutputFormat::Json => {
+            let text = serde_json::to_string_pretty(&answer).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+            writeln!(out, "{text}")
+        }
+        OutputFormat::Text => {
+            write!(out, "{}", render_text(&answer)).and_then(|()| writeln!(out, "\nDecided with {}.", decisions.source))
+        }
+    };
+    written.and_then(|()| out.flush()).map_err(|source| crate::Error::Io { what: "writing to stdout".into(), source })
+}
+
+/// What a pod's budgets and workload rows need of it.
+fn facts(p: &Pod) -> PodFacts {
+    let namespace = p.metadata.namespace.clone().unwrap_or_default();
+    let name = p.metadata.name.clone().unwrap_or_default();
+    let ready = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    let owner = p.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true));
+    let labels = p.metadata.labels.clone().unwrap_or_default();
+    let workload = match owner {
+        // A ReplicaSet of a Deployment is named `<deployment>-<pod-template-hash>`.
+        Some(o) if o.kind == "ReplicaSet" => match labels.get("pod-template-hash") {
+            Some(hash) => match o.name.strip_suffix(&format!("-{hash}")) {
+                Some(d) => format!("Deployment/{d}"),
+                None => format!("ReplicaSet/{}", o.name),
+            },
+            None => format!("ReplicaSet/{}", o.name),
+        },
+        Some(o) => format!("{}/{}", o.kind, o.name),
+        None => format!("Pod/{name}"),
+    };
+    PodFacts {
+        key: format!("{namespace}/{name}"),
+        namespace,
+        labels: labels.into_iter().collect::<BTreeMap<_, _>>(),
+        healthy: ready && p.metadata.deletion_timestamp.is_none(),
+        workload,
+    }
+}
+
+/// A budget as the preview reads it; one whose selector cannot be read is left out (the
+/// disruption controller would not count it either).
+fn budget(b: &PodDisruptionBudget) -> Option<Budget> {
+    let spec = b.spec.as_ref()?;
+    let selector = Selector::from_label_selector(spec.selector.as_ref()?).ok()?;
+    let read = |v: &Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>| {
+        v.as_ref().and_then(|v| IntOrPercent::parse(&serde_json::to_value(v).ok()?))
+    };
+    Some(Budget {
+        namespace: b.metadata.namespace.clone()?,
+        name: b.metadata.name.clone()?,
+        selector,
+        min_available: read(&spec.min_available),
+        max_unavailable: read(&spec.max_unavailable),
+    })
+}
