@@ -135,11 +135,7 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     } = args;
     // The flags given here are checked first, whether used or not.
     let here = lifecycle.into_config()?.decisions;
-    let given = |source: String| Decisions {
-        lifecycle: here.clone(),
-        opts: enable_comparison_operators.options(),
-        source: format!("the flags given here ({source})"),
-    };
+    let given = given_flags(here, enable_comparison_operators.options());
     let client = crate::runtime::client::client(&client).await?;
     if check {
         let l = Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease).await?;
@@ -150,7 +146,7 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     loop {
         // The leader's configuration, read again each round: a new leader may run another.
         let leader = Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease).await;
-        let decisions = choose(controller_config, &leader, &namespace, &lease, given)?;
+        let decisions = choose(controller_config, &leader, &namespace, &lease, &given)?;
         let mut r = snapshot(&client, &namespace, decisions.lifecycle, decisions.opts, within).await?;
         r.configuration = decisions.source;
         r.lease_cache = leader.ok().flatten().as_ref().and_then(lease_cache);
@@ -177,6 +173,18 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     }
 }
 
+/// The configuration of the flags given here, `source` saying why they are used.
+pub(crate) fn given_flags(
+    lifecycle: Option<nlc_core::lifecycle::Config>,
+    opts: MatchOptions,
+) -> impl Fn(String) -> Decisions {
+    move |source: String| Decisions {
+        lifecycle: lifecycle.clone(),
+        opts,
+        source: format!("the flags given here ({source})"),
+    }
+}
+
 /// The configuration to decide with: the leader's (from its Lease) when `controller_config`
 /// and it publishes one, else `given`'s.
 pub(crate) fn choose(
@@ -184,7 +192,7 @@ pub(crate) fn choose(
     leader: &std::result::Result<Option<Lease>, kube::Error>,
     namespace: &str,
     lease: &str,
-    given: impl Fn(String) -> Decisions,
+    given: &impl Fn(String) -> Decisions,
 ) -> Result<Decisions> {
     Ok(if controller_config {
         match leader {

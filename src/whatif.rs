@@ -20,7 +20,7 @@ use crate::error::Result;
 use crate::lifecycle::LifecycleArgs;
 use crate::output::OutputFormat;
 use crate::runtime::args::ClientArgs;
-use crate::status::{Decisions, Snapshot, choose, cluster_state};
+use crate::status::{Snapshot, choose, cluster_state, given_flags};
 
 #[derive(Debug, Args)]
 pub struct WhatIfArgs {
@@ -94,14 +94,10 @@ pub async fn run(args: WhatIfArgs) -> Result<()> {
     let taint = taint.as_deref().map(nlc_core::whatif::parse_taint).transpose().map_err(|e| input("--taint", e))?;
     let ready = condition.as_deref().map(parse_condition).transpose()?;
     let here = lifecycle.into_config()?.decisions;
-    let given = |source: String| Decisions {
-        lifecycle: here.clone(),
-        opts: enable_comparison_operators.options(),
-        source: format!("the flags given here ({source})"),
-    };
+    let given = given_flags(here, enable_comparison_operators.options());
     let client = crate::runtime::client::client(&client).await?;
     let leader = Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease).await;
-    let decisions = choose(controller_config, &leader, &namespace, &lease, given)?;
+    let decisions = choose(controller_config, &leader, &namespace, &lease, &given)?;
     let lifecycle = decisions.lifecycle.map(|c| preview_config(c, within));
     let Snapshot { state, nodes: listed, pods, now, actions } =
         cluster_state(&client, &namespace, lifecycle, decisions.opts).await?;
