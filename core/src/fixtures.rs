@@ -81,6 +81,7 @@ pub fn node(name: &str) -> NodeBuilder {
         on_hold: false,
         legacy_hold: false,
         fence: Default::default(),
+        lever: crate::extend::Lever::None,
         unschedulable: false,
         taints: vec![],
         conditions: vec![cond("Ready", "True", -1.0)],
@@ -94,6 +95,13 @@ pub struct NodeBuilder(SlimNode);
 impl NodeBuilder {
     pub fn zone(mut self, zone: &str) -> Self {
         self.0.zone = zone.into();
+        self
+    }
+
+    /// With the incident lever: `by` seconds until `until` (seconds, see [`ts`]).
+    pub fn extended(mut self, by: u64, until: f64) -> Self {
+        let by = std::time::Duration::from_secs(by);
+        self.0.lever = crate::extend::Lever::On(crate::extend::Extension { by, until: ts(until) });
         self
     }
 

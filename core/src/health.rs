@@ -210,6 +210,7 @@ mod tests {
             on_hold: false,
             legacy_hold: false,
             fence: Default::default(),
+            lever: crate::extend::Lever::None,
             unschedulable: false,
             taints: vec![],
             conditions,

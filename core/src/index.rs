@@ -56,6 +56,8 @@ pub struct SlimNode {
     /// Its labels' fence request and whether the `out-of-service` taint on it is ours
     /// ([`crate::fence`]).
     pub fence: crate::fence::NodeFence,
+    /// Its incident lever ([`crate::extend`]): deadlines moved later for a while.
+    pub lever: crate::extend::Lever,
     pub unschedulable: bool,
     pub taints: Vec<Taint>,
     pub conditions: Vec<Condition>,
@@ -98,6 +100,7 @@ impl From<&Node> for SlimNode {
             on_hold: labels.is_some_and(|l| l.contains_key(crate::brakes::HOLD_LABEL)),
             legacy_hold: labels.is_some_and(|l| l.contains_key(crate::brakes::LEGACY_HOLD_LABEL)),
             fence: crate::fence::NodeFence::new(labels),
+            lever: crate::extend::Lever::from_labels(labels),
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             taints: spec.iter().flat_map(|s| s.taints.iter().flatten()).map(Taint::from).collect(),
             conditions: n

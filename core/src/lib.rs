@@ -27,6 +27,7 @@
 //! - [`ctx`]: what both controllers decide in: the index, `now`, the eviction gate.
 //! - [`eviction`]: the taint eviction controller's decisions.
 //! - [`lifecycle`]: the node lifecycle controller's decisions.
+//! - [`extend`]: the incident lever: eviction deadlines of some nodes moved later for a while.
 //! - [`fence`]: fencing a node confirmed off: the signals, the labels, the `out-of-service` taint.
 //! - [`state`]: inputs in, actions out: the whole controller task, testable on a fake clock.
 //! - [`default_tolerations`], [`admission`]: the DefaultTolerationSeconds rule and its
@@ -58,6 +59,7 @@ pub mod default_tolerations;
 pub mod error;
 pub mod eviction;
 pub mod explain;
+pub mod extend;
 pub mod fence;
 #[cfg(test)]
 pub mod fixtures;

@@ -343,6 +343,7 @@ impl TaintEviction {
         let unchanged = old.is_some_and(|o| {
             o.selected == node.selected
                 && o.on_hold == node.on_hold
+                && o.lever == node.lever
                 && o.no_execute_taints().eq(node.no_execute_taints())
         });
         self.observe_taints(node, cx.now);
@@ -633,6 +634,12 @@ impl TaintEviction {
                     let moved = self.steps.saturating_sub(steps_then).saturating_add(self.skew);
                     Due::At(crate::time::shift(at.unwrap_or(now), moved))
                 }
+            };
+            // The incident lever ([`crate::extend`]): "at once" counts from the taint.
+            let due = match (node.lever.extension(), due) {
+                (Some(x), Due::Now) if anchor < x.until => Due::At(x.apply(anchor)),
+                (Some(x), Due::At(t)) => Due::At(x.apply(t)),
+                (_, due) => due,
             };
             (taint, due)
         })

@@ -1028,3 +1028,29 @@ fn a_cut_short_pod_is_read_again_when_it_changes() {
     w.answer(&again[0], TolerationsRead::Found { resource_version: 11, tolerations: list }, 4);
     assert_eq!(w.ctl.deadline(&key("p")), Some(ts(60)));
 }
+
+#[test]
+fn the_incident_lever_moves_pending_and_future_deadlines_and_never_shortens() {
+    let mut w = EvictionWorld::new(Config::default());
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(30))]).build(), 0);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).build(), 5);
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(30)));
+    // Extended by 10 min until 1000 s: the pending deadline moves; a pod arriving later too.
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).extended(600, 1000.0).build(), 10);
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(630)));
+    w.set_pod(pod("late").on("n1").build(), 20);
+    let got = w.take();
+    assert!(got.is_empty(), "at once counts from the taint: 600 s after it: {got:?}");
+    assert_eq!(w.ctl.deadline(&key("late")), Some(ts(600)));
+    w.tick(599);
+    assert!(w.take().is_empty());
+    w.tick(600);
+    assert_eq!(w.evictions().len(), 1);
+    w.tick(630);
+    assert_eq!(w.evictions().len(), 1);
+    // A deadline at or after the lever's end is left as it is.
+    let mut w = EvictionWorld::new(Config::default());
+    w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(3000))]).build(), 0);
+    w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).extended(600, 1000.0).build(), 5);
+    assert_eq!(w.ctl.deadline(&key("p")), Some(ts(3000)));
+}
