@@ -72,6 +72,10 @@ pub enum Command {
     Fence(crate::fencing::FenceArgs),
     /// Withdraw a fence request; the controller's `out-of-service` comes off once the node is back.
     Unfence(crate::fencing::FenceArgs),
+    /// The incident lever: every eviction deadline on some nodes that falls within `--for` moves
+    /// `--by` later (never sooner), with who and why recorded on the nodes and in events;
+    /// `--cancel` takes it off. For an incident that is not the nodes' fault.
+    Extend(Box<crate::extend::ExtendArgs>),
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ pub struct FenceArgs {
 }
 
 /// Who the API server says we are (`SelfSubjectReview`), or `None` when it will not say.
-async fn whoami(client: &kube::Client) -> Option<String> {
+pub(crate) async fn whoami(client: &kube::Client) -> Option<String> {
     let review: SelfSubjectReview = serde_json::from_value(json!({})).ok()?;
     let answer = Api::<SelfSubjectReview>::all(client.clone()).create(&PostParams::default(), &review).await.ok()?;
     answer.status?.user_info?.username

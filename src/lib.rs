@@ -16,10 +16,11 @@
 //!      the controllers decide, reports results back                        one request path)
 //! ```
 //!
-//! Four writers stand outside the executor by design, each writing only its own object: leader
+//! Five writers stand outside the executor by design, each writing only its own object: leader
 //! election its Lease ([`runtime::leader`]), the webhook the status of TolerationRules
-//! ([`webhook::cache`]), the [`uninstall`] command the taints of our own rules, and the `fence` /
-//! `unfence` commands ([`fencing`]) a person's fence request on a node.
+//! ([`webhook::cache`]), the [`uninstall`] command the taints of our own rules, the `fence` /
+//! `unfence` commands ([`fencing`]) a person's fence request on a node, and the [`extend`]
+//! command a person's incident lever on nodes.
 //!
 //! Modules:
 //! - [`runtime`]: the one runtime of every long-running command: client, metrics registry, admin
@@ -30,6 +31,8 @@
 //! - [`explain`]: the `explain` command's reading of files and the cluster.
 //! - [`fencing`]: the `fence` and `unfence` commands (`kubectl nlc fence NODE`): an operator's
 //!   request that a node confirmed off be fenced.
+//! - [`extend`]: the `extend` command (`kubectl nlc extend`): the incident lever, eviction
+//!   deadlines of some nodes moved later for a while.
 //! - [`uninstall`]: the `uninstall` command: the taints only our own rules manage, removed before
 //!   a rollback.
 //! - [`status`]: the `status` command (`kubectl nlc status`): the controller's pure code over the
@@ -52,6 +55,7 @@ pub mod controller;
 pub mod error;
 pub(crate) mod eviction;
 pub mod explain;
+pub mod extend;
 pub mod fencing;
 pub(crate) mod lifecycle;
 pub(crate) mod metrics;

@@ -23,6 +23,7 @@ fn main() -> ExitCode {
         Command::Uninstall(args) => rt.block_on(node_lifecycle_controller::uninstall::run(args)),
         Command::Fence(args) => rt.block_on(node_lifecycle_controller::fencing::run(args, false)),
         Command::Unfence(args) => rt.block_on(node_lifecycle_controller::fencing::run(args, true)),
+        Command::Extend(args) => rt.block_on(node_lifecycle_controller::extend::run(*args)),
         Command::Run(args) => {
             runtime::telemetry::init(&log).and_then(|()| rt.block_on(controller::run(*args, configz)))
         }

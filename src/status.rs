@@ -318,6 +318,12 @@ async fn snapshot(
         nlc_core::second_writers::pod_writes(p).into_iter().map(move |s| (key.clone(), s))
     });
     r.second_writers = nlc_core::status::writer_rows(nodes_written.chain(pods_written), now, within);
+    for x in &mut r.extended {
+        let n = nodes.iter().find(|n| n.metadata.name.as_deref() == Some(&x.node));
+        if let Some((who, why)) = n.and_then(|n| nlc_core::extend::record(n.metadata.annotations.as_ref())) {
+            (x.by_whom, x.reason) = (Some(who), Some(why));
+        }
+    }
     Ok(r)
 }
 

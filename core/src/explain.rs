@@ -69,6 +69,10 @@ pub struct Explanation {
     /// signal that the node is off is there.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fence: Option<String>,
+    /// The incident lever on the pod's node ([`crate::extend`]), and whether it moved the
+    /// deadline reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lever: Option<String>,
     /// Why the eviction decision is what it is, in words (text output).
     #[serde(skip)]
     pub reason: String,
@@ -102,7 +106,15 @@ pub fn explain(node: &Node, pod: &Pod, opts: MatchOptions, now: Timestamp) -> Ex
     // When the pod was bound to the node; a manifest written by hand may carry neither field,
     // and then the taints' timeAdded alone applies.
     let bound = crate::index::SlimPod::from(pod).bound;
-    let (eviction, reason) = eviction_report(&taints, &tolerations, bound, opts, now);
+    let (eviction, reason, lever) = with_lever(
+        node,
+        eviction_report(&taints, &tolerations, bound, opts, now),
+        &taints,
+        &tolerations,
+        bound,
+        opts,
+        now,
+    );
 
     let mut warnings = taints::warnings(&taints, &tolerations, opts);
     for (i, t) in taints.iter().enumerate() {
@@ -128,6 +140,7 @@ pub fn explain(node: &Node, pod: &Pod, opts: MatchOptions, now: Timestamp) -> Ex
     Explanation {
         comparison_operators,
         fence,
+        lever,
         node: node.metadata.name.clone().unwrap_or_default(),
         pod: format!(
             "{}/{}",
@@ -187,6 +200,67 @@ fn fence_line(node: &Node, taints: &[Taint], terminating: bool) -> Option<String
     }
 }
 
+/// `report` and `reason` with the incident lever on `node` applied as the controller applies it
+/// ([`crate::extend::Extension::deadline`]), and the lever in words.
+fn with_lever(
+    node: &Node,
+    (report, reason): (EvictionReport, String),
+    taints: &[Taint],
+    tolerations: &[Toleration],
+    bound: Option<Timestamp>,
+    opts: MatchOptions,
+    now: Timestamp,
+) -> (EvictionReport, String, Option<String>) {
+    use crate::extend::{Extension, Lever};
+    let x = match Lever::from_labels(node.metadata.labels.as_ref()) {
+        Lever::None => return (report, reason, None),
+        Lever::Invalid => {
+            let line = "the node's extend labels do not read (whole seconds, by 1s..=168h): ignored".to_owned();
+            return (report, reason, Some(line));
+        }
+        Lever::On(x) => x,
+    };
+    // Every NoExecute taint anchored (a taint without timeAdded counts from when the controller
+    // first sees it, which is not known here).
+    let dues: Option<Vec<_>> = taints
+        .iter()
+        .filter(|t| t.effect == taints::Effect::NoExecute)
+        .map(|t| Some((t.time_added?, taints::taint_due(t, tolerations, opts, t.time_added, bound, false))))
+        .collect();
+    let Some(dues) = dues else {
+        let line = format!(
+            "{}: a NoExecute taint has no timeAdded, so the controller applies it from when it first sees that taint",
+            x.describe(now)
+        );
+        return (report, reason, Some(line));
+    };
+    let unmoved = Extension { by: std::time::Duration::ZERO, ..x };
+    match unmoved.deadline(dues.iter().copied()).zip(x.deadline(dues)) {
+        Some((before, after)) if after != before && report.decision != Decision::Never => {
+            let line = format!(
+                "{}: it moved this pod's deadline from {} to {}",
+                x.describe(now),
+                rfc3339(before),
+                rfc3339(after)
+            );
+            let reason = match report.decision {
+                Decision::Delayed if report.toleration_seconds.is_some_and(|s| s > 0) => {
+                    format!("{}; moved by the incident lever", due_text(after, now))
+                }
+                _ => format!("{reason}, {}; moved by the incident lever", due_text(after, now)),
+            };
+            let report = EvictionReport {
+                decision: Decision::Delayed,
+                deadline: Some(rfc3339(after)),
+                anchor: report.anchor.or(Some(Anchor::TimeAdded)),
+                ..report
+            };
+            (report, reason, Some(line))
+        }
+        _ => (report, reason, Some(format!("{}: it does not move this pod's deadline", x.describe(now)))),
+    }
+}
+
 /// The eviction decision and why, in words.
 fn eviction_report(
     taints: &[Taint],
@@ -223,14 +297,7 @@ fn eviction_report(
                 taints.iter().filter(|t| t.effect == taints::Effect::NoExecute).all(|t| t.time_added.is_some());
             let deadline = deadline.filter(|_| all_anchored);
             let reason = match deadline {
-                Some(d) => {
-                    let left = d.duration_since(now);
-                    if left.is_negative() {
-                        format!("deadline passed {} ago", human(left.unsigned_abs()))
-                    } else {
-                        format!("due in {}", human(left.unsigned_abs()))
-                    }
-                }
+                Some(d) => due_text(d, now),
                 None => "a NoExecute taint has no timeAdded: the countdown starts when a controller first sees it"
                     .to_owned(),
             };
@@ -264,6 +331,16 @@ fn anchor_of(
         })
     });
     if from_bound { Anchor::PodBound } else { Anchor::TimeAdded }
+}
+
+/// `due in 4m00s` or `deadline passed 3s ago`.
+fn due_text(d: Timestamp, now: Timestamp) -> String {
+    let left = d.duration_since(now);
+    if left.is_negative() {
+        format!("deadline passed {} ago", human(left.unsigned_abs()))
+    } else {
+        format!("due in {}", human(left.unsigned_abs()))
+    }
 }
 
 fn human(d: std::time::Duration) -> String {
@@ -315,6 +392,9 @@ pub fn render_text(e: &Explanation) -> String {
         Decision::None => format!("None ({})", e.reason),
         Decision::Never => format!("Never ({})", e.reason),
         Decision::Immediate => format!("Immediate ({})", e.reason),
+        Decision::Delayed if ev.toleration_seconds.is_none_or(|s| s <= 0) => {
+            format!("Delayed{} ({})", ev.deadline.as_deref().map(|d| format!(": at {d}")).unwrap_or_default(), e.reason)
+        }
         Decision::Delayed => format!(
             "Delayed: {} s after {}{} ({})",
             ev.toleration_seconds.unwrap_or_default(),
@@ -327,6 +407,9 @@ pub fn render_text(e: &Explanation) -> String {
         ),
     };
     let _ = writeln!(out, "Eviction:   {verdict}");
+    if let Some(l) = &e.lever {
+        let _ = writeln!(out, "Lever:      {l}");
+    }
     if let Some(f) = &e.fence {
         let _ = writeln!(out, "Fence:      {f}");
     }

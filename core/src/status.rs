@@ -30,6 +30,8 @@ pub struct Report {
     pub not_ready: Vec<NodeRow>,
     /// Nodes labelled `node-lifecycle-controller.io/hold`.
     pub held_nodes: Vec<String>,
+    /// Nodes carrying the incident lever ([`crate::extend`]), by name.
+    pub extended: Vec<ExtendedRow>,
     /// Soonest first.
     pub evictions: Vec<EvictionRow>,
     /// Pods the taint eviction controller deleted within the window that are still terminating
@@ -112,6 +114,22 @@ pub fn evicted_rows(
     rows.into_iter().map(|(_, r)| r).collect()
 }
 
+/// A node's incident lever ([`crate::extend`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtendedRow {
+    pub node: String,
+    /// `in force`, `expired` (deadlines it moved stay moved) or `invalid` (its labels do not
+    /// read: ignored).
+    pub state: &'static str,
+    pub by_seconds: Option<u64>,
+    /// RFC 3339.
+    pub until: Option<String>,
+    /// Who set it and why, from its annotation (set by the caller, who has the annotations).
+    pub by_whom: Option<String>,
+    pub reason: Option<String>,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ZoneRow {
@@ -157,6 +175,9 @@ pub struct EvictionRow {
     pub taint: String,
     /// The `tolerationSeconds` used for it (`null`: the taint is not tolerated).
     pub toleration_seconds: Option<i64>,
+    /// Its node carries the incident lever ([`crate::extend`]), which moves the deadlines
+    /// before its end (`explain` says whether this one moved).
+    pub extended: bool,
 }
 
 /// A node's fencing standing in words, `stuck` when ours is older than `--fence-max-duration`.
@@ -261,6 +282,7 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
                 in_seconds: deadline.map(|d| d.duration_since(now).as_secs()),
                 taint: taint.to_string(),
                 toleration_seconds: seconds,
+                extended: index.nodes.get(&*pod.node_name).is_some_and(|n| n.lever.extension().is_some()),
             };
             Some((p.due, row))
         })
@@ -268,6 +290,25 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
     evictions.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.pod.cmp(&b.1.pod)));
     let mut held_nodes: Vec<String> = index.nodes.values().filter(|n| n.on_hold).map(|n| n.name.clone()).collect();
     held_nodes.sort();
+    let extended = index
+        .nodes
+        .values()
+        .filter_map(|n| {
+            let (state, x) = match n.lever {
+                crate::extend::Lever::None => return None,
+                crate::extend::Lever::Invalid => ("invalid", None),
+                crate::extend::Lever::On(x) => (if x.in_force(now) { "in force" } else { "expired" }, Some(x)),
+            };
+            Some(ExtendedRow {
+                node: n.name.clone(),
+                state,
+                by_seconds: x.map(|x| x.by.as_secs()),
+                until: x.map(|x| rfc3339(x.until)),
+                by_whom: None,
+                reason: None,
+            })
+        })
+        .collect();
     Report {
         generated_at: rfc3339(now),
         configuration: String::new(),
@@ -285,6 +326,7 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
         nodes: index.nodes.len(),
         not_ready,
         held_nodes,
+        extended,
         evictions: evictions.into_iter().map(|(_, r)| r).collect(),
         evicted: Vec::new(),
         second_writers: Vec::new(),
@@ -357,6 +399,17 @@ pub fn render_text(r: &Report) -> String {
     if !r.held_nodes.is_empty() {
         let _ = writeln!(out, "\nHELD (nothing is evicted from them): {}", r.held_nodes.join(", "));
     }
+    if !r.extended.is_empty() {
+        let _ = writeln!(out, "\nEXTENDED (eviction deadlines before UNTIL moved BY later; `kubectl nlc extend`)");
+        let _ = writeln!(out, "NODE                      STATE     BY      UNTIL                 WHO: WHY");
+        for x in &r.extended {
+            let by = x.by_seconds.map_or_else(|| "-".to_owned(), |s| countdown(i64::try_from(s).ok()));
+            let who = x.by_whom.as_deref().unwrap_or("?");
+            let why = x.reason.as_deref().unwrap_or("");
+            let until = x.until.as_deref().unwrap_or("-");
+            let _ = writeln!(out, "{:<25} {:<9} {by:<7} {until:<21} {who}: {why}", x.node, x.state);
+        }
+    }
     let _ = writeln!(out, "\nEVICTIONS ({})", r.evictions.len());
     if !r.evictions.is_empty() {
         let _ = writeln!(
@@ -364,7 +417,10 @@ pub fn render_text(r: &Report) -> String {
             "IN        STATE      POD                                 NODE                      TAINT (TOLERATED FOR)"
         );
         for e in &r.evictions {
-            let tolerated = e.toleration_seconds.map_or_else(|| "not tolerated".to_owned(), |s| format!("{s}s"));
+            let mut tolerated = e.toleration_seconds.map_or_else(|| "not tolerated".to_owned(), |s| format!("{s}s"));
+            if e.extended {
+                tolerated.push_str(", node extended");
+            }
             let state =
                 serde_json::to_value(e.state).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
             let _ = writeln!(
@@ -457,5 +513,35 @@ mod tests {
         let rows = evicted_rows(pods, ts(0.0), std::time::Duration::from_secs(600));
         let got: Vec<(&str, i64)> = rows.iter().map(|r| (r.pod.as_str(), r.seconds_ago)).collect();
         assert_eq!(got, vec![("ns/b", 5), ("ns/a", 30)]);
+    }
+
+    #[test]
+    fn extended_nodes_and_the_deadlines_they_move_are_named() {
+        let mut state =
+            State::new(Some(TaintEviction::new(Default::default())), Some(NodeLifecycle::new(lifecycle_config())));
+        let down = node("down").zone("a").unknown().taint(no_execute(keys::UNREACHABLE, Some(-100.0)));
+        let inputs = [
+            initial_list(
+                Input::Node,
+                [down.extended(600, 1000.0).build(), node("up").zone("a").extended(60, -5.0).build()],
+            ),
+            initial_list(Input::Pod, [pod("now").on("down").build()]),
+            initial_list(Input::Lease, []),
+        ];
+        let mut out = vec![];
+        for i in inputs.into_iter().flatten() {
+            state.handle(i, ts(0.0), &mut out);
+        }
+        state.after_batch(ts(0.0), &mut out);
+        let r = report(&state, ts(0.0), std::time::Duration::from_secs(600));
+        let rows: Vec<(&str, &str, Option<u64>)> =
+            r.extended.iter().map(|x| (x.node.as_str(), x.state, x.by_seconds)).collect();
+        let mut rows = rows;
+        rows.sort();
+        assert_eq!(rows, vec![("down", "in force", Some(600)), ("up", "expired", Some(60))]);
+        let e = r.evictions.first().expect("a pending eviction");
+        assert_eq!((e.pod.as_str(), e.in_seconds, e.extended), ("ns/now", Some(500), true));
+        let text = render_text(&r);
+        assert!(text.contains("EXTENDED") && text.contains("not tolerated, node extended"), "{text}");
     }
 }

@@ -216,3 +216,46 @@ fn the_fence_line_says_where_the_node_stands_for_this_pod() {
     let text = render_text(&explain(&ours, &p, MatchOptions::default(), now()));
     assert!(text.contains("\nFence:      fenced:"), "{text}");
 }
+
+#[test]
+fn the_lever_line_moves_the_deadline_as_the_controller_does() {
+    use crate::extend::{EXTEND_BY_LABEL, EXTEND_UNTIL_LABEL};
+    // until 2026-01-01T01:00:00Z (1767229200), by 30 min.
+    let lever = json!({EXTEND_BY_LABEL: "1800", EXTEND_UNTIL_LABEL: "1767229200"});
+    let unreachable =
+        json!({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"});
+    let n = node_with(lever.clone(), json!([unreachable]), "Unknown");
+
+    let e = explain(&n, &pod(default_tolerations()), MatchOptions::default(), now());
+    assert_eq!(e.eviction.decision, Decision::Delayed);
+    assert_eq!(e.eviction.deadline.as_deref(), Some("2026-01-01T00:35:00Z"));
+    let line = e.lever.clone().expect("lever");
+    assert!(line.contains("moved 1800s later (in force)") && line.contains("from 2026-01-01T00:05:00Z"), "{line}");
+    assert!(
+        render_text(&e).contains("Lever:      eviction deadlines before 2026-01-01T01:00:00Z"),
+        "{}",
+        render_text(&e)
+    );
+
+    // Untolerated: at once becomes 30 min after the taint.
+    let e = explain(&n, &pod(json!([])), MatchOptions::default(), now());
+    assert_eq!(
+        (e.eviction.decision, e.eviction.deadline.as_deref()),
+        (Decision::Delayed, Some("2026-01-01T00:30:00Z"))
+    );
+
+    // A deadline at or after the lever's end is left; tolerated for ever stays never.
+    let long = json!([{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 7200}]);
+    let e = explain(&n, &pod(long), MatchOptions::default(), now());
+    assert_eq!(e.eviction.deadline.as_deref(), Some("2026-01-01T02:00:00Z"));
+    assert!(e.lever.is_some_and(|l| l.ends_with("it does not move this pod's deadline")));
+    let never = json!([{"operator": "Exists"}]);
+    assert_eq!(explain(&n, &pod(never), MatchOptions::default(), now()).eviction.decision, Decision::Never);
+
+    // Labels that do not read are reported and ignored.
+    let bad =
+        node_with(json!({EXTEND_BY_LABEL: "30m", EXTEND_UNTIL_LABEL: "1767229200"}), json!([unreachable]), "Unknown");
+    let e = explain(&bad, &pod(default_tolerations()), MatchOptions::default(), now());
+    assert_eq!(e.eviction.deadline.as_deref(), Some("2026-01-01T00:05:00Z"));
+    assert!(e.lever.is_some_and(|l| l.contains("do not read")));
+}

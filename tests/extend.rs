@@ -1,0 +1,168 @@
+//! The incident lever (`kubectl nlc extend`, docs/spec.md §17) against the real kube-apiserver:
+//! set on a node before a taint, it moves the deadlines of that taint's pods `--by` later (an
+//! untolerated one included), `status` and the node's event say who, why and until when, and
+//! `--cancel` puts them back (what is then overdue goes); a lever that has expired moves nothing
+//! new.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{Api, ListParams};
+use nlc_core::extend::{EXTEND_BY_LABEL, EXTENSION_ANNOTATION};
+use nlc_testenv::shared;
+use serde_json::json;
+
+const INCIDENT: &str = "example.com/incident";
+
+async fn deleted(s: &Scope, name: &str) -> bool {
+    let p: Option<Pod> = s.pods().get_opt(name).await.expect("get pod");
+    p.is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+}
+
+fn cli(env: &nlc_testenv::ControlPlane, args: &[&str]) -> String {
+    let out = std::process::Command::new(BIN)
+        .arg(args[0])
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .args(&args[1..])
+        .output()
+        .expect("the binary");
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn taint_now() -> serde_json::Value {
+    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    json!([{"key": INCIDENT, "effect": "NoExecute", "timeAdded": now}])
+}
+
+#[tokio::test]
+async fn the_lever_moves_deadlines_says_who_and_why_and_cancel_puts_them_back() {
+    let env = shared();
+    let s = Scope::new(env, "extend").await;
+    let target = make_node(&s, "z1", json!([])).await;
+    let expired = make_node(&s, "z1", json!([])).await;
+    let mut all = vec![target.clone(), expired.clone()];
+    for _ in 0..2 {
+        all.push(make_node(&s, "z1", json!([])).await);
+    }
+    let _kubelets = Kubelets::start(&s.client, &all).await;
+    s.pod("untolerated", &target, json!([]), json!({})).await;
+    s.pod("timed", &target, json!([toleration(INCIDENT, Some(5))]), json!({})).await;
+    s.pod("after-expiry", &expired, json!([]), json!({})).await;
+    let c = Controller::start(env, &s.scope, &flags(&[])).await;
+
+    // The lever on `target` for an hour, 60 s; on `expired` for 1 s, which then runs out.
+    let said =
+        cli(env, &["extend", "--node", &target, "--by", "60s", "--for", "1h", "--reason", "ToR switch flapping"]);
+    assert!(said.contains("extended by 60s") && said.contains("ToR switch flapping"), "{said}");
+    cli(env, &["extend", "--node", &expired, "--by", "60s", "--for", "1s", "--reason", "short"]);
+    let node = node_now(&s, &target).await;
+    assert_eq!(node.metadata.labels.as_ref().and_then(|l| l.get(EXTEND_BY_LABEL)).map(String::as_str), Some("60"));
+    let record = node.metadata.annotations.as_ref().and_then(|a| a.get(EXTENSION_ANNOTATION)).cloned();
+    let record: serde_json::Value = serde_json::from_str(record.as_deref().unwrap_or("null")).expect("record");
+    assert_eq!(record["reason"], "ToR switch flapping");
+    assert!(record["by"].as_str().is_some_and(|by| !by.is_empty() && by != "unknown"), "{record}");
+    let events: Api<Event> = Api::namespaced(s.client.clone(), "default");
+    let said: Vec<String> = events
+        .list(&ListParams::default().fields("reason=EvictionsExtended"))
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(&target))
+        .filter_map(|e| e.message)
+        .collect();
+    assert!(said.len() == 1 && said[0].contains("ToR switch flapping"), "{said:?}");
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    s.set_taints(&target, taint_now()).await;
+    s.set_taints(&expired, taint_now()).await;
+    let tainted = Instant::now();
+    // The lever's end passed before the taint: the untolerated pod there goes at once.
+    eventually(Duration::from_secs(10), || async { deleted(&s, "after-expiry").await.then_some(()) })
+        .await
+        .unwrap_or_else(|| panic!("an expired lever still moved a deadline:\n{}", c.logs()));
+    // On `target`, due at taint + 60 s and taint + 65 s instead of at once and taint + 5 s.
+    tokio::time::sleep(Duration::from_secs(8).saturating_sub(tainted.elapsed())).await;
+    for pod in ["untolerated", "timed"] {
+        assert!(!deleted(&s, pod).await, "{pod} evicted while the lever held it:\n{}", c.logs());
+    }
+    let out = cli(env, &["status", "-o", "json"]);
+    let report: serde_json::Value = serde_json::from_str(&out).expect("status json");
+    let row = report["extended"].as_array().into_iter().flatten().find(|r| r["node"] == target.as_str());
+    let row = row.cloned().unwrap_or_default();
+    assert_eq!(
+        (&row["state"], &row["bySeconds"], &row["reason"]),
+        (&json!("in force"), &json!(60), &json!("ToR switch flapping")),
+        "{report}"
+    );
+    let pending: Vec<(String, i64, bool)> = report["evictions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["node"] == target.as_str())
+        .map(|e| {
+            (
+                e["pod"].as_str().unwrap_or_default().to_owned(),
+                e["inSeconds"].as_i64().unwrap_or(-1),
+                e["extended"] == true,
+            )
+        })
+        .collect();
+    assert_eq!(pending.len(), 2, "{report}");
+    for (pod, left, extended) in &pending {
+        assert!(*extended && (45..=66).contains(left), "{pod}: due in {left} s: {report}");
+    }
+    let explained =
+        cli(env, &["explain", "--from-cluster", "--node", &target, "--pod", &format!("{}/timed", s.ns), "-o", "json"]);
+    let explained: serde_json::Value = serde_json::from_str(&explained).expect("explain json");
+    let lever = explained["lever"].as_str().unwrap_or_default();
+    assert!(
+        lever.contains("moved 60s later (in force)") && lever.contains("it moved this pod's deadline"),
+        "{explained}"
+    );
+
+    let text = cli(env, &["explain", "--from-cluster", "--node", &target, "--pod", &format!("{}/timed", s.ns)]);
+    eprintln!("{text}");
+    assert!(text.contains("Lever:      eviction deadlines before"), "{text}");
+
+    // Cancelled: both are overdue and go at once.
+    let said = cli(env, &["extend", "--node", &target, "--cancel"]);
+    assert!(said.contains("no longer extended"), "{said}");
+    let cancelled = Instant::now();
+    for pod in ["untolerated", "timed"] {
+        eventually(Duration::from_secs(10), || async { deleted(&s, pod).await.then_some(()) })
+            .await
+            .unwrap_or_else(|| panic!("{pod} not evicted after the cancel:\n{}", c.logs()));
+    }
+    eprintln!("evicted {:.1} s after the cancel", cancelled.elapsed().as_secs_f64());
+    // Bad input is a clear error, and nothing is written.
+    for (flag, value) in [("--by", "200h"), ("--for", "200h"), ("--by", "0s")] {
+        let by = if flag == "--by" { value } else { "1m" };
+        let out = std::process::Command::new(BIN)
+            .args(["extend", "--kubeconfig"])
+            .arg(&env.kubeconfig)
+            .args(["--node", &target, "--reason", "x", "--by", by])
+            .args(if flag == "--for" { vec![flag, value] } else { vec![] })
+            .output()
+            .expect("the binary");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(flag), "{flag} {value}: {err}");
+    }
+    let node = node_now(&s, &expired).await;
+    assert!(
+        node.metadata.labels.as_ref().is_some_and(|l| l.contains_key(EXTEND_BY_LABEL)),
+        "expired stays until cancelled"
+    );
+    let node = node_now(&s, &target).await;
+    assert!(
+        node.metadata.labels.as_ref().is_none_or(|l| !l.contains_key(EXTEND_BY_LABEL)),
+        "{:?}",
+        node.metadata.labels
+    );
+    assert!(tainted.elapsed() < Duration::from_secs(55), "the cancel, not the lever, let them go");
+}
