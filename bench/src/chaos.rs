@@ -35,7 +35,7 @@ use nlc_testenv::fault::{Fault, FaultProxy, Rule, RuleHandle};
 use serde_json::json;
 
 use crate::common::{
-    DEFAULT_CONTROLLER, GoDuration, Measured, NS, create_nodes, ensure_namespace, percentile, watch_deletions,
+    DEFAULT_CONTROLLER, Deletions, GoDuration, Measured, NS, create_nodes, ensure_namespace, percentile,
 };
 use crate::hostile;
 use crate::lifecycle::Heartbeats;
@@ -123,7 +123,12 @@ pub async fn run(cp: &mut ControlPlane, args: &ChaosArgs) -> Result<serde_json::
     };
     eprintln!("bench: controller ready; failing a node every {} for {}", args.fail_every, args.duration);
 
-    let (seen, _deletions) = watch_deletions(&client);
+    // Its initial list in before the first failure; its lag in the report (the faults are the
+    // controller's, not this watcher's).
+    let deletions = Deletions::start(&client, Duration::ZERO);
+    deletions.synced(Duration::from_secs(600)).await?;
+    deletions.open_window().await?;
+    let seen = deletions.seen.clone();
     let episodes: Arc<Mutex<HashMap<String, Episode>>> = Arc::default();
     let _taints = watch_taints(&client, episodes.clone());
     let start = Instant::now();
@@ -156,12 +161,15 @@ pub async fn run(cp: &mut ControlPlane, args: &ChaosArgs) -> Result<serde_json::
     let failed_names: HashMap<String, ()> = failed.iter().map(|(i, _)| (nodes[*i].clone(), ())).collect();
     let episodes = episodes.lock().map(|e| e.clone()).unwrap_or_default();
     let deleted = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    // Reported, not a verdict: a chaos run's figures are per episode, seconds wide.
+    let (observer, _) = deletions.close_window(Duration::from_secs(2));
     let Verdicts { due, wrongful, missed, edge, lateness } = verdicts(&nodes, args.pods, &episodes, &deleted, end);
     let lists = lists_per_minute(&metrics, start.elapsed().as_secs_f64() / 60.0);
     let _ = supervisor.stop().await;
     drop(heartbeats);
     Ok(json!({
         "benchmark": "chaos",
+        "observer": observer,
         "faults": !args.no_faults,
         "nodes": args.nodes, "pods_per_node": args.pods, "duration": args.duration.text,
         "fail_every": args.fail_every.text, "down": args.down.text, "grace": args.grace.text,

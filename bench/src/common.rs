@@ -461,27 +461,223 @@ pub async fn set_taints(client: &kube::Client, nodes: &[String], taints: serde_j
 /// Pod name -> when the deletion watcher first saw its deletionTimestamp.
 pub type Seen = Arc<Mutex<HashMap<String, Timestamp>>>;
 
-/// Watches bench pods and records when each first shows a deletionTimestamp.
-pub fn watch_deletions(client: &kube::Client) -> (Seen, tokio::task::JoinHandle<()>) {
-    let seen: Seen = Arc::default();
-    // Metadata only: deletionTimestamp is all we look at, and full pods would cost the API server
-    // and this process CPU that the controller under test should have.
-    let pods: Api<kube::core::PartialObjectMeta<Pod>> = Api::namespaced(client.clone(), NS);
-    let task = {
-        let seen = seen.clone();
-        tokio::spawn(async move {
-            let mut s = watcher(pods, watcher::Config::default()).boxed();
-            while let Some(ev) = s.next().await {
-                if let Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = ev
-                    && p.metadata.deletion_timestamp.is_some()
-                    && let Ok(mut m) = seen.lock()
-                {
-                    m.entry(p.metadata.name.unwrap_or_default()).or_insert_with(Timestamp::now);
+/// The canary pod of [`Deletions`]: unbound (no controller watches it), in [`NS`].
+pub const CANARY: &str = "bench-observer-canary";
+/// On the canary: when the bench wrote it (RFC 3339, nanoseconds).
+const CANARY_WRITTEN: &str = "bench.example.com/written";
+
+/// What the deletion watcher's own health was, for the report.
+#[derive(Debug, Default)]
+struct Health {
+    /// Initial lists begun (the first, and each re-list after a watch error or expiry).
+    lists: u64,
+    /// Lists begun when the window opened.
+    lists_at_open: Option<u64>,
+    errors: u64,
+    /// The canary's lag (seen minus written), seconds, in the window.
+    lags: Vec<f64>,
+    /// Streamed (`sendInitialEvents`) or paged (an API server without WatchList).
+    streaming: bool,
+}
+
+/// The deletion watcher: when each bench pod first shows a deletionTimestamp, as the bench
+/// sees it. It is measured so that the bench measures the controller and not itself: its
+/// initial list must be in before the measured window opens ([`Deletions::open_window`] fails
+/// otherwise; [`Deletions::synced`] waits and says how long), it lists by streaming
+/// (`sendInitialEvents`, served from the watch cache; in pages of 10,000 on an API server that
+/// refuses it), and in the window its re-lists are counted and its lag is measured with a
+/// canary, an unbound pod the bench writes once a second with the time it wrote it: the
+/// deletions it reports are late by that much. [`Deletions::close_window`] fails the run on a
+/// re-list or a lag past the limit.
+pub struct Deletions {
+    pub seen: Seen,
+    client: kube::Client,
+    started: std::time::Instant,
+    health: Arc<Mutex<Health>>,
+    synced: tokio::sync::watch::Receiver<Option<f64>>,
+    task: tokio::task::JoinHandle<()>,
+    canary: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Deletions {
+    /// Starts watching the bench's pods (metadata only: deletionTimestamp is all it reads, and
+    /// full pods would cost the API server and this process CPU that the controller under test
+    /// should have), `late` from now (the harness test's way to start it late).
+    pub fn start(client: &kube::Client, late: Duration) -> Self {
+        let seen: Seen = Arc::default();
+        let health = Arc::new(Mutex::new(Health::default()));
+        let (tx, synced) = tokio::sync::watch::channel(None);
+        let started = std::time::Instant::now();
+        let pods: Api<kube::core::PartialObjectMeta<Pod>> = Api::namespaced(client.clone(), NS);
+        let task = {
+            let (seen, health) = (seen.clone(), health.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(late).await;
+                let mut streaming = true;
+                loop {
+                    let config = if streaming {
+                        watcher::Config::default().streaming_lists()
+                    } else {
+                        watcher::Config::default().page_size(10_000)
+                    };
+                    if let Ok(mut h) = health.lock() {
+                        h.streaming = streaming;
+                    }
+                    let mut s = watcher(pods.clone(), config).boxed();
+                    while let Some(ev) = s.next().await {
+                        let now = Timestamp::now();
+                        let p = match ev {
+                            Ok(watcher::Event::Init) => {
+                                if let Ok(mut h) = health.lock() {
+                                    h.lists += 1;
+                                }
+                                continue;
+                            }
+                            Ok(watcher::Event::InitDone) => {
+                                tx.send_if_modified(|v| {
+                                    let first = v.is_none();
+                                    if first {
+                                        *v = Some(started.elapsed().as_secs_f64());
+                                    }
+                                    first
+                                });
+                                continue;
+                            }
+                            Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => p,
+                            Ok(watcher::Event::Delete(_)) => continue,
+                            Err(e) => {
+                                // 1.33 refuses streaming lists (WatchList off): list in pages.
+                                let refused = streaming && tx.borrow().is_none() && e.to_string().contains("422");
+                                if let Ok(mut h) = health.lock() {
+                                    h.errors += 1;
+                                }
+                                if refused {
+                                    streaming = false;
+                                    break;
+                                }
+                                continue;
+                            }
+                        };
+                        if p.metadata.name.as_deref() == Some(CANARY) {
+                            let written = p.metadata.annotations.as_ref().and_then(|a| a.get(CANARY_WRITTEN));
+                            if let Some(at) = written.and_then(|w| w.parse::<Timestamp>().ok())
+                                && let Ok(mut h) = health.lock()
+                                && h.lists_at_open.is_some()
+                            {
+                                h.lags.push(now.duration_since(at).as_secs_f64());
+                            }
+                            continue;
+                        }
+                        if p.metadata.deletion_timestamp.is_some()
+                            && let Ok(mut m) = seen.lock()
+                        {
+                            m.entry(p.metadata.name.unwrap_or_default()).or_insert(now);
+                        }
+                    }
+                    if streaming {
+                        return;
+                    }
                 }
+            })
+        };
+        Self { seen, client: client.clone(), started, health, synced, task, canary: Mutex::new(None) }
+    }
+
+    /// Waits for its initial list, at most `limit`: the seconds from its start to the list's
+    /// end.
+    pub async fn synced(&self, limit: Duration) -> Result<f64> {
+        let mut rx = self.synced.clone();
+        let waited = tokio::time::timeout(limit, rx.wait_for(Option::is_some)).await;
+        match waited {
+            Ok(Ok(v)) => Ok(v.unwrap_or_default()),
+            _ => anyhow::bail!(
+                "the deletion watcher's initial list was not done {:.0} s after it started",
+                self.started.elapsed().as_secs_f64()
+            ),
+        }
+    }
+
+    /// Opens the measured window: fails loudly if the initial list is not in (the deletions it
+    /// would report are its own list's pace, not the controller's); starts the canary.
+    pub async fn open_window(&self) -> Result<()> {
+        if self.synced.borrow().is_none() {
+            anyhow::bail!(
+                "the deletion watcher had not finished its initial list when the measured window opened ({:.1} s after it started): the bench would measure itself",
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+        if let Ok(mut h) = self.health.lock() {
+            h.lists_at_open = Some(h.lists);
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), NS);
+        let canary: Pod = serde_json::from_value(json!({
+            "metadata": {"name": CANARY, "annotations": {CANARY_WRITTEN: Timestamp::now().to_string()}},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+        }))?;
+        match pods.create(&PostParams::default(), &canary).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let patch = json!({"metadata": {"annotations": {CANARY_WRITTEN: Timestamp::now().to_string()}}});
+                let _ = pods.patch(CANARY, &PatchParams::default(), &Patch::Merge(&patch)).await;
             }
-        })
-    };
-    (seen, task)
+        });
+        if let Ok(mut c) = self.canary.lock() {
+            *c = Some(task);
+        }
+        Ok(())
+    }
+
+    /// Closes the window: the watcher's health for the report, and an error when it re-listed
+    /// or lagged more than `max_lag` in the window (the deletions it saw are then late by its
+    /// own doing).
+    pub fn close_window(&self, max_lag: Duration) -> (serde_json::Value, Result<()>) {
+        if let Ok(mut c) = self.canary.lock()
+            && let Some(t) = c.take()
+        {
+            t.abort();
+        }
+        let Ok(h) = self.health.lock() else {
+            return (serde_json::Value::Null, Err(anyhow::anyhow!("the deletion watcher's health is poisoned")));
+        };
+        let relists = h.lists.saturating_sub(h.lists_at_open.unwrap_or(h.lists));
+        let mut lags = h.lags.clone();
+        lags.sort_by(f64::total_cmp);
+        let max = lags.last().copied();
+        let report = json!({
+            "initial_list_s": *self.synced.borrow(),
+            "streaming": h.streaming,
+            "relists_in_window": relists,
+            "errors": h.errors,
+            "canary_lag_s": {"n": lags.len(), "p50": percentile(&lags, 50.0), "p99": percentile(&lags, 99.0), "max": max},
+        });
+        let verdict = if relists > 0 {
+            Err(anyhow::anyhow!("the deletion watcher listed again {relists} time(s) in the measured window: {report}"))
+        } else if lags.is_empty() {
+            Err(anyhow::anyhow!("the deletion watcher never saw its canary in the measured window: {report}"))
+        } else if max.is_some_and(|m| m > max_lag.as_secs_f64()) {
+            Err(anyhow::anyhow!("the deletion watcher lagged more than {max_lag:?} in the measured window: {report}"))
+        } else {
+            Ok(())
+        };
+        (report, verdict)
+    }
+}
+
+impl Drop for Deletions {
+    fn drop(&mut self) {
+        self.task.abort();
+        if let Ok(mut c) = self.canary.lock()
+            && let Some(t) = c.take()
+        {
+            t.abort();
+        }
+    }
 }
 
 /// The sum of every series of `name` whose labels contain all of `labels`.

@@ -15,9 +15,9 @@ use nlc_testenv::ControlPlane;
 use serde_json::json;
 
 use crate::common::{
-    CpuSampler, KEY, Measured, PlannedPod, PodPlan, Profile, Seen, UnderTest, api_server_counters, api_server_diff,
-    controller_log, create_nodes, create_pods, ensure_namespace, histogram_quantiles, percentile, set_taints,
-    start_controller, watch_deletions,
+    CpuSampler, Deletions, KEY, Measured, PlannedPod, PodPlan, Profile, Seen, UnderTest, api_server_counters,
+    api_server_diff, controller_log, create_nodes, create_pods, ensure_namespace, histogram_quantiles, percentile,
+    set_taints, start_controller,
 };
 use crate::floor::{self, FloorCounts, Wire};
 use crate::lifecycle::Heartbeats;
@@ -60,6 +60,17 @@ pub struct EvictionArgs {
     /// cluster. Without it no Lease is renewed and ours runs taint eviction alone.
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
     pub lease_period: Option<u64>,
+    /// The most the deletion watcher may lag in the measured window (its canary, written once a
+    /// second: seen minus written); past it the run fails, its figures being the watcher's.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub observer_max_lag: f64,
+    /// The harness's own test: start the deletion watcher this much later.
+    #[arg(long, value_name = "SECS", default_value_t = 0, hide = true)]
+    pub observer_late: u64,
+    /// The harness's own test: open the window without waiting for the deletion watcher's
+    /// initial list (the run must then fail).
+    #[arg(long, hide = true)]
+    pub observer_no_wait: bool,
     #[command(flatten)]
     pub under_test: UnderTest,
 }
@@ -112,6 +123,46 @@ struct Usage {
     cpu: Option<CpuSampler>,
     /// What the API server did from the taint to the last deletion ([`api_server_counters`]).
     api_server: serde_json::Value,
+    /// The deletion watcher's health ([`Deletions::close_window`]) and how long the window
+    /// waited for its initial list.
+    observer: serde_json::Value,
+}
+
+/// Opens the measured window once the deletion watcher's initial list is in: how long it
+/// waited for it.
+async fn open_window(deletions: &Deletions, args: &EvictionArgs) -> Result<Option<f64>> {
+    let waited = if args.observer_no_wait {
+        None
+    } else {
+        let t = Instant::now();
+        let listed = deletions.synced(Duration::from_secs(1800)).await?;
+        let waited = t.elapsed().as_secs_f64();
+        eprintln!(
+            "bench: the deletion watcher's initial list ended {listed:.1} s after it started; waited {waited:.1} s for it"
+        );
+        Some(waited)
+    };
+    deletions.open_window().await?;
+    Ok(waited)
+}
+
+/// Closes the window: the report with the watcher's health in it, or the run's failure (the
+/// report printed first) when the watcher re-listed or lagged.
+fn close_window(deletions: &Deletions, args: &EvictionArgs, waited: Option<f64>) -> (serde_json::Value, Result<()>) {
+    let (mut health, verdict) = deletions.close_window(Duration::from_secs_f64(args.observer_max_lag.max(0.0)));
+    health["window_waited_for_initial_list_s"] = json!(waited);
+    (health, verdict)
+}
+
+/// The report, or the failure with the report printed.
+fn verdict(report: serde_json::Value, verdict: Result<()>) -> Result<serde_json::Value> {
+    match verdict {
+        Ok(()) => Ok(report),
+        Err(e) => {
+            eprintln!("{report}");
+            Err(e)
+        }
+    }
 }
 
 pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::Value> {
@@ -119,7 +170,8 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
     let (nodes, plan) = populate(&client, args).await?;
 
     let heartbeats = args.lease_period.map(|p| Heartbeats::start(&client, &nodes, Duration::from_secs(p)));
-    let (seen, watch_task) = watch_deletions(&client);
+    let deletions = Deletions::start(&client, Duration::from_secs(args.observer_late));
+    let seen = deletions.seen.clone();
     let targets: Vec<&PlannedPod> = plan.iter().filter(|(_, _, s)| *s != Some(HOUR)).collect();
     if args.floor {
         let (floor_client, skew) = floor::client(&cp.kubeconfig, args.floor_http2).await?;
@@ -138,6 +190,7 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
         let task = tokio::spawn(floor::run(floor_client, args.floor_wire, plan.clone(), HOUR, counts.clone()));
         // The same pause as a controller gets to list everything.
         tokio::time::sleep(Duration::from_secs(15)).await;
+        let waited = open_window(&deletions, args).await?;
         let cpu = CpuSampler::start(cp, None);
         let api0 = api_server_counters(&client).await;
         let taint = taint_all(&client, &nodes, args.target).await?;
@@ -150,8 +203,10 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
             w.abort();
         }
         let seen = seen.lock().map(|m| m.clone()).unwrap_or_default();
-        watch_task.abort();
+        let (observer, health) = close_window(&deletions, args, waited);
+        drop(deletions);
         let usage = Usage {
+            observer,
             floor: counts.lock().ok().map(|c| *c),
             ready_s: Some(list_s),
             floor_http_version: skew.http_version().map(|v| format!("{v:?}")),
@@ -161,9 +216,10 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
             api_server,
             ..Usage::default()
         };
-        return Ok(report(args, &plan, &targets, &seen, &taint, &usage));
+        return verdict(report(args, &plan, &targets, &seen, &taint, &usage), health);
     }
     let (mut ctl, ready_s) = start_listed(cp, &args.under_test, args.lease_period.is_some()).await?;
+    let waited = open_window(&deletions, args).await?;
     let rss_idle_mb = ctl.rss_mb();
     let cpu0 = ctl.cpu_seconds();
     let profile = Profile::start(args.under_test.profile.as_deref(), ctl.pid)?;
@@ -184,7 +240,8 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
     let peak_rss_mb = ctl.peak_rss_mb();
     let metrics = ctl.metrics().await;
     let seen = seen.lock().map(|m| m.clone()).unwrap_or_default();
-    watch_task.abort();
+    let (observer, health) = close_window(&deletions, args, waited);
+    drop(deletions);
     let _ = ctl.child.kill().await;
 
     let usage = Usage {
@@ -199,8 +256,9 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
         lease_renewals_skipped,
         cpu: Some(cpu),
         api_server,
+        observer,
     };
-    Ok(report(args, &plan, &targets, &seen, &taint, &usage))
+    verdict(report(args, &plan, &targets, &seen, &taint, &usage), health)
 }
 
 /// Creates the namespace, the nodes and the planned pods; returns the node names and the plan.
@@ -391,6 +449,7 @@ fn report(
         // and until the last pod.
         "cpu_s_untolerated": cpu(last_immediate), "cpu_s_storm": cpu(last),
         "api_server_during_storm": usage.api_server,
+        "observer": usage.observer,
     })
 }
 

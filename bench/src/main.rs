@@ -140,7 +140,15 @@ async fn main() -> Result<()> {
         ..Options::default()
     })?;
     eprintln!("bench: kube-apiserver {} at {}", cp.version, cp.server);
-    let report = cli.scenario.run(&mut cp).await?;
+    let report = match cli.scenario.run(&mut cp).await {
+        Ok(r) => r,
+        Err(e) => {
+            // As below: leave without waiting for the scenario's tasks.
+            drop(cp);
+            eprintln!("Error: {e:#}");
+            std::process::exit(1)
+        }
+    };
     let text = serde_json::to_string_pretty(&report)?;
     println!("{text}");
     // Stop the control plane, then leave without waiting for the runtime to wind down the
