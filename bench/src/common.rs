@@ -16,7 +16,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt as _, watcher};
 use nlc_testenv::{ControlPlane, assets_dir};
 use serde_json::json;
 
@@ -523,7 +523,7 @@ impl Deletions {
                     if let Ok(mut h) = health.lock() {
                         h.streaming = streaming;
                     }
-                    let mut s = watcher(pods.clone(), config).boxed();
+                    let mut s = watcher(pods.clone(), config).default_backoff().boxed();
                     while let Some(ev) = s.next().await {
                         let now = Timestamp::now();
                         let p = match ev {

@@ -15,7 +15,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt as _, watcher};
 use nlc_testenv::ControlPlane;
 use serde_json::json;
 
@@ -92,14 +92,20 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
         p.finish()?;
     }
 
-    // Stop STOP nodes' heartbeats and watch for Ready=Unknown.
+    // The node watch that times detection, its initial list in before any heartbeat stops (the
+    // measured window); then stop STOP nodes' heartbeats and watch for Ready=Unknown.
+    let (stream, listed_s) = synced_node_watch(&client).await?;
+    eprintln!("bench: the node watch's initial list took {listed_s:.2}s");
     let stopped: Vec<usize> = (0..args.stop.min(nodes.len())).map(|i| i * nodes.len() / args.stop.max(1)).collect();
     heartbeats.stop(&stopped);
     tokio::time::sleep(Duration::from_millis(200)).await; // let in-flight renewals land
     let grace = args.grace.value;
     let wanted: HashMap<String, usize> = stopped.iter().map(|i| (nodes[*i].clone(), *i)).collect();
-    let (unknown_at, tainted_at) =
-        watch_silent(&client, &wanted, grace + Duration::from_secs(60), Duration::from_secs(args.taint_window)).await;
+    let (unknown_at, tainted_at, relists) =
+        watch_silent(stream, &wanted, grace + Duration::from_secs(60), Duration::from_secs(args.taint_window)).await;
+    if relists > 0 {
+        anyhow::bail!("the node watch listed again {relists} time(s) in the measured window: its times are its own");
+    }
     heartbeats.task.abort();
     let last = heartbeats.last_renew.lock().map(|l| l.clone()).unwrap_or_default();
     let mut delays: Vec<f64> =
@@ -126,6 +132,7 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
         "detection_delay_after_grace_s": {"p50": percentile(&delays, 50.0), "p99": percentile(&delays, 99.0),
                                           "max": delays.last().copied().unwrap_or(f64::NAN), "min": delays.first().copied().unwrap_or(f64::NAN)},
         "taint_window_s": args.taint_window, "tainted_in_window": tainted.len(), "noexecute_taints_per_s": taint_rate,
+        "observer": {"initial_list_s": listed_s, "relists_in_window": relists},
     }))
 }
 
@@ -261,19 +268,42 @@ async fn measure_steady(ctl: &Measured, heartbeats: &Heartbeats, length: Duratio
     }
 }
 
-/// Watches nodes until every `wanted` one shows Ready=Unknown (or `limit` has passed), and
-/// until `taint_window` after the first did; returns when each was first seen Unknown and when
-/// each was first seen with the `unreachable` NoExecute taint.
+type NodeEvents = futures::stream::BoxStream<'static, Result<watcher::Event<Node>, watcher::Error>>;
+
+/// A watch of the nodes whose initial list is in (streamed; in pages of 10,000 where the API
+/// server refuses streaming lists), and how long the list took.
+async fn synced_node_watch(client: &kube::Client) -> Result<(NodeEvents, f64)> {
+    let node_api: Api<Node> = Api::all(client.clone());
+    let start = Instant::now();
+    for config in [watcher::Config::default().streaming_lists(), watcher::Config::default().page_size(10_000)] {
+        let mut stream = watcher(node_api.clone(), config).default_backoff().boxed();
+        loop {
+            match tokio::time::timeout(Duration::from_secs(600), stream.next()).await {
+                Ok(Some(Ok(watcher::Event::InitDone))) => return Ok((stream, start.elapsed().as_secs_f64())),
+                Ok(Some(Ok(_))) => {}
+                // 1.33 refuses streaming lists (WatchList off): list in pages.
+                Ok(Some(Err(e))) if e.to_string().contains("422") => break,
+                Ok(Some(Err(_))) => {}
+                Ok(None) | Err(_) => anyhow::bail!("the node watch's initial list did not end"),
+            }
+        }
+    }
+    anyhow::bail!("the node watch could list neither by streaming nor in pages")
+}
+
+/// Watches nodes (`stream`, its initial list in) until every `wanted` one shows Ready=Unknown
+/// (or `limit` has passed), and until `taint_window` after the first did; returns when each was
+/// first seen Unknown and when each was first seen with the `unreachable` NoExecute taint, and
+/// how many times the watch listed again meanwhile.
 async fn watch_silent(
-    client: &kube::Client,
+    mut stream: NodeEvents,
     wanted: &HashMap<String, usize>,
     limit: Duration,
     taint_window: Duration,
-) -> (HashMap<String, Timestamp>, HashMap<String, Timestamp>) {
-    let node_api: Api<Node> = Api::all(client.clone());
+) -> (HashMap<String, Timestamp>, HashMap<String, Timestamp>, u64) {
     let mut unknown_at: HashMap<String, Timestamp> = HashMap::new();
     let mut tainted_at: HashMap<String, Timestamp> = HashMap::new();
-    let mut stream = watcher(node_api, watcher::Config::default()).boxed();
+    let mut relists = 0;
     let start = Instant::now();
     let mut first_unknown: Option<Instant> = None;
     loop {
@@ -284,6 +314,9 @@ async fn watch_silent(
             break;
         }
         let next = tokio::time::timeout(Duration::from_secs(1), stream.next()).await;
+        if let Ok(Some(Ok(watcher::Event::Init))) = next {
+            relists += 1;
+        }
         if let Ok(Some(Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)))) = next {
             let name = n.metadata.name.clone().unwrap_or_default();
             if !wanted.contains_key(&name) {
@@ -310,5 +343,5 @@ async fn watch_silent(
             }
         }
     }
-    (unknown_at, tainted_at)
+    (unknown_at, tainted_at, relists)
 }
