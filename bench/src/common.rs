@@ -458,6 +458,19 @@ pub async fn set_taints(client: &kube::Client, nodes: &[String], taints: serde_j
     Ok(())
 }
 
+/// Whether the API server refused a streaming list (`sendInitialEvents`) as such: 422 Invalid,
+/// or 400 Bad Request, when its WatchList feature is off (1.33).
+pub fn refuses_streaming(e: &watcher::Error) -> bool {
+    let status = match e {
+        watcher::Error::WatchError(s) => Some(s),
+        watcher::Error::WatchStartFailed(kube::Error::Api(s)) | watcher::Error::WatchFailed(kube::Error::Api(s)) => {
+            Some(s)
+        }
+        _ => None,
+    };
+    status.is_some_and(|s| matches!(s.code, 400 | 422))
+}
+
 /// Pod name -> when the deletion watcher first saw its deletionTimestamp.
 pub type Seen = Arc<Mutex<HashMap<String, Timestamp>>>;
 
@@ -547,7 +560,7 @@ impl Deletions {
                             Ok(watcher::Event::Delete(_)) => continue,
                             Err(e) => {
                                 // 1.33 refuses streaming lists (WatchList off): list in pages.
-                                let refused = streaming && tx.borrow().is_none() && e.to_string().contains("422");
+                                let refused = streaming && tx.borrow().is_none() && refuses_streaming(&e);
                                 if let Ok(mut h) = health.lock() {
                                     h.errors += 1;
                                 }

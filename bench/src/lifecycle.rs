@@ -282,7 +282,7 @@ async fn synced_node_watch(client: &kube::Client) -> Result<(NodeEvents, f64)> {
                 Ok(Some(Ok(watcher::Event::InitDone))) => return Ok((stream, start.elapsed().as_secs_f64())),
                 Ok(Some(Ok(_))) => {}
                 // 1.33 refuses streaming lists (WatchList off): list in pages.
-                Ok(Some(Err(e))) if e.to_string().contains("422") => break,
+                Ok(Some(Err(e))) if crate::common::refuses_streaming(&e) => break,
                 Ok(Some(Err(_))) => {}
                 Ok(None) | Err(_) => anyhow::bail!("the node watch's initial list did not end"),
             }
