@@ -58,6 +58,11 @@ pub enum Error {
 }
 
 impl Error {
+    /// Bad input to a command: `what` (a flag, a file) and the problem with it.
+    pub(crate) fn input(what: &str, problem: impl ToString) -> Self {
+        nlc_core::Error::Input { source_name: what.to_owned(), problem: problem.to_string() }.into()
+    }
+
     /// The label of `nlc_task_failures_total{error}`.
     pub(crate) fn metric_label(&self) -> &'static str {
         match self {

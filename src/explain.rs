@@ -56,10 +56,6 @@ pub struct ExplainArgs {
     pub(crate) client: ClientArgs,
 }
 
-fn input(source_name: &str, problem: impl ToString) -> crate::Error {
-    nlc_core::Error::Input { source_name: source_name.to_owned(), problem: problem.to_string() }.into()
-}
-
 pub async fn run(args: ExplainArgs) -> Result<()> {
     let ExplainArgs {
         node,
@@ -77,12 +73,12 @@ pub async fn run(args: ExplainArgs) -> Result<()> {
         let sources = AdmissionSources { namespace_manifest, rules, restriction: pod_toleration_restriction_config };
         return run_admission(&pod, from_cluster, sources, output, &client).await;
     }
-    let Some(node) = node else { return Err(input("--node", "is required")) };
+    let Some(node) = node else { return Err(crate::Error::input("--node", "is required")) };
     let (node, pod) = if from_cluster {
         from_cluster_objects(crate::runtime::client::client(&client).await?, &node, &pod).await?
     } else {
         if node == "-" && pod == "-" {
-            return Err(input("--node, --pod", "cannot both read stdin"));
+            return Err(crate::Error::input("--node, --pod", "cannot both read stdin"));
         }
         (read_manifest(&node, "Node")?, read_manifest(&pod, "Pod")?)
     };
@@ -91,7 +87,7 @@ pub async fn run(args: ExplainArgs) -> Result<()> {
     match output {
         OutputFormat::Text => print!("{}", render_text(&e)),
         OutputFormat::Json => {
-            let json = serde_json::to_string_pretty(&e).map_err(|e| input("output", e))?;
+            let json = serde_json::to_string_pretty(&e).map_err(|e| crate::Error::input("output", e))?;
             println!("{json}");
         }
     }
@@ -103,10 +99,10 @@ pub async fn run(args: ExplainArgs) -> Result<()> {
 pub(crate) fn read_manifest<K: serde::de::DeserializeOwned>(path: &str, kind: &str) -> Result<K> {
     let (name, text) = if path == "-" {
         let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).map_err(|e| input("<stdin>", e))?;
+        std::io::stdin().read_to_string(&mut s).map_err(|e| crate::Error::input("<stdin>", e))?;
         ("<stdin>".to_owned(), s)
     } else {
-        (path.to_owned(), std::fs::read_to_string(path).map_err(|e| input(path, e))?)
+        (path.to_owned(), std::fs::read_to_string(path).map_err(|e| crate::Error::input(path, e))?)
     };
     Ok(parse_manifest(&name, &text, kind)?)
 }
@@ -116,8 +112,8 @@ pub(crate) async fn from_cluster_objects(client: kube::Client, node: &str, pod: 
     let (ns, name) = pod.split_once('/').unwrap_or(("default", pod));
     let nodes: kube::Api<Node> = kube::Api::all(client.clone());
     let pods: kube::Api<Pod> = kube::Api::namespaced(client, ns);
-    let node = nodes.get(node).await.map_err(|e| input(&format!("node {node}"), e))?;
-    let pod = pods.get(name).await.map_err(|e| input(&format!("pod {ns}/{name}"), e))?;
+    let node = nodes.get(node).await.map_err(|e| crate::Error::input(&format!("node {node}"), e))?;
+    let pod = pods.get(name).await.map_err(|e| crate::Error::input(&format!("pod {ns}/{name}"), e))?;
     Ok((node, pod))
 }
 
@@ -131,10 +127,10 @@ struct AdmissionSources {
 fn read_text(path: &str) -> Result<String> {
     if path == "-" {
         let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).map_err(|e| input("<stdin>", e))?;
+        std::io::stdin().read_to_string(&mut s).map_err(|e| crate::Error::input("<stdin>", e))?;
         return Ok(s);
     }
-    std::fs::read_to_string(path).map_err(|e| input(path, e))
+    std::fs::read_to_string(path).map_err(|e| crate::Error::input(path, e))
 }
 
 /// TolerationRules from a YAML stream (documents separated by `---`).
@@ -164,7 +160,7 @@ async fn run_admission(
             kube::Api::<Pod>::namespaced(c.clone(), ns)
                 .get(name)
                 .await
-                .map_err(|e| input(&format!("pod {ns}/{name}"), e))?
+                .map_err(|e| crate::Error::input(&format!("pod {ns}/{name}"), e))?
         }
         _ => read_manifest(pod, "Pod")?,
     };
@@ -175,7 +171,7 @@ async fn run_admission(
             kube::Api::<Namespace>::all(c.clone())
                 .get_opt(&name)
                 .await
-                .map_err(|e| input(&format!("namespace {name}"), e))?
+                .map_err(|e| crate::Error::input(&format!("namespace {name}"), e))?
         }
         (None, None) => None,
     };
@@ -214,7 +210,7 @@ async fn run_admission(
     match output {
         OutputFormat::Text => print!("{}", admission_render(&e)),
         OutputFormat::Json => {
-            let json = serde_json::to_string_pretty(&e).map_err(|e| input("output", e))?;
+            let json = serde_json::to_string_pretty(&e).map_err(|e| crate::Error::input("output", e))?;
             println!("{json}");
         }
     }

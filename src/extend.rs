@@ -48,44 +48,35 @@ pub struct ExtendArgs {
     pub(crate) cancel: bool,
 }
 
-fn input(what: &str, problem: impl ToString) -> crate::Error {
-    nlc_core::Error::Input { source_name: what.to_owned(), problem: problem.to_string() }.into()
-}
-
 pub async fn run(args: ExtendArgs) -> Result<()> {
     let ExtendArgs { client, nodes, zone, node, by, for_, reason, cancel } = args;
     let selector = match (&nodes, &zone) {
-        (Some(_), Some(_)) => return Err(input("--zone", "give --nodes or --zone, not both")),
-        (Some(s), None) => Some(s.parse::<Selector>().map_err(|e| input("--nodes", e))?),
-        (None, Some(z)) => {
-            Some(format!("topology.kubernetes.io/zone={z}").parse::<Selector>().map_err(|e| input("--zone", e))?)
+        (Some(_), Some(_)) => return Err(crate::Error::input("--zone", "give --nodes or --zone, not both")),
+        (Some(s), None) => Some(s.parse::<Selector>().map_err(|e| crate::Error::input("--nodes", e))?),
+        (None, Some(z)) => Some(
+            format!("topology.kubernetes.io/zone={z}")
+                .parse::<Selector>()
+                .map_err(|e| crate::Error::input("--zone", e))?,
+        ),
+        (None, None) if node.is_empty() => {
+            return Err(crate::Error::input("--nodes", "give --nodes, --zone or --node"));
         }
-        (None, None) if node.is_empty() => return Err(input("--nodes", "give --nodes, --zone or --node")),
         (None, None) => None,
     };
     if by.is_some_and(|b| b < Duration::from_secs(1) || b > MAX_BY) {
-        return Err(input("--by", "must be at least 1s and at most 168h"));
+        return Err(crate::Error::input("--by", "must be at least 1s and at most 168h"));
     }
     // An incident's lever, not a policy: it runs out within a week.
     if !cancel && (for_ < Duration::from_secs(1) || for_ > MAX_BY) {
-        return Err(input("--for", "must be at least 1s and at most 168h"));
+        return Err(crate::Error::input("--for", "must be at least 1s and at most 168h"));
     }
     let client = crate::runtime::client::client(&client).await?;
     let api: Api<Node> = Api::all(client.clone());
     let listed = api.list(&ListParams::default()).await?;
-    let chosen: Vec<Node> = listed
-        .items
-        .into_iter()
-        .filter(|n| {
-            let named = n.metadata.name.as_ref().is_some_and(|name| node.contains(name));
-            named || selector.as_ref().is_some_and(|s| s.matches(n.metadata.labels.as_ref()))
-        })
-        .collect();
-    if let Some(missing) = node.iter().find(|m| !chosen.iter().any(|n| n.metadata.name.as_ref() == Some(*m))) {
-        return Err(input("--node", format!("no node {missing:?}")));
-    }
+    let chosen = nlc_core::selector::pick_nodes(&listed.items, selector.as_ref(), &node)
+        .map_err(|missing| crate::Error::input("--node", format!("no node {missing:?}")))?;
     if chosen.is_empty() {
-        return Err(input("--nodes", "no node picked"));
+        return Err(crate::Error::input("--nodes", "no node picked"));
     }
     let now = SystemClock.now();
     let who = crate::fencing::whoami(&client).await.unwrap_or_else(|| "unknown".to_owned());
@@ -108,10 +99,10 @@ pub async fn run(args: ExtendArgs) -> Result<()> {
                 format!("Eviction deadlines before {until_text} extended by {}s by {who}: {reason}", by.as_secs()),
             )
         }
-        (false, None) => return Err(input("--by", "is required")),
+        (false, None) => return Err(crate::Error::input("--by", "is required")),
     };
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    for n in &chosen {
+    for n in chosen {
         let name = n.metadata.name.clone().unwrap_or_default();
         api.patch(&name, &crate::patch_params(), &Patch::Merge(&patch)).await?;
         let event: Event = serde_json::from_value(json!({
@@ -125,7 +116,7 @@ pub async fn run(args: ExtendArgs) -> Result<()> {
             "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
             "count": 1
         }))
-        .map_err(|e| input("event", e))?;
+        .map_err(|e| crate::Error::input("event", e))?;
         if let Err(e) = events.create(&PostParams::default(), &event).await {
             eprintln!("node {name}: the event was not recorded: {e}");
         }

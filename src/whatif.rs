@@ -63,15 +63,13 @@ pub struct WhatIfArgs {
     pub(crate) lifecycle: LifecycleArgs,
 }
 
-fn input(what: &str, problem: impl ToString) -> crate::Error {
-    nlc_core::Error::Input { source_name: what.to_owned(), problem: problem.to_string() }.into()
-}
-
 /// `Ready=Unknown` as (`Ready`, `Unknown`); only the `Ready` condition is supposed.
 fn parse_condition(s: &str) -> Result<String> {
     match s.split_once('=') {
         Some(("Ready", status @ ("Unknown" | "False" | "True"))) => Ok(status.to_owned()),
-        _ => Err(input("--condition", format!("{s:?}: expected Ready=Unknown, Ready=False or Ready=True"))),
+        _ => {
+            Err(crate::Error::input("--condition", format!("{s:?}: expected Ready=Unknown, Ready=False or Ready=True")))
+        }
     }
 }
 
@@ -90,8 +88,13 @@ pub async fn run(args: WhatIfArgs) -> Result<()> {
         enable_comparison_operators,
         lifecycle,
     } = args;
-    let selector: Option<Selector> = nodes.as_deref().map(str::parse).transpose().map_err(|e| input("--nodes", e))?;
-    let taint = taint.as_deref().map(nlc_core::whatif::parse_taint).transpose().map_err(|e| input("--taint", e))?;
+    let selector: Option<Selector> =
+        nodes.as_deref().map(str::parse).transpose().map_err(|e| crate::Error::input("--nodes", e))?;
+    let taint = taint
+        .as_deref()
+        .map(nlc_core::whatif::parse_taint)
+        .transpose()
+        .map_err(|e| crate::Error::input("--taint", e))?;
     let ready = condition.as_deref().map(parse_condition).transpose()?;
     let here = lifecycle.into_config()?.decisions;
     let given = given_flags(here, enable_comparison_operators.options());
@@ -101,19 +104,13 @@ pub async fn run(args: WhatIfArgs) -> Result<()> {
     let lifecycle = decisions.lifecycle.map(|c| preview_config(c, within));
     let Snapshot { state, nodes: listed, pods, now, actions } =
         cluster_state(&client, &namespace, lifecycle, decisions.opts).await?;
-    let chosen: Vec<String> = listed
-        .iter()
-        .filter(|n| {
-            let named = n.metadata.name.as_ref().is_some_and(|name| node.contains(name));
-            named || selector.as_ref().is_some_and(|s| s.matches(n.metadata.labels.as_ref()))
-        })
+    let chosen: Vec<String> = nlc_core::selector::pick_nodes(&listed, selector.as_ref(), &node)
+        .map_err(|missing| crate::Error::input("--node", format!("no node {missing:?}")))?
+        .into_iter()
         .filter_map(|n| n.metadata.name.clone())
         .collect();
-    if let Some(missing) = node.iter().find(|n| !chosen.contains(n)) {
-        return Err(input("--node", format!("no node {missing:?}")));
-    }
     if chosen.is_empty() {
-        return Err(input("--nodes", format!("{:?} selects no node", nodes.unwrap_or_default())));
+        return Err(crate::Error::input("--nodes", format!("{:?} selects no node", nodes.unwrap_or_default())));
     }
     let facts: Vec<PodFacts> = pods.iter().map(facts).collect();
     let budgets = Api::<PodDisruptionBudget>::all(client.clone()).list(&ListParams::default()).await?;

@@ -211,6 +211,26 @@ impl Selector {
     }
 }
 
+/// The nodes a command's `--nodes SELECTOR` and `--node NAME` (repeated) pick: those either
+/// picks, in the order listed. `Err(name)`: a node named that is not listed.
+pub fn pick_nodes<'a>(
+    nodes: &'a [k8s_openapi::api::core::v1::Node],
+    selector: Option<&Selector>,
+    names: &'a [String],
+) -> std::result::Result<Vec<&'a k8s_openapi::api::core::v1::Node>, &'a str> {
+    let picked: Vec<_> = nodes
+        .iter()
+        .filter(|n| {
+            let named = n.metadata.name.as_ref().is_some_and(|name| names.contains(name));
+            named || selector.is_some_and(|s| s.matches(n.metadata.labels.as_ref()))
+        })
+        .collect();
+    match names.iter().find(|m| !picked.iter().any(|n| n.metadata.name.as_ref() == Some(*m))) {
+        Some(missing) => Err(missing),
+        None => Ok(picked),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,5 +280,26 @@ mod tests {
         for bad in ["role=(x", "=x", "role in x", "role in (a", "Role Name=x", "role=bad value", "gen>x", "role ~ x"] {
             assert!(bad.parse::<Selector>().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn nodes_are_picked_by_name_or_selector_and_a_missing_name_is_said() {
+        let node = |name: &str, zone: &str| -> k8s_openapi::api::core::v1::Node {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": {"zone": zone}}}))
+                .expect("node")
+        };
+        let nodes = [node("a", "z1"), node("b", "z2"), node("c", "z1")];
+        let zone1: Selector = "zone=z1".parse().expect("selector");
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let picked = |sel: Option<&Selector>, n: &[String]| {
+            pick_nodes(&nodes, sel, n)
+                .map(|v| v.iter().filter_map(|n| n.metadata.name.clone()).collect::<Vec<_>>())
+                .map_err(str::to_owned)
+        };
+        assert_eq!(picked(Some(&zone1), &names(&["b"])), Ok(names(&["a", "b", "c"])));
+        assert_eq!(picked(None, &names(&["c"])), Ok(names(&["c"])));
+        assert_eq!(picked(None, &[]), Ok(vec![]));
+        let missing = names(&["a", "d"]);
+        assert_eq!(picked(None, &missing), Err("d".to_owned()));
     }
 }
