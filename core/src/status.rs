@@ -454,10 +454,24 @@ mod tests {
     use crate::state::Input;
     use crate::taints::keys;
 
-    #[test]
-    fn what_will_be_evicted_soonest_first_and_why() {
+    /// Both controllers' state after the initial lists of `nodes` and `pods` (no Leases), at 0 s.
+    fn listed(
+        nodes: impl IntoIterator<Item = crate::index::SlimNode>,
+        pods: impl IntoIterator<Item = crate::index::SlimPod>,
+    ) -> State {
         let mut state =
             State::new(Some(TaintEviction::new(Default::default())), Some(NodeLifecycle::new(lifecycle_config())));
+        let inputs = [initial_list(Input::Node, nodes), initial_list(Input::Pod, pods), initial_list(Input::Lease, [])];
+        let mut out = vec![];
+        for i in inputs.into_iter().flatten() {
+            state.handle(i, ts(0.0), &mut out);
+        }
+        state.after_batch(ts(0.0), &mut out);
+        state
+    }
+
+    #[test]
+    fn what_will_be_evicted_soonest_first_and_why() {
         let down = node("down").zone("a").unknown().taint(no_execute(keys::UNREACHABLE, Some(-100.0))).build();
         let held =
             node("held").zone("a").unknown().on_hold().taint(no_execute(keys::UNREACHABLE, Some(-100.0))).build();
@@ -467,16 +481,7 @@ mod tests {
             pod("now").on("down").build(),
             pod("kept").on("held").build(),
         ];
-        let inputs = [
-            initial_list(Input::Node, [down, held, node("up").zone("a").build()]),
-            initial_list(Input::Pod, pods),
-            initial_list(Input::Lease, []),
-        ];
-        let mut out = vec![];
-        for i in inputs.into_iter().flatten() {
-            state.handle(i, ts(0.0), &mut out);
-        }
-        state.after_batch(ts(0.0), &mut out);
+        let state = listed([down, held, node("up").zone("a").build()], pods);
         let r = report(&state, ts(0.0), std::time::Duration::from_secs(600));
         let pods: Vec<(&str, PendingState, Option<i64>)> =
             r.evictions.iter().map(|e| (e.pod.as_str(), e.state, e.in_seconds)).collect();
@@ -517,22 +522,11 @@ mod tests {
 
     #[test]
     fn extended_nodes_and_the_deadlines_they_move_are_named() {
-        let mut state =
-            State::new(Some(TaintEviction::new(Default::default())), Some(NodeLifecycle::new(lifecycle_config())));
         let down = node("down").zone("a").unknown().taint(no_execute(keys::UNREACHABLE, Some(-100.0)));
-        let inputs = [
-            initial_list(
-                Input::Node,
-                [down.extended(600, 1000.0).build(), node("up").zone("a").extended(60, -5.0).build()],
-            ),
-            initial_list(Input::Pod, [pod("now").on("down").build()]),
-            initial_list(Input::Lease, []),
-        ];
-        let mut out = vec![];
-        for i in inputs.into_iter().flatten() {
-            state.handle(i, ts(0.0), &mut out);
-        }
-        state.after_batch(ts(0.0), &mut out);
+        let state = listed(
+            [down.extended(600, 1000.0).build(), node("up").zone("a").extended(60, -5.0).build()],
+            [pod("now").on("down").build()],
+        );
         let r = report(&state, ts(0.0), std::time::Duration::from_secs(600));
         let rows: Vec<(&str, &str, Option<u64>)> =
             r.extended.iter().map(|x| (x.node.as_str(), x.state, x.by_seconds)).collect();
