@@ -5,6 +5,7 @@
 use jiff::Timestamp;
 
 use crate::index::{Index, SlimNode};
+use crate::policy::Policies;
 use crate::taints::Taint;
 
 /// Whether an eviction caused by `taint` on `node` may be carried out now. Node lifecycle
@@ -30,16 +31,23 @@ pub struct Ctx<'a> {
     pub index: &'a Index,
     pub now: Timestamp,
     pub gate: &'a dyn Gate,
+    /// The eviction policies in force ([`crate::policy`]).
+    pub policies: &'a Policies,
 }
 
 impl<'a> Ctx<'a> {
     /// [`Ungated`]: every taint counts.
     pub fn new(index: &'a Index, now: Timestamp) -> Self {
-        Self { index, now, gate: &Ungated }
+        Self { index, now, gate: &Ungated, policies: &crate::policy::NONE }
     }
 
     /// The same, with evictions gated on `gate`.
     pub fn gated(self, gate: &'a dyn Gate) -> Self {
         Self { gate, ..self }
+    }
+
+    /// The same, with `policies` in force.
+    pub fn with_policies(self, policies: &'a Policies) -> Self {
+        Self { policies, ..self }
     }
 }

@@ -73,6 +73,10 @@ pub struct Explanation {
     /// deadline reported.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lever: Option<String>,
+    /// The eviction policies ([`crate::policy`]) that decide the pod's not-ready and unreachable
+    /// deadlines in place of the API server's default toleration, or why none does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
     /// Why the eviction decision is what it is, in words (text output).
     #[serde(skip)]
     pub reason: String,
@@ -88,9 +92,26 @@ fn rfc3339(t: Timestamp) -> String {
 /// Explains the eviction and scheduling decision for `pod` on `node` at `now` (only used to
 /// flag `timeAdded`s in the future).
 pub fn explain(node: &Node, pod: &Pod, opts: MatchOptions, now: Timestamp) -> Explanation {
+    explain_with(node, pod, opts, now, &crate::policy::NONE, Default::default())
+}
+
+/// [`explain`] with the eviction `policies` in force, `api_defaults` being the API server's
+/// default toleration seconds: where a policy decides, the pod's default toleration is read as
+/// the policy sets it (as the controller reads it).
+pub fn explain_with(
+    node: &Node,
+    pod: &Pod,
+    opts: MatchOptions,
+    now: Timestamp,
+    policies: &crate::policy::Policies,
+    api_defaults: crate::default_tolerations::DefaultTolerationSeconds,
+) -> Explanation {
     let taints: Vec<Taint> = node.spec.iter().flat_map(|s| s.taints.iter().flatten()).map(Taint::from).collect();
-    let tolerations: Vec<Toleration> =
+    let mut tolerations: Vec<Toleration> =
         pod.spec.iter().flat_map(|s| s.tolerations.iter().flatten()).map(Toleration::from).collect();
+    // As the pod's author wrote them (a policy changes only how the controller reads them).
+    let written: Vec<String> = tolerations.iter().map(ToString::to_string).collect();
+    let policy = with_policies(pod, &mut tolerations, opts, policies, api_defaults);
 
     let rows = taints
         .iter()
@@ -141,6 +162,7 @@ pub fn explain(node: &Node, pod: &Pod, opts: MatchOptions, now: Timestamp) -> Ex
         comparison_operators,
         fence,
         lever,
+        policy,
         node: node.metadata.name.clone().unwrap_or_default(),
         pod: format!(
             "{}/{}",
@@ -152,8 +174,56 @@ pub fn explain(node: &Node, pod: &Pod, opts: MatchOptions, now: Timestamp) -> Ex
         eviction,
         warnings,
         reason,
-        tolerations: tolerations.iter().map(ToString::to_string).collect(),
+        tolerations: written,
     }
+}
+
+/// Reads the pod's default not-ready and unreachable tolerations as the policies in force set
+/// them ([`crate::policy`]); the policies in words (`None`: none is installed).
+fn with_policies(
+    pod: &Pod,
+    tolerations: &mut [Toleration],
+    opts: MatchOptions,
+    policies: &crate::policy::Policies,
+    api_defaults: crate::default_tolerations::DefaultTolerationSeconds,
+) -> Option<String> {
+    use crate::policy::{Decision, overridable, substitute};
+    if policies.is_empty() {
+        return None;
+    }
+    let facts = crate::index::PolicyFacts::new(
+        pod.metadata.labels.as_ref(),
+        pod.spec.as_ref().and_then(|s| s.priority_class_name.as_deref()),
+    );
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let mut lines = Vec::new();
+    for key in [taints::keys::NOT_READY, taints::keys::UNREACHABLE] {
+        let taint = Taint::new(key, taints::Effect::NoExecute);
+        let Some(j) = taints::first_tolerating(tolerations, &taint, opts) else {
+            continue; // not tolerated: nothing to override
+        };
+        let decision = policies.decide(namespace, &facts, key);
+        let line = match decision {
+            Decision::None => continue,
+            _ if !overridable(&tolerations[j], key, api_defaults) => format!(
+                "{key}: toleration {j} ({}) is not the API server's default, so no policy overrides it",
+                tolerations[j]
+            ),
+            Decision::By(p, d) => {
+                tolerations[j] = substitute(&tolerations[j], d);
+                format!("{key}: EvictionPolicy {} sets {d} in place of the API server's default", p.name)
+            }
+            Decision::Tie(a, b) => format!(
+                "{key}: EvictionPolicies {} and {} tie (rank {}), so neither decides and the pod keeps its default",
+                a.name, b.name, a.rank
+            ),
+            Decision::Unknown => format!(
+                "{key}: the pod's labels are too many to keep, so no policy that selects on pod labels decides (it keeps its default)"
+            ),
+        };
+        lines.push(line);
+    }
+    (!lines.is_empty()).then(|| lines.join("; "))
 }
 
 /// Where `node` stands on fencing, for a pod on it (`terminating`: the pod has a
@@ -407,6 +477,9 @@ pub fn render_text(e: &Explanation) -> String {
         ),
     };
     let _ = writeln!(out, "Eviction:   {verdict}");
+    if let Some(p) = &e.policy {
+        let _ = writeln!(out, "Policy:     {p}");
+    }
     if let Some(l) = &e.lever {
         let _ = writeln!(out, "Lever:      {l}");
     }

@@ -193,6 +193,7 @@ pub fn pod(name: &str) -> PodBuilder {
         node_name: "".into(),
         tolerations: Arc::from([]),
         truncated: false,
+        policy_facts: Default::default(),
         terminal: false,
         terminating: false,
         ready: Some(true),
@@ -226,6 +227,20 @@ impl PodBuilder {
     /// Bound to its node at `at` (seconds, see [`ts`]).
     pub fn bound_at(mut self, at: f64) -> Self {
         self.0.bound = Some(ts(at));
+        self
+    }
+
+    /// In namespace `ns` (the default is `ns`).
+    pub fn namespace(mut self, ns: &str) -> Self {
+        self.0.key = crate::index::pod_key(ns, self.0.name());
+        self
+    }
+
+    /// Its labels and priority class (what eviction policies select on).
+    pub fn labelled(mut self, labels: &[(&str, &str)], priority_class: &str) -> Self {
+        let labels = labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let class = (!priority_class.is_empty()).then_some(priority_class);
+        self.0.policy_facts = Arc::new(crate::index::PolicyFacts::new(Some(&labels), class));
         self
     }
 

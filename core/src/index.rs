@@ -176,6 +176,42 @@ pub fn eviction_tolerations(p: &Pod) -> Vec<Toleration> {
         .collect()
 }
 
+/// The most a cached pod's labels may cost, in bytes (keys and values): eviction policies
+/// ([`crate::policy`]) select on them. Pods of one template share one copy ([`PolicyFacts`] are
+/// interned); a pod with more is marked [`PolicyFacts::labels_cut`] and keeps none, and a policy that
+/// selects on pod labels decides nothing for it (it keeps its own toleration). Ordinary pods
+/// carry 2 to 10 labels of about 30 bytes.
+pub const KEPT_LABEL_BYTES: usize = 2048;
+
+/// What eviction policies select a pod on besides its namespace: its labels (sorted by key) and
+/// its `priorityClassName`. Interned by the index: the pods of one template share one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PolicyFacts {
+    pub labels: Box<[(Box<str>, Box<str>)]>,
+    /// Its labels were more than [`KEPT_LABEL_BYTES`]: none kept.
+    pub labels_cut: bool,
+    /// Empty: none.
+    pub priority_class: Box<str>,
+}
+
+impl PolicyFacts {
+    pub fn new(labels: Option<&std::collections::BTreeMap<String, String>>, priority_class: Option<&str>) -> Self {
+        let bytes: usize = labels.iter().flat_map(|l| l.iter()).map(|(k, v)| k.len() + v.len()).sum();
+        let labels_cut = bytes > KEPT_LABEL_BYTES;
+        let labels = if labels_cut {
+            Box::default()
+        } else {
+            labels.iter().flat_map(|l| l.iter()).map(|(k, v)| (k.as_str().into(), v.as_str().into())).collect()
+        };
+        Self { labels, labels_cut, priority_class: priority_class.unwrap_or_default().into() }
+    }
+
+    /// The value of the label `key`.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.binary_search_by(|(k, _)| (**k).cmp(key)).ok().map(|i| &*self.labels[i].1)
+    }
+}
+
 /// A pod as the controllers see it: about 100 bytes and its UID, with everything that pods
 /// have in common shared (the key with the index, the node's name with the node's other pods,
 /// the toleration list with the pods of its template): `cargo bench -p nlc-core --bench memory`.
@@ -192,6 +228,9 @@ pub struct SlimPod {
     pub tolerations: Arc<[Toleration]>,
     /// More tolerations than fit in [`KEPT_TOLERATION_BYTES`] would have been kept.
     pub truncated: bool,
+    /// Its labels and priority class, for eviction policies; shared between pods with the same
+    /// (the cache interns them).
+    pub policy_facts: Arc<PolicyFacts>,
     /// Phase Succeeded or Failed.
     pub terminal: bool,
     /// `metadata.deletionTimestamp` is set.
@@ -255,6 +294,10 @@ impl From<&Pod> for SlimPod {
             node_name: p.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or_default().into(),
             tolerations: tolerations.into(),
             truncated,
+            policy_facts: Arc::new(PolicyFacts::new(
+                p.metadata.labels.as_ref(),
+                p.spec.as_ref().and_then(|s| s.priority_class_name.as_deref()),
+            )),
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
             terminating: p.metadata.deletion_timestamp.is_some(),
             ready: conditions().find(|c| c.type_ == "Ready").map(|c| c.status == condition::TRUE),
@@ -306,6 +349,8 @@ pub struct Index {
     by_node: HashMap<Arc<str>, HashSet<PodKey>>,
     /// Interned toleration lists.
     tolerations: HashSet<Arc<[Toleration]>>,
+    /// Interned labels and priority classes.
+    policy_facts: HashSet<Arc<PolicyFacts>>,
     removed_since_prune: usize,
 }
 
@@ -317,6 +362,13 @@ impl Index {
             None => {
                 self.tolerations.insert(pod.tolerations.clone());
                 pod.tolerations
+            }
+        };
+        pod.policy_facts = match self.policy_facts.get(&pod.policy_facts) {
+            Some(shared) => shared.clone(),
+            None => {
+                self.policy_facts.insert(pod.policy_facts.clone());
+                pod.policy_facts
             }
         };
         // The index's own key and node name, where it has them, so that the new version's
@@ -345,9 +397,12 @@ impl Index {
         let old = *self.pods.remove(key)?;
         self.unlink(&old.node_name, key);
         self.removed_since_prune += 1;
-        if self.removed_since_prune > 1024 && self.removed_since_prune > self.tolerations.len() {
+        if self.removed_since_prune > 1024
+            && self.removed_since_prune > self.tolerations.len().max(self.policy_facts.len())
+        {
             // Drop lists no pod uses any more (only the interner holds them).
             self.tolerations.retain(|t| Arc::strong_count(t) > 1);
+            self.policy_facts.retain(|f| Arc::strong_count(f) > 1);
             self.removed_since_prune = 0;
         }
         Some(old)
@@ -393,6 +448,7 @@ mod tests {
             node_name: node.into(),
             tolerations: Arc::from([]),
             truncated: false,
+            policy_facts: Default::default(),
             terminal: false,
             terminating: false,
             ready: None,

@@ -69,6 +69,7 @@ pub mod index;
 pub mod labels;
 pub mod leader;
 pub mod lifecycle;
+pub mod policy;
 pub mod rules;
 pub mod second_writers;
 pub mod selector;

@@ -196,16 +196,37 @@ impl Selector {
     }
 
     pub fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
+        self.matches_with(|k| labels.and_then(|l| l.get(k)).map(String::as_str))
+    }
+
+    /// Whether no set of labels can match both: some key on which their requirements exclude
+    /// each other (`a=x` and `a=y`, `a in (x)` and `a notin (x)`, `a` and `!a`). `false` when
+    /// they may overlap, or when it is not known (a conservative answer).
+    pub fn disjoint(&self, other: &Self) -> bool {
+        use Op::*;
+        let excludes = |a: &Requirement, b: &Requirement| match (&a.op, &b.op) {
+            (Equals | In, Equals | In) => !a.values.iter().any(|v| b.values.contains(v)),
+            (Equals | In, NotEquals | NotIn) => a.values.iter().all(|v| b.values.contains(v)),
+            (Equals | In | Exists | Gt | Lt, DoesNotExist) => true,
+            _ => false,
+        };
+        self.requirements
+            .iter()
+            .any(|a| other.requirements.iter().filter(|b| b.key == a.key).any(|b| excludes(a, b) || excludes(b, a)))
+    }
+
+    /// [`Selector::matches`] on labels read through `get` (a label's value by its key).
+    pub fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.requirements.iter().all(|r| {
-            let v = labels.and_then(|l| l.get(&r.key));
+            let v = get(&r.key);
             let int = |s: &str| s.parse::<i64>().ok();
             match r.op {
                 Op::Exists => v.is_some(),
                 Op::DoesNotExist => v.is_none(),
-                Op::Equals | Op::In => v.is_some_and(|v| r.values.contains(v)),
-                Op::NotEquals | Op::NotIn => v.is_none_or(|v| !r.values.contains(v)),
-                Op::Gt => v.and_then(|v| int(v)).zip(int(&r.values[0])).is_some_and(|(a, b)| a > b),
-                Op::Lt => v.and_then(|v| int(v)).zip(int(&r.values[0])).is_some_and(|(a, b)| a < b),
+                Op::Equals | Op::In => v.is_some_and(|v| r.values.iter().any(|x| x == v)),
+                Op::NotEquals | Op::NotIn => v.is_none_or(|v| !r.values.iter().any(|x| x == v)),
+                Op::Gt => v.and_then(int).zip(int(&r.values[0])).is_some_and(|(a, b)| a > b),
+                Op::Lt => v.and_then(int).zip(int(&r.values[0])).is_some_and(|(a, b)| a < b),
             }
         })
     }

@@ -2,6 +2,8 @@
 //! and time. PURE (no I/O, `now` is an argument), so the whole pipeline from watch event to
 //! action is testable with a fake clock.
 
+use std::sync::Arc;
+
 use jiff::{SignedDuration, Timestamp};
 
 use crate::action::{Action, EvictionResult, MarkResult, NodeWriteResult};
@@ -11,6 +13,7 @@ use crate::ctx::{Ctx, Gate};
 use crate::eviction::TaintEviction;
 use crate::index::{Index, PodKey, SlimLease, SlimNode, SlimPod};
 use crate::lifecycle::NodeLifecycle;
+use crate::policy::Policies;
 use crate::taints::Taint;
 
 /// Everything that reaches the controller task: watch events, and the executor's reports.
@@ -57,12 +60,15 @@ pub enum Input {
     },
     /// The pause ConfigMap changed (docs/spec.md §11).
     Pause(Pause),
+    /// The eviction policies or the namespaces' labels changed (docs/spec.md §18).
+    Policies(Arc<Policies>),
 }
 
 /// What stands between a taint and an eviction: the pause, the node's hold, and node lifecycle's
 /// judgement of the taints it manages (without it, every taint counts).
 struct Brakes<'a> {
     lifecycle: Option<&'a NodeLifecycle>,
+    /// Paused, or the eviction policies are not known yet.
     evictions_paused: bool,
 }
 
@@ -81,14 +87,20 @@ struct Controllers<'a> {
     eviction: &'a mut Option<TaintEviction>,
     lifecycle: &'a mut Option<NodeLifecycle>,
     pause: Pause,
+    /// `None`: not known yet (nothing is evicted until they are).
+    policies: Option<&'a Policies>,
 }
 
 impl Controllers<'_> {
     /// Tells the taint eviction controller, if it runs.
     fn eviction(&mut self, f: impl FnOnce(&mut TaintEviction, Ctx<'_>)) {
         if let Some(ev) = self.eviction.as_mut() {
-            let brakes = Brakes { lifecycle: self.lifecycle.as_ref(), evictions_paused: self.pause != Pause::None };
-            f(ev, Ctx::new(self.index, self.now).gated(&brakes));
+            let brakes = Brakes {
+                lifecycle: self.lifecycle.as_ref(),
+                evictions_paused: self.pause != Pause::None || self.policies.is_none(),
+            };
+            let cx = Ctx::new(self.index, self.now).gated(&brakes);
+            f(ev, self.policies.map_or(cx, |p| cx.with_policies(p)));
         }
     }
 
@@ -181,6 +193,9 @@ pub struct State {
     /// This process leads (or there is no leader election); a standby only keeps its cache warm.
     leading: bool,
     pause: Pause,
+    /// The eviction policies in force; `None` until the policy watch has said (see
+    /// [`State::await_policies`]).
+    policies: Option<Arc<Policies>>,
     changes: Vec<Change>,
 }
 
@@ -190,7 +205,15 @@ impl State {
         if let Some(e) = eviction.as_mut() {
             e.set_eviction_only(lifecycle.is_none());
         }
-        Self { cache: Cache::default(), eviction, lifecycle, leading: true, pause: Pause::None, changes: Vec::new() }
+        Self {
+            cache: Cache::default(),
+            eviction,
+            lifecycle,
+            leading: true,
+            pause: Pause::None,
+            policies: Some(Arc::default()),
+            changes: Vec::new(),
+        }
     }
 
     /// A standby: the cache follows the watches, nothing is decided until [`State::activate`].
@@ -212,11 +235,28 @@ impl State {
         self.pause
     }
 
+    /// Holds every eviction until [`Input::Policies`] says which eviction policies are in force:
+    /// a policy that says "never" must hold from the first decision, as a pause does.
+    pub fn await_policies(&mut self) {
+        self.policies = None;
+    }
+
+    /// The eviction policies in force (none while not known yet).
+    pub fn policies(&self) -> &Policies {
+        self.policies.as_deref().unwrap_or(&crate::policy::NONE)
+    }
+
+    /// A context of the cache at `now` with the policies in force, ungated (for `status`).
+    pub fn ctx(&self, now: Timestamp) -> Ctx<'_> {
+        Ctx::new(&self.cache.index, now).with_policies(self.policies())
+    }
+
     /// The controllers, on the cache as it stands, at `now`; and the cache's changes waiting for
     /// them.
     fn controllers(&mut self, now: Timestamp) -> (Controllers<'_>, &mut Vec<Change>) {
-        let Self { cache, eviction, lifecycle, pause, changes, .. } = self;
-        (Controllers { index: &cache.index, now, eviction, lifecycle, pause: *pause }, changes)
+        let Self { cache, eviction, lifecycle, pause, policies, changes, .. } = self;
+        let policies = policies.as_deref();
+        (Controllers { index: &cache.index, now, eviction, lifecycle, pause: *pause, policies }, changes)
     }
 
     /// This process became the leader.
@@ -249,6 +289,22 @@ impl State {
         }
     }
 
+    /// The eviction policies or the namespaces' labels changed: every pod on a NoExecute-tainted
+    /// node is looked at again, so that a pending deadline moves with them at once.
+    fn set_policies(&mut self, policies: Arc<Policies>, now: Timestamp, out: &mut Vec<Action>) {
+        let first = self.policies.is_none();
+        if self.policies.as_ref() == Some(&policies) {
+            return;
+        }
+        let matters = first || !policies.is_empty() || !self.policies().is_empty();
+        self.policies = Some(policies);
+        if !self.is_active() || !matters {
+            return;
+        }
+        let (mut c, _) = self.controllers(now);
+        c.eviction(|ev, cx| ev.policies_changed(cx, out));
+    }
+
     /// Decides everything afresh from the warm cache, as a restarted controller would
     /// (docs/spec.md §4): every node gets a fresh grace period and is judged before any eviction
     /// for a managed taint; deadlines come from the API.
@@ -275,10 +331,11 @@ impl State {
     /// One input: applied to the cache, then dispatched to the controllers; effects go to `out`.
     /// Call [`State::after_batch`] after a batch.
     pub fn handle(&mut self, input: Input, now: Timestamp, out: &mut Vec<Action>) {
-        if let Input::Pause(p) = input {
-            self.set_pause(p, now, out);
-            return;
-        }
+        let input = match input {
+            Input::Pause(p) => return self.set_pause(p, now, out),
+            Input::Policies(p) => return self.set_policies(p, now, out),
+            input => input,
+        };
         let report = self.apply(input);
         self.dispatch(report, now, out);
     }
@@ -293,7 +350,7 @@ impl State {
             Input::Node(ev) => cache.apply_node(ev, changes),
             Input::Pod(ev) => cache.apply_pod(ev, changes),
             Input::Lease(ev) => cache.apply_lease(ev, changes),
-            Input::Pause(_) => {}
+            Input::Pause(_) | Input::Policies(_) => {}
             Input::EvictionResult { key, uid, op, result } => {
                 return Some(Report::Eviction { key, uid, op, result });
             }

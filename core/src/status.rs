@@ -11,7 +11,6 @@ use serde::Serialize;
 
 use crate::brakes::Pause;
 use crate::condition;
-use crate::ctx::{Ctx, Ungated};
 use crate::eviction::PendingState;
 use crate::state::State;
 use crate::zone::{self, ZoneState};
@@ -178,6 +177,10 @@ pub struct EvictionRow {
     /// Its node carries the incident lever ([`crate::extend`]), which moves the deadlines
     /// before its end (`explain` says whether this one moved).
     pub extended: bool,
+    /// The eviction policy that set its deadline in place of the API server's default
+    /// toleration, with what it sets ([`crate::policy`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
 }
 
 /// A node's fencing standing in words, `stuck` when ours is older than `--fence-max-duration`.
@@ -271,8 +274,9 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
         .filter(|p| p.state == PendingState::Held || p.due <= horizon)
         .filter_map(|p| {
             let pod = index.pods.get(&p.key)?;
-            let cx = Ctx { index, now, gate: &Ungated };
+            let cx = state.ctx(now);
             let (taint, seconds) = state.eviction.as_ref()?.cause(&p.key, cx)?;
+            let policy = state.eviction.as_ref()?.decided_by(&p.key, &taint, cx);
             let deadline = (p.state != PendingState::Held).then_some(p.due);
             let row = EvictionRow {
                 pod: p.key.to_string(),
@@ -283,6 +287,7 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
                 taint: taint.to_string(),
                 toleration_seconds: seconds,
                 extended: index.nodes.get(&*pod.node_name).is_some_and(|n| n.lever.extension().is_some()),
+                policy,
             };
             Some((p.due, row))
         })
@@ -418,6 +423,9 @@ pub fn render_text(r: &Report) -> String {
         );
         for e in &r.evictions {
             let mut tolerated = e.toleration_seconds.map_or_else(|| "not tolerated".to_owned(), |s| format!("{s}s"));
+            if let Some(p) = &e.policy {
+                tolerated.push_str(&format!(" by policy {p}"));
+            }
             if e.extended {
                 tolerated.push_str(", node extended");
             }

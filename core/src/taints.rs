@@ -478,6 +478,16 @@ impl TaintDue {
         matches!(self, Self::Untolerated | Self::NonPositive { .. })
     }
 
+    /// The toleration (its index in the list) that decides it, if one does.
+    pub fn toleration(self) -> Option<usize> {
+        match self {
+            Self::Untolerated | Self::Unknown => None,
+            Self::NonPositive { toleration } | Self::Forever { toleration } | Self::After { toleration, .. } => {
+                Some(toleration)
+            }
+        }
+    }
+
     /// The `tolerationSeconds` that decides it, if any.
     pub fn seconds(self) -> Option<i64> {
         match self {

@@ -34,6 +34,7 @@ use crate::action::{
 };
 use crate::ctx::Ctx;
 use crate::index::{PodKey, SlimNode, SlimPod};
+use crate::policy::{self, Policies};
 use crate::taints::{self, MatchOptions, Taint, TaintDue, TaintId, TaintIdentity, Toleration, keys};
 use crate::time::backoff;
 use crate::timer_queue::TimerQueue;
@@ -54,6 +55,10 @@ pub struct Config {
     /// Node lifecycle is not run in this process (`--enable-node-lifecycle=false`): another
     /// controller swaps the not-ready / unreachable taints (see [`TaintEviction::set_eviction_only`]).
     pub eviction_only: bool,
+    /// The API server's `--default-not-ready-toleration-seconds` and
+    /// `--default-unreachable-toleration-seconds`: a toleration exactly like the one its
+    /// DefaultTolerationSeconds adds is the one an eviction policy overrides ([`crate::policy`]).
+    pub api_defaults: crate::default_tolerations::DefaultTolerationSeconds,
 }
 
 impl Default for Config {
@@ -66,6 +71,7 @@ impl Default for Config {
             retry_base: Duration::from_millis(200),
             retry_cap: Duration::from_secs(30),
             eviction_only: false,
+            api_defaults: Default::default(),
         }
     }
 }
@@ -608,6 +614,7 @@ impl TaintEviction {
         node: &'a SlimNode,
         bound: Option<Timestamp>,
         now: Timestamp,
+        policies: &'a Policies,
     ) -> impl Iterator<Item = (&'a Taint, Due)> + 'a {
         let seen = self.first_seen.get(&node.name);
         let read = self.read_list(pod);
@@ -627,6 +634,14 @@ impl TaintEviction {
                 None => (&pod.tolerations[..], self.cfg.match_options, pod.truncated),
             };
             let due = taints::taint_due(taint, list, opts, Some(anchor), bound, truncated);
+            // An eviction policy ([`crate::policy`]) in place of the API server's default toleration.
+            let due = match self.policy_for(pod, taint, list, due, policies) {
+                Some((_, d)) => {
+                    let t = due.toleration().map(|j| policy::substitute(&list[j], d));
+                    taints::taint_due(taint, t.as_slice(), opts, Some(anchor), bound, false)
+                }
+                None => due,
+            };
             let due = match due {
                 TaintDue::Untolerated | TaintDue::NonPositive { .. } => Due::Now,
                 TaintDue::Unknown | TaintDue::Forever { .. } => Due::Never,
@@ -645,6 +660,49 @@ impl TaintEviction {
         })
     }
 
+    /// The eviction policy that decides `taint` for `pod` in place of `due`, the toleration
+    /// `list` decides it by: only where that toleration is the API server's default.
+    fn policy_for<'p>(
+        &self,
+        pod: &SlimPod,
+        taint: &Taint,
+        list: &[Toleration],
+        due: TaintDue,
+        policies: &'p Policies,
+    ) -> Option<(&'p policy::Compiled, policy::Deadline)> {
+        let t = &list[due.toleration()?];
+        if !policy::overridable(t, &taint.key, self.cfg.api_defaults) {
+            return None;
+        }
+        match policies.decide(pod.namespace(), &pod.policy_facts, &taint.key) {
+            policy::Decision::By(p, d) => Some((p, d)),
+            _ => None,
+        }
+    }
+
+    /// The policy that decides `key`'s deadline for the taint that makes it due soonest (what
+    /// `status` names beside [`TaintEviction::cause`]).
+    pub fn decided_by(&self, key: &PodKey, taint: &TaintId, cx: Ctx<'_>) -> Option<String> {
+        let pod = cx.index.pods.get(key)?;
+        let node = cx.index.nodes.get(&*pod.node_name)?;
+        let taint = node.no_execute_taints().find(|t| t.id() == *taint)?;
+        let list = match self.read_list(pod).and_then(|l| Some((l.first(taint)?, l.opts))) {
+            Some((first, _)) => first.as_slice(),
+            None => &pod.tolerations[..],
+        };
+        let due = taints::taint_due(taint, list, self.cfg.match_options, None, None, pod.truncated);
+        self.policy_for(pod, taint, list, due, cx.policies).map(|(p, d)| format!("{} ({d})", p.name))
+    }
+
+    /// Every pod on a node with a NoExecute taint is looked at again: the eviction policies
+    /// changed (docs/spec.md §18), and a pending deadline moves with them.
+    pub fn policies_changed(&mut self, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        let mut nodes: Vec<&String> = self.first_seen.keys().collect();
+        nodes.sort();
+        let keys: Vec<PodKey> = nodes.into_iter().flat_map(|n| cx.index.pod_keys_on(n).cloned()).collect();
+        self.reconcile_each(keys, cx, out);
+    }
+
     /// When `pod` became (or becomes) bound, as the deadlines count it: a binding time in the
     /// future (clock skew) counts from when we first saw the pod.
     fn bound(&self, key: &PodKey, pod: &SlimPod, now: Timestamp) -> Option<Timestamp> {
@@ -659,14 +717,21 @@ impl TaintEviction {
         let pod = cx.index.pods.get(key)?;
         let node = cx.index.nodes.get(&*pod.node_name)?;
         let bound = self.bound(key, pod, cx.now);
-        let seconds_for = |taint: &Taint| match self.read_list(pod).and_then(|l| l.first(taint)) {
-            Some(first) => first.as_ref().and_then(|t| t.toleration_seconds),
-            None => taints::first_tolerating(&pod.tolerations, taint, self.cfg.match_options)
-                .and_then(|j| pod.tolerations[j].toleration_seconds),
+        let seconds_for = |taint: &Taint| {
+            let (list, opts) = match self.read_list(pod).and_then(|l| Some((l.first(taint)?, l.opts))) {
+                Some((first, opts)) => (first.as_slice(), opts),
+                None => (&pod.tolerations[..], self.cfg.match_options),
+            };
+            let due = taints::taint_due(taint, list, opts, None, None, pod.truncated);
+            match self.policy_for(pod, taint, list, due, cx.policies) {
+                Some((_, policy::Deadline::Seconds(s))) => Some(s),
+                Some((_, policy::Deadline::Never)) => None,
+                None => due.toleration().and_then(|j| list[j].toleration_seconds),
+            }
         };
         // As [`taints::evaluate`] (and so `explain`) names it: the first taint due now, else the
         // earliest deadline and, on a tie, the toleration with the fewest seconds.
-        self.taint_dues(pod, node, bound, cx.now)
+        self.taint_dues(pod, node, bound, cx.now, cx.policies)
             .filter(|(_, due)| *due != Due::Never)
             .map(|(taint, due)| (due, seconds_for(taint), taint))
             .min_by_key(|(due, seconds, _)| (*due, seconds.filter(|_| *due != Due::Now)))
@@ -687,7 +752,7 @@ impl TaintEviction {
         let bound = self.bound(key, pod, now);
         let (mut confirmed, mut unconfirmed) = (Due::Never, Due::Never);
         let mut dues: Vec<(&Taint, Due)> = Vec::new();
-        for (taint, due) in self.taint_dues(pod, node, bound, now) {
+        for (taint, due) in self.taint_dues(pod, node, bound, now, cx.policies) {
             if due == Due::Never {
                 continue;
             }

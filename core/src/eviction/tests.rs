@@ -1,6 +1,6 @@
 use super::*;
 use crate::action::Cause;
-use crate::ctx::{Gate, Ungated};
+use crate::ctx::Gate;
 use crate::fixtures::{no_execute, node, pod, toleration, ts};
 use crate::index::Index;
 use crate::taints::{Effect, Taint, TaintId};
@@ -12,6 +12,7 @@ struct EvictionWorld {
     ctl: TaintEviction,
     out: Vec<Action>,
     unconfirmed: Vec<String>,
+    policies: Policies,
 }
 
 impl Gate for Vec<String> {
@@ -22,47 +23,60 @@ impl Gate for Vec<String> {
 
 impl EvictionWorld {
     fn new(cfg: Config) -> Self {
-        Self { index: Index::default(), ctl: TaintEviction::new(cfg), out: vec![], unconfirmed: vec![] }
+        Self {
+            index: Index::default(),
+            ctl: TaintEviction::new(cfg),
+            out: vec![],
+            unconfirmed: vec![],
+            policies: Policies::default(),
+        }
     }
 
     fn set_node(&mut self, n: SlimNode, now: i64) {
         let old = self.index.nodes.insert(n.name.clone(), n.clone());
-        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed };
+        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed, policies: &self.policies };
         self.ctl.node_changed(&n, old.as_ref(), cx, &mut self.out);
     }
 
     fn set_pod(&mut self, p: SlimPod, now: i64) {
         let key = p.key();
         let old = self.index.upsert_pod(p);
-        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed };
+        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed, policies: &self.policies };
         self.ctl.pod_changed(&key, old.as_ref(), cx, &mut self.out);
     }
 
     fn tick(&mut self, now: i64) {
-        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed };
+        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed, policies: &self.policies };
         self.ctl.tick(cx, &mut self.out);
     }
 
     /// The brakes changed: every pod is looked at again.
     fn recheck_all(&mut self, now: i64) {
-        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed };
+        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed, policies: &self.policies };
         self.ctl.recheck_all(cx, &mut self.out);
     }
 
     /// A new measurement of how far our clock is ahead of the API server's.
     fn set_skew(&mut self, skew_ms: i64, now: i64) {
-        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed };
+        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed, policies: &self.policies };
         self.ctl.set_clock_skew(SignedDuration::from_millis(skew_ms), cx, &mut self.out);
     }
 
+    /// The eviction policies changed.
+    fn set_policies(&mut self, policies: Policies, now: i64) {
+        self.policies = policies;
+        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed, policies: &self.policies };
+        self.ctl.policies_changed(cx, &mut self.out);
+    }
+
     fn recheck_held(&mut self, now: i64) {
-        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed };
+        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed, policies: &self.policies };
         self.ctl.recheck_held(cx, &mut self.out);
     }
 
     /// The executor reports on eviction `ev`.
     fn report(&mut self, ev: &EvictPod, result: EvictionResult, now: i64) {
-        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed };
+        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed, policies: &self.policies };
         self.ctl.eviction_result(&ev.key, &ev.uid, ev.op, &result, cx, &mut self.out);
     }
 
@@ -780,7 +794,7 @@ mod one_rule {
         w.set_pod(SlimPod::from(&pod), now);
         let evicted = !w.evictions().is_empty();
         let deadline = w.ctl.deadline(&key("p"));
-        let cx = Ctx { index: &w.index, now: at(now), gate: &Ungated };
+        let cx = Ctx::new(&w.index, at(now));
         let cause = w.ctl.cause(&key("p"), cx);
 
         // explain, from the full objects.
@@ -926,7 +940,7 @@ fn reads(out: &[Action]) -> Vec<ReadTolerations> {
 
 impl EvictionWorld {
     fn answer(&mut self, r: &ReadTolerations, result: TolerationsRead, now: i64) {
-        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed };
+        let cx = Ctx { index: &self.index, now: ts(now), gate: &self.unconfirmed, policies: &self.policies };
         self.ctl.tolerations_read(&r.key, r.op, result, cx, &mut self.out);
     }
 }
@@ -1053,4 +1067,56 @@ fn the_incident_lever_moves_pending_and_future_deadlines_and_never_shortens() {
     w.set_pod(pod("p").on("n1").tolerations(vec![toleration("k", Some(3000))]).build(), 0);
     w.set_node(node("n1").taints(vec![no_execute("k", Some(0.0))]).extended(600, 1000.0).build(), 5);
     assert_eq!(w.ctl.deadline(&key("p")), Some(ts(3000)));
+}
+
+fn policies(specs: &[(&str, serde_json::Value)]) -> Policies {
+    let specs: Vec<(String, crate::policy::EvictionPolicySpec)> =
+        specs.iter().map(|(n, v)| ((*n).to_owned(), serde_json::from_value(v.clone()).expect("spec"))).collect();
+    let ns = [("prod".to_owned(), [("env".to_owned(), "prod".to_owned())].into_iter().collect())].into_iter().collect();
+    Policies::build(specs.iter().map(|(n, s)| (n.as_str(), s)), ns)
+}
+
+/// A policy sets the deadline of pods whose toleration is the API server's default, shorter,
+/// longer or never; a toleration someone wrote is left alone; a change moves a pending deadline
+/// at once, and a pod past its new deadline goes at once.
+#[test]
+fn eviction_policies_override_only_the_api_servers_default() {
+    let mut w = EvictionWorld::new(Config::default());
+    let n = node("n1").taint(no_execute(keys::UNREACHABLE, Some(0.0))).build();
+    w.set_node(n, 0);
+    let default = |name: &str| pod(name).on("n1").namespace("prod").tolerates(keys::UNREACHABLE, Some(300));
+    w.set_pod(default("web").labelled(&[("app", "web")], "").build(), 1);
+    w.set_pod(default("db").labelled(&[("app", "db")], "").build(), 1);
+    w.set_pod(pod("authored").on("n1").namespace("prod").tolerates(keys::UNREACHABLE, Some(120)).build(), 1);
+    w.set_pod(pod("other").on("n1").namespace("dev").tolerates(keys::UNREACHABLE, Some(300)).build(), 1);
+    assert_eq!(w.ctl.deadline(&crate::index::pod_key("prod", "web")), Some(ts(300)));
+    w.set_policies(
+        policies(&[
+            ("prod", serde_json::json!({"namespaceSelector": {"matchLabels": {"env": "prod"}}, "unreachable": {"tolerationSeconds": 900}})),
+            ("web", serde_json::json!({"podSelector": {"matchLabels": {"app": "web"}}, "unreachable": {"tolerationSeconds": 10}})),
+        ]),
+        2,
+    );
+    assert!(w.evicted_names().is_empty());
+    assert_eq!(
+        w.ctl.deadline(&crate::index::pod_key("prod", "web")),
+        Some(ts(10)),
+        "shorter: the pod-label policy wins"
+    );
+    assert_eq!(w.ctl.deadline(&crate::index::pod_key("prod", "db")), Some(ts(900)), "longer: the namespace's");
+    assert_eq!(w.ctl.deadline(&crate::index::pod_key("prod", "authored")), Some(ts(120)), "written by its author");
+    assert_eq!(w.ctl.deadline(&crate::index::pod_key("dev", "other")), Some(ts(300)), "selected by none");
+    // "never" for db; web's 10 s shortened to 5 s at 8 s: past it, so it goes at once.
+    w.set_policies(
+        policies(&[
+            ("prod", serde_json::json!({"namespaceSelector": {"matchLabels": {"env": "prod"}}, "unreachable": {"never": true}})),
+            ("web", serde_json::json!({"podSelector": {"matchLabels": {"app": "web"}}, "unreachable": {"tolerationSeconds": 5}})),
+        ]),
+        8,
+    );
+    assert_eq!(w.evicted_names(), vec!["web"]);
+    assert_eq!(w.ctl.deadline(&crate::index::pod_key("prod", "db")), None, "never");
+    // The policies go: the API server's default holds again.
+    w.set_policies(Policies::default(), 9);
+    assert_eq!(w.ctl.deadline(&crate::index::pod_key("prod", "db")), Some(ts(300)));
 }

@@ -259,3 +259,31 @@ fn the_lever_line_moves_the_deadline_as_the_controller_does() {
     assert_eq!(e.eviction.deadline.as_deref(), Some("2026-01-01T00:05:00Z"));
     assert!(e.lever.is_some_and(|l| l.contains("do not read")));
 }
+
+/// A policy that selects the pod sets its unreachable deadline in place of the API server's
+/// default, and the explanation says which; the pod's tolerations are shown as written.
+#[test]
+fn the_policy_that_decides_is_named() {
+    let n = node(json!([
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}
+    ]));
+    let spec: crate::policy::EvictionPolicySpec =
+        serde_json::from_value(json!({"unreachable": {"tolerationSeconds": 30}})).expect("spec");
+    let policies = crate::policy::Policies::build([("shop-fast", &spec)], Default::default());
+    let e =
+        explain_with(&n, &pod(default_tolerations()), MatchOptions::default(), now(), &policies, Default::default());
+    assert_eq!(e.eviction.deadline.as_deref(), Some("2026-01-01T00:00:30Z"));
+    assert_eq!(e.eviction.toleration_seconds, Some(30));
+    let line = e.policy.clone().unwrap_or_default();
+    assert!(line.contains("EvictionPolicy shop-fast sets 30s"), "{line}");
+    let text = render_text(&e);
+    assert!(text.contains("Policy:     node.kubernetes.io/unreachable: EvictionPolicy shop-fast"), "{text}");
+    assert!(text.contains("for 300s"), "the toleration as written: {text}");
+    // An authored toleration is left alone, and the explanation says why.
+    let authored = pod(json!([
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}
+    ]));
+    let e = explain_with(&n, &authored, MatchOptions::default(), now(), &policies, Default::default());
+    assert_eq!(e.eviction.toleration_seconds, Some(60));
+    assert!(e.policy.unwrap_or_default().contains("is not the API server's default"));
+}

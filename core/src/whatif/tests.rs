@@ -140,3 +140,102 @@ proptest! {
         prop_assert_eq!(said.pods.len(), seconds.len());
     }
 }
+
+/// The policies of [`whatif_and_the_controller_agree_with_policies`]: each selects pods
+/// labelled `app=<app>` (or every pod) and sets the unreachable deadline (`None`: never).
+fn policies(specs: &[(Option<u8>, Option<i64>)]) -> std::sync::Arc<crate::policy::Policies> {
+    let specs: Vec<(String, crate::policy::EvictionPolicySpec)> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, (app, secs))| {
+            let mut v = serde_json::json!({"unreachable": match secs {
+                Some(s) => serde_json::json!({"tolerationSeconds": s}),
+                None => serde_json::json!({"never": true}),
+            }});
+            if let Some(app) = app {
+                v["podSelector"] = serde_json::json!({"matchLabels": {"app": format!("a{app}")}});
+            }
+            (format!("policy-{i}"), serde_json::from_value(v).expect("spec"))
+        })
+        .collect();
+    std::sync::Arc::new(crate::policy::Policies::build(specs.iter().map(|(n, s)| (n.as_str(), s)), BTreeMap::new()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// With eviction policies in force, what `whatif` says of a failure of two nodes is what the
+    /// controller then does, pod for pod, to the second: pods whose unreachable toleration is
+    /// the API server's default (300 s) take the deadline of the most specific policy, ties and
+    /// authored tolerations keep their own.
+    #[test]
+    fn whatif_and_the_controller_agree_with_policies(
+        pods in prop::collection::vec((0u8..3, prop::option::of(prop::option::of(0i64..700))), 1..8),
+        specs in prop::collection::vec((prop::option::of(0u8..3), prop::option::of(0i64..700)), 0..4),
+    ) {
+        use crate::taints::keys::UNREACHABLE;
+        let built: Vec<_> = pods
+            .iter()
+            .enumerate()
+            .map(|(i, (app, toleration))| {
+                let p = pod(&format!("p{i}")).on(["n0", "n1"][i % 2]).labelled(&[("app", &format!("a{app}"))], "");
+                match toleration {
+                    None => p.tolerates(UNREACHABLE, Some(300)).build(), // the API server's default
+                    Some(secs) => p.tolerates(UNREACHABLE, *secs).build(), // authored
+                }
+            })
+            .collect();
+        let policies = policies(&specs);
+        let h = Hypothesis { taint: None, ready: Some("Unknown".into()), nodes: vec!["n0".into(), "n1".into()] };
+        let mut w = world(built.clone());
+        w.input(Input::Policies(policies.clone()));
+        let now = w.now;
+        let said = run(w.state, vec![], &h, now, HORIZON, &[], &[]);
+
+        // The controller, the two nodes really failing, run to the horizon.
+        let mut w = world(built);
+        w.input(Input::Policies(policies));
+        for n in ["n0", "n1"] {
+            w.kubelet_posts(n, "Unknown");
+        }
+        w.advance_to(3600.0);
+        let done: HashMap<String, i64> = w
+            .log
+            .iter()
+            .filter_map(|(t, a)| match a {
+                Action::EvictPod(e) => Some((e.key.to_string(), t.duration_since(ts(0.0)).as_secs())),
+                _ => None,
+            })
+            .collect();
+        for row in &said.pods {
+            let evicted = done.get(&row.pod).copied();
+            match row.outcome {
+                "immediate" | "delayed" => prop_assert_eq!(evicted, row.in_seconds, "{}", row.pod),
+                _ => prop_assert_eq!(evicted, None, "{}", row.pod),
+            }
+        }
+        prop_assert_eq!(said.pods.len(), pods.len());
+    }
+}
+
+/// `whatif` answers with the policies in force (`--policy FILE` adds to them): a pod whose
+/// unreachable toleration is the API server's default takes its policy's deadline.
+#[test]
+fn a_failure_is_previewed_with_the_policies_in_force() {
+    use crate::taints::keys::UNREACHABLE;
+    let pods = vec![
+        pod("web").on("n0").labelled(&[("app", "a0")], "").tolerates(UNREACHABLE, Some(300)).build(),
+        pod("db").on("n0").labelled(&[("app", "a1")], "").tolerates(UNREACHABLE, Some(300)).build(),
+        pod("authored").on("n0").labelled(&[("app", "a0")], "").tolerates(UNREACHABLE, Some(120)).build(),
+        pod("plain").on("n0").labelled(&[("app", "a2")], "").tolerates(UNREACHABLE, Some(300)).build(),
+    ];
+    let mut w = world(pods);
+    w.input(Input::Policies(policies(&[(Some(0), Some(30)), (Some(1), None)])));
+    let h = Hypothesis { taint: None, ready: Some("Unknown".into()), nodes: vec!["n0".into()] };
+    let now = w.now;
+    let got = run(w.state, vec![], &h, now, HORIZON, &[], &[]);
+    assert_eq!(outcome(&got, "web"), ("delayed", Some(30)));
+    assert_eq!(outcome(&got, "db"), ("never", None));
+    assert_eq!(outcome(&got, "authored"), ("delayed", Some(120)));
+    assert_eq!(outcome(&got, "plain"), ("delayed", Some(300)));
+}

@@ -234,6 +234,8 @@ pub struct WirePod(pub Pod, pub Option<String>);
 struct PodSpecIn {
     #[serde(deserialize_with = "lenient::leaf")]
     node_name: Option<String>,
+    #[serde(deserialize_with = "lenient::leaf")]
+    priority_class_name: Option<String>,
     #[serde(deserialize_with = "eviction_tolerations")]
     tolerations: Option<Vec<WireToleration>>,
 }
@@ -354,8 +356,9 @@ impl WirePod {
         let Object { metadata, spec, status } = object;
         let (pod, more) = lenient::scope(|| Pod {
             metadata: metadata.into(),
-            spec: spec.map(|PodSpecIn { node_name, tolerations }| PodSpec {
+            spec: spec.map(|PodSpecIn { node_name, priority_class_name, tolerations }| PodSpec {
                 node_name,
+                priority_class_name,
                 tolerations: tolerations.map(|ts| ts.into_iter().map(Toleration::from).collect()),
                 ..PodSpec::default()
             }),

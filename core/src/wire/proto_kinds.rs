@@ -227,12 +227,14 @@ fn managed_entry(v: Value<'_>) -> Option<ManagedFieldsEntry> {
     managed::upstream_entry(upstream, at, fields)
 }
 
-/// `PodSpec`: nodeName = 10 (`omitempty`), tolerations = 22, filtered as the JSON path does.
+/// `PodSpec`: nodeName = 10 (`omitempty`), tolerations = 22, filtered as the JSON path does,
+/// priorityClassName = 24 (`omitempty`).
 fn pod_spec(msg: &[u8]) -> PodSpecIn {
     const WHAT: &str = "a pod spec";
     let (mut s, mut keeping) = (PodSpecIn::default(), Keeping::default());
     each(msg, |n, v| match n {
         10 => s.node_name = string(v, WHAT, 10),
+        24 => s.priority_class_name = string(v, WHAT, 24),
         22 => {
             let kept = s.tolerations.get_or_insert_default();
             if let Some(t) = message(v, WHAT, 22).map(toleration)
@@ -244,6 +246,7 @@ fn pod_spec(msg: &[u8]) -> PodSpecIn {
         _ => {}
     });
     s.node_name = omitempty(s.node_name);
+    s.priority_class_name = omitempty(s.priority_class_name);
     s
 }
 
@@ -454,7 +457,7 @@ mod tests {
                 let env = Msg::new().str(1, "X").str(2, "1");
                 e = e.msg(2, &Msg::new().str(1, &c.name).str(2, &s(&c.image)).msg(7, &env));
             }
-            e = e.str(3, "Always").str(10, &s(&spec.node_name));
+            e = e.str(3, "Always").str(10, &s(&spec.node_name)).str(24, &s(&spec.priority_class_name));
             for t in spec.tolerations.iter().flatten() {
                 let mut te =
                     Msg::new().str(1, &s(&t.key)).str(2, &s(&t.operator)).str(3, &s(&t.value)).str(4, &s(&t.effect));
@@ -596,11 +599,14 @@ mod tests {
     #[test]
     fn the_json_fixtures_decode_equal_from_protobuf() {
         let pod = same_pod(super::super::tests::full_pod());
+        let slim = crate::index::SlimPod::from(&same_pod(json!({"metadata": {"name": "p", "labels": {"app": "web"}}, "spec": {"priorityClassName": "critical", "containers": []}})).0);
+        assert_eq!((slim.policy_facts.label("app"), &*slim.policy_facts.priority_class), (Some("web"), "critical"));
         assert_eq!(pod.0.metadata.resource_version.as_deref(), Some("42"));
         for v in [
             json!({"metadata": {"name": "p"}}),
             json!({"metadata": {"name": "p"}, "spec": null, "status": null}),
             json!({"metadata": {"name": "p", "labels": null}, "spec": {"tolerations": null, "containers": []}, "status": {"conditions": null}}),
+            json!({"metadata": {"name": "p", "labels": {"app": "web"}}, "spec": {"priorityClassName": "critical", "containers": []}}),
         ] {
             same_pod(v);
         }
