@@ -58,8 +58,8 @@ pub enum Command {
     /// pods would go at once, which when, which never, per workload; the PodDisruptionBudgets it
     /// would break; how the zone limiter would pace it (read-only; `kubectl nlc whatif`).
     Whatif(Box<crate::whatif::WhatIfArgs>),
-    /// Print the CustomResourceDefinitions the webhook's toleration rules use (TolerationRule), as
-    /// YAML for `kubectl apply -f -`.
+    /// Print the CustomResourceDefinitions (TolerationRule, the webhook's toleration rules;
+    /// EvictionPolicy, the controller's eviction policies), as YAML for `kubectl apply -f -`.
     Crds,
     /// Before switching back to kube-controller-manager: remove from the nodes the taints that
     /// only this controller's own rules manage (kube-controller-manager never removes them, and

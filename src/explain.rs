@@ -11,7 +11,7 @@ use nlc_core::admission::restriction::RestrictionConfig;
 use nlc_core::admission::toleration_rules::{RuleSet, TolerationRule};
 use nlc_core::admission::{Context, NamespaceInfo, Plugins};
 use nlc_core::default_tolerations::DefaultTolerationSeconds;
-use nlc_core::explain::{explain, parse_manifest, render_text};
+use nlc_core::explain::{parse_manifest, render_text};
 
 use crate::error::Result;
 use crate::runtime::args::ClientArgs;
@@ -74,8 +74,11 @@ pub async fn run(args: ExplainArgs) -> Result<()> {
         return run_admission(&pod, from_cluster, sources, output, &client).await;
     }
     let Some(node) = node else { return Err(crate::Error::input("--node", "is required")) };
+    let mut policies = nlc_core::policy::Policies::default();
     let (node, pod) = if from_cluster {
-        from_cluster_objects(crate::runtime::client::client(&client).await?, &node, &pod).await?
+        let client = crate::runtime::client::client(&client).await?;
+        policies = crate::controller::policies::list(&client, &[]).await;
+        from_cluster_objects(client, &node, &pod).await?
     } else {
         if node == "-" && pod == "-" {
             return Err(crate::Error::input("--node, --pod", "cannot both read stdin"));
@@ -83,7 +86,8 @@ pub async fn run(args: ExplainArgs) -> Result<()> {
         (read_manifest(&node, "Node")?, read_manifest(&pod, "Pod")?)
     };
     let opts = enable_comparison_operators.options();
-    let e = explain(&node, &pod, opts, crate::clock::Clock::now(&crate::clock::SystemClock));
+    let now = crate::clock::Clock::now(&crate::clock::SystemClock);
+    let e = nlc_core::explain::explain_with(&node, &pod, opts, now, &policies, Default::default());
     match output {
         OutputFormat::Text => print!("{}", render_text(&e)),
         OutputFormat::Json => {

@@ -18,8 +18,9 @@ fn main() -> ExitCode {
         Command::Status(args) => rt.block_on(status::run(*args)),
         Command::Whatif(args) => rt.block_on(node_lifecycle_controller::whatif::run(*args)),
         Command::Crds => nlc_core::admission::toleration_rules::crd_yaml()
+            .and_then(|rules| Ok(format!("{rules}---\n{}", nlc_core::policy::crd_yaml()?)))
             .map(|y| print!("{y}"))
-            .map_err(|problem| nlc_core::Error::Input { source_name: "TolerationRule CRD".into(), problem }.into()),
+            .map_err(|problem| nlc_core::Error::Input { source_name: "CRDs".into(), problem }.into()),
         Command::Uninstall(args) => rt.block_on(node_lifecycle_controller::uninstall::run(args)),
         Command::Fence(args) => rt.block_on(node_lifecycle_controller::fencing::run(args, false)),
         Command::Unfence(args) => rt.block_on(node_lifecycle_controller::fencing::run(args, true)),

@@ -257,12 +257,14 @@ pub(crate) struct Snapshot {
     pub(crate) actions: Vec<nlc_core::action::Action>,
 }
 
-/// Lists what the controller watches and runs its state over it.
+/// Lists what the controller watches and runs its state over it, with the eviction policies in
+/// force and `extra_policies` in place of those of the same name.
 pub(crate) async fn cluster_state(
     client: &kube::Client,
     namespace: &str,
     lifecycle: Option<nlc_core::lifecycle::Config>,
     opts: MatchOptions,
+    extra_policies: &[nlc_core::policy::EvictionPolicy],
 ) -> Result<Snapshot> {
     let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await?;
     let pods = Api::<Pod>::all(client.clone()).list(&ListParams::default().fields("spec.nodeName!=")).await?;
@@ -285,6 +287,8 @@ pub(crate) async fn cluster_state(
     inputs.extend([Input::Pod(WatchEvent::InitDone), Input::Lease(WatchEvent::Init)]);
     inputs.extend(leases.items.iter().map(|l| Input::Lease(WatchEvent::InitApply(SlimLease::from(l)))));
     inputs.extend([Input::Lease(WatchEvent::InitDone), Input::Pause(pause)]);
+    let policies = crate::controller::policies::list(client, extra_policies).await;
+    inputs.push(Input::Policies(std::sync::Arc::new(policies)));
     let now = SystemClock.now();
     let mut actions = Vec::new(); // what the controller would do now; nothing is carried out
     for input in inputs {
@@ -302,7 +306,7 @@ async fn snapshot(
     opts: MatchOptions,
     within: Duration,
 ) -> Result<Report> {
-    let Snapshot { state, nodes, pods, now, .. } = cluster_state(client, namespace, lifecycle, opts).await?;
+    let Snapshot { state, nodes, pods, now, .. } = cluster_state(client, namespace, lifecycle, opts, &[]).await?;
     let mut r = report(&state, now, within);
     r.evicted = evicted_rows(pods.iter().filter_map(evicted_by_taint), now, within);
     let nodes_written = nodes.iter().flat_map(|n| {

@@ -40,6 +40,10 @@ pub struct WhatIfArgs {
     /// them `unreachable`, through the zone limiter) or `Ready=False` (`not-ready`).
     #[arg(long)]
     pub(crate) condition: Option<String>,
+    /// Preview EvictionPolicy manifests (YAML, several documents): decided as if they were
+    /// applied, each in place of the installed policy of the same name.
+    #[arg(long)]
+    pub(crate) policy: Option<String>,
     /// How far ahead to look.
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
     pub(crate) within: Duration,
@@ -80,6 +84,7 @@ pub async fn run(args: WhatIfArgs) -> Result<()> {
         node,
         taint,
         condition,
+        policy,
         within,
         output,
         namespace,
@@ -96,6 +101,10 @@ pub async fn run(args: WhatIfArgs) -> Result<()> {
         .transpose()
         .map_err(|e| crate::Error::input("--taint", e))?;
     let ready = condition.as_deref().map(parse_condition).transpose()?;
+    let previewed = match &policy {
+        Some(path) => read_policies(path)?,
+        None => Vec::new(),
+    };
     let here = lifecycle.into_config()?.decisions;
     let given = given_flags(here, enable_comparison_operators.options());
     let client = crate::runtime::client::client(&client).await?;
@@ -103,7 +112,7 @@ pub async fn run(args: WhatIfArgs) -> Result<()> {
     let decisions = choose(controller_config, &leader, &namespace, &lease, &given)?;
     let lifecycle = decisions.lifecycle.map(|c| preview_config(c, within));
     let Snapshot { state, nodes: listed, pods, now, actions } =
-        cluster_state(&client, &namespace, lifecycle, decisions.opts).await?;
+        cluster_state(&client, &namespace, lifecycle, decisions.opts, &previewed).await?;
     let chosen: Vec<String> = nlc_core::selector::pick_nodes(&listed, selector.as_ref(), &node)
         .map_err(|missing| crate::Error::input("--node", format!("no node {missing:?}")))?
         .into_iter()
@@ -128,6 +137,24 @@ pub async fn run(args: WhatIfArgs) -> Result<()> {
         }
     };
     written.and_then(|()| out.flush()).map_err(|source| crate::Error::Io { what: "writing to stdout".into(), source })
+}
+
+/// The EvictionPolicy documents of `path`, each checked (a policy that is not valid is refused
+/// here, where the API server's CEL rules would refuse it).
+fn read_policies(path: &str) -> Result<Vec<nlc_core::policy::EvictionPolicy>> {
+    let text = std::fs::read_to_string(path).map_err(|e| crate::Error::input(path, e))?;
+    let mut out = Vec::new();
+    for (i, doc) in text.split("\n---").enumerate().filter(|(_, d)| !d.trim().is_empty()) {
+        let name = format!("{path} (document {})", i + 1);
+        let p: nlc_core::policy::EvictionPolicy = nlc_core::explain::parse_manifest(&name, doc, "EvictionPolicy")?;
+        let policy_name = p.metadata.name.clone().unwrap_or_default();
+        nlc_core::policy::Compiled::new(&policy_name, &p.spec).map_err(|e| crate::Error::input(&name, e))?;
+        out.push(p);
+    }
+    if out.is_empty() {
+        return Err(crate::Error::input(path, "no EvictionPolicy in it"));
+    }
+    Ok(out)
 }
 
 /// What a pod's budgets and workload rows need of it.

@@ -236,10 +236,6 @@ fn the_chart_renders_what_the_kustomize_overlays_do() {
         let mut helm = template(ns, ns, &values).unwrap_or_else(|e| panic!("{e}"));
         // `helm test`'s objects are the chart's own (kustomize has no tests).
         helm.retain(|d| d["metadata"]["annotations"]["helm.sh/hook"] != "test");
-        // The chart always carries its CRDs (crds/); the base has none.
-        if overlay.ends_with("base") {
-            helm.retain(|d| d["kind"] != "CustomResourceDefinition");
-        }
         // The chart leaves the namespace to `helm install --create-namespace`; its pod template
         // carries a config checksum.
         for d in &mut helm {

@@ -108,6 +108,7 @@ pub(super) struct ControllerMetrics {
     pub(super) eviction: EvictionMetrics,
     pub(super) executor: ExecutorMetrics,
     pub(super) lifecycle: LifecycleMetrics,
+    pub(super) policies: super::policies::PolicyMetrics,
 }
 
 impl ControllerMetrics {
@@ -119,6 +120,7 @@ impl ControllerMetrics {
             lifecycle: LifecycleMetrics::register(rt.registry()),
             brakes: BrakeMetrics::register(rt.registry()),
             clock: ClockMetrics::register(rt.registry()),
+            policies: super::policies::PolicyMetrics::register(rt.registry()),
         }
     }
 }

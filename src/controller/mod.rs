@@ -6,6 +6,7 @@
 pub(crate) mod args;
 pub(crate) mod executor;
 mod metrics;
+pub(crate) mod policies;
 mod second_writers;
 mod task;
 pub(crate) mod watch;
@@ -242,10 +243,18 @@ fn spawn(
     let pause =
         watch::pause(rt.client(), namespace, tx.clone(), metrics.watch.clone(), metrics.brakes.available.clone());
     spawn_until_shutdown(rt, "watch-pause", pause);
+    let evicts = eviction.decisions.is_some();
+    if evicts {
+        let policies = policies::run(rt.client(), tx.clone(), metrics.watch.clone(), metrics.policies.clone());
+        spawn_until_shutdown(rt, "watch-policies", policies);
+    }
     drop(tx);
     let (eviction, lifecycle) =
         (eviction.decisions.map(TaintEviction::new), lifecycle.decisions.map(NodeLifecycle::new));
     let mut state = if standby { State::standby(eviction, lifecycle) } else { State::new(eviction, lifecycle) };
+    if evicts {
+        state.await_policies();
+    }
     // Until the pause watch has said what the operator wants, everything is paused: the other
     // caches may sync first (a streaming list takes milliseconds), and a pause set before the
     // start must hold from the first decision. Nothing is cached yet, so nothing is dropped.

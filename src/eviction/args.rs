@@ -48,6 +48,15 @@ pub(crate) struct EvictionArgs {
     /// The `Marking for deletion` events of evictions.
     #[arg(long, value_enum, default_value = "per-pod", env = "NLC_EVICTION_EVENTS")]
     pub(crate) eviction_events: EvictionEvents,
+    /// kube-apiserver's `--default-not-ready-toleration-seconds`: a pod's toleration exactly like
+    /// the one its DefaultTolerationSeconds adds (`node.kubernetes.io/not-ready` Exists NoExecute,
+    /// these seconds) is the one an EvictionPolicy overrides; any other was written by someone.
+    #[arg(long, default_value_t = nlc_core::default_tolerations::DEFAULT_TOLERATION_SECONDS, env = "NLC_API_SERVER_DEFAULT_NOT_READY_TOLERATION_SECONDS")]
+    pub(crate) api_server_default_not_ready_toleration_seconds: i64,
+    /// kube-apiserver's `--default-unreachable-toleration-seconds` (see
+    /// `--api-server-default-not-ready-toleration-seconds`).
+    #[arg(long, default_value_t = nlc_core::default_tolerations::DEFAULT_TOLERATION_SECONDS, env = "NLC_API_SERVER_DEFAULT_UNREACHABLE_TOLERATION_SECONDS")]
+    pub(crate) api_server_default_unreachable_toleration_seconds: i64,
 }
 
 /// What an eviction reads of its node right before writing (`--eviction-node-read`).
@@ -114,7 +123,17 @@ impl EvictionArgs {
             eviction_retry_max_delay,
             eviction_node_read,
             eviction_events,
+            api_server_default_not_ready_toleration_seconds,
+            api_server_default_unreachable_toleration_seconds,
         } = self;
+        for (flag, v) in [
+            ("--api-server-default-not-ready-toleration-seconds", api_server_default_not_ready_toleration_seconds),
+            ("--api-server-default-unreachable-toleration-seconds", api_server_default_unreachable_toleration_seconds),
+        ] {
+            if v < 0 {
+                return Err(nlc_core::Error::invalid(flag, format!("must be >= 0, got {v}")).into());
+            }
+        }
         check_rate("--pod-eviction-qps", pod_eviction_qps)?;
         check_count("--eviction-concurrency", eviction_concurrency, 1, 10_000)?;
         check_duration("--pdb-max-wait", pdb_max_wait, Duration::ZERO, DAY)?;
@@ -129,6 +148,10 @@ impl EvictionArgs {
             retry_cap: eviction_retry_max_delay,
             // Set by the state from whether node lifecycle runs in this process.
             eviction_only: false,
+            api_defaults: nlc_core::default_tolerations::DefaultTolerationSeconds {
+                not_ready: api_server_default_not_ready_toleration_seconds,
+                unreachable: api_server_default_unreachable_toleration_seconds,
+            },
         });
         let pacing = Pacing {
             pod_eviction_qps,

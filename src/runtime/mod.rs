@@ -13,6 +13,7 @@ pub(crate) mod http;
 pub(crate) mod leader;
 pub mod lean;
 pub(crate) mod process;
+pub(crate) mod relist;
 pub(crate) mod shutdown;
 pub mod telemetry;
 pub(crate) mod tls;

@@ -1,0 +1,331 @@
+//! The eviction policies (docs/spec.md §18): the `EvictionPolicy` and Namespace watches folded
+//! into one [`Policies`] for the controller task, and each policy's status written.
+//!
+//! The controller holds every eviction until this task has said which policies are in force
+//! ([`nlc_core::state::State::await_policies`]): a policy that says "never" must hold from the
+//! first decision. When the CRD is not installed (404) or reading it is forbidden (403), none is
+//! in force: said once, loudly, and the watch keeps retrying. Every replica computes the same
+//! status; the write is conditional on the policy's resourceVersion as this replica saw it (as
+//! the webhook's toleration rules do), so a replica with a stale view never overwrites a newer one.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, Patch};
+use kube::core::PartialObjectMeta;
+use kube::runtime::watcher;
+use nlc_core::policy::{EvictionPolicy, Policies};
+use nlc_core::state::Input;
+use nlc_core::wire::Tolerant;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::clock::Clock as _;
+use crate::runtime::relist::{Relist, Step, name_of};
+use crate::runtime::watch::{Item, WatchMetrics, stream};
+
+type Labels = BTreeMap<String, String>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PolicyStateLabels {
+    pub(crate) state: &'static str,
+}
+
+/// `nlc_eviction_policies{state}`: valid, invalid, conflicting.
+#[derive(Clone, Default)]
+pub(crate) struct PolicyMetrics {
+    policies: Family<PolicyStateLabels, Gauge>,
+    available: Gauge,
+}
+
+impl PolicyMetrics {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "nlc_eviction_policies",
+            "EvictionPolicies by state: valid (applied), invalid (not applied), conflicting (in a tie)",
+            m.policies.clone(),
+        );
+        registry.register(
+            "nlc_eviction_policies_available",
+            "1 while EvictionPolicies can be read, 0 while the CRD is not installed or reading it is forbidden (none is in force)",
+            m.available.clone(),
+        );
+        m
+    }
+
+    fn set(&self, p: &Policies) {
+        let conflicting = p.conflicts().len();
+        for (state, n) in [("valid", p.valid.len()), ("invalid", p.invalid.len()), ("conflicting", conflicting)] {
+            self.policies.get_or_create(&PolicyStateLabels { state }).set(n as i64);
+        }
+    }
+}
+
+/// What the two watches have read.
+#[derive(Default)]
+struct Seen {
+    policies: BTreeMap<String, EvictionPolicy>,
+    policy_relist: Relist<BTreeMap<String, EvictionPolicy>>,
+    /// The policy watch listed, or cannot (404, 403: none in force).
+    policies_known: bool,
+    namespaces: BTreeMap<String, Labels>,
+    namespace_relist: Relist<BTreeMap<String, Labels>>,
+    namespaces_known: bool,
+}
+
+impl Seen {
+    /// Takes a policy event; whether what is in force may have changed.
+    fn policy(&mut self, ev: watcher::Event<Tolerant<EvictionPolicy>>) -> bool {
+        let ev = match self.policy_relist.step(ev, |p| p, |key| self.policies.get(key).cloned()) {
+            Step::Listing => return false,
+            Step::Listed(listed) => {
+                if let Some(b) = listed {
+                    self.policies = b;
+                }
+                self.policies_known = true;
+                return true;
+            }
+            Step::Event(ev) => ev,
+        };
+        match ev {
+            watcher::Event::Apply(Tolerant::Ok(p)) => {
+                let key = name_of(&p);
+                let same_spec = self.policies.get(&key).is_some_and(|old| old.spec == p.spec);
+                self.policies.insert(key, p);
+                !same_spec
+            }
+            watcher::Event::Apply(Tolerant::Bad { .. }) => false,
+            watcher::Event::Delete(p) => self.policies.remove(&name_of(&p)).is_some(),
+            watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => false,
+        }
+    }
+
+    /// Takes a namespace event; whether its labels changed.
+    fn namespace(&mut self, ev: watcher::Event<Tolerant<PartialObjectMeta<Namespace>>>) -> bool {
+        let labels = |ns: PartialObjectMeta<Namespace>| ns.metadata.labels.unwrap_or_default();
+        let ev = match self.namespace_relist.step(ev, labels, |key| self.namespaces.get(key).cloned()) {
+            Step::Listing => return false,
+            Step::Listed(listed) => {
+                if let Some(b) = listed {
+                    self.namespaces = b;
+                }
+                self.namespaces_known = true;
+                return true;
+            }
+            Step::Event(ev) => ev,
+        };
+        match ev {
+            watcher::Event::Apply(Tolerant::Ok(ns)) => {
+                let key = name_of(&ns);
+                let new = labels(ns);
+                self.namespaces.insert(key, new.clone()) != Some(new)
+            }
+            watcher::Event::Apply(Tolerant::Bad { .. }) => false,
+            watcher::Event::Delete(ns) => self.namespaces.remove(&name_of(&ns)).is_some(),
+            watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => false,
+        }
+    }
+
+    fn build(&self) -> Policies {
+        Policies::build(self.policies.iter().map(|(n, p)| (n.as_str(), &p.spec)), self.namespaces.clone())
+    }
+}
+
+/// Keeps the controller task's policies current (an [`Input::Policies`] whenever what is in
+/// force changes) and writes each policy's status.
+pub(crate) async fn run(
+    client: kube::Client,
+    tx: mpsc::Sender<Input>,
+    watch_metrics: WatchMetrics,
+    metrics: PolicyMetrics,
+) {
+    let api: Api<EvictionPolicy> = Api::all(client.clone());
+    // Until the CRD is there and readable, none is in force (said at once, so that evictions
+    // are not held on it), and it is looked for again every 30 s.
+    let mut said = false;
+    loop {
+        match api.list(&kube::api::ListParams::default().limit(1)).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 403 => {
+                metrics.available.set(0);
+                if !said {
+                    said = true;
+                    tracing::warn!(
+                        code = e.code,
+                        "cannot read EvictionPolicies (the CRD is not installed, or reading them is forbidden): none is in force; looked for again every 30 s"
+                    );
+                    if tx.send(Input::Policies(Arc::default())).await.is_err() {
+                        return;
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            }
+            Err(e) => {
+                tracing::info!(error = %e, "listing EvictionPolicies; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+    metrics.available.set(1);
+    let policy_events = stream(
+        Api::<Tolerant<EvictionPolicy>>::all(client.clone()),
+        watcher::Config::default(),
+        "evictionpolicies",
+        watch_metrics.clone(),
+    );
+    let namespace_events = stream(
+        Api::<Tolerant<PartialObjectMeta<Namespace>>>::all(client),
+        watcher::Config::default(),
+        "namespaces",
+        watch_metrics,
+    );
+    let mut policy_events = std::pin::pin!(policy_events.fuse());
+    let mut namespace_events = std::pin::pin!(namespace_events.fuse());
+    let mut seen = Seen::default();
+    let mut sent: Option<Arc<Policies>> = None;
+    let mut policy_failure_said = false;
+    let started = crate::clock::Stopwatch::start();
+    // Status writes that failed are tried again after a while.
+    let mut resync = tokio::time::interval(Duration::from_secs(30));
+    loop {
+        let changed = tokio::select! {
+            item = policy_events.next() => match item {
+                Some(Item::Event(ev)) => {
+                    if std::mem::take(&mut policy_failure_said) {
+                        metrics.available.set(1);
+                    }
+                    let mut changed = seen.policy(ev);
+                    while let Some(Some(Item::Event(more))) = policy_events.next().now_or_never() {
+                        changed |= seen.policy(more);
+                    }
+                    changed
+                }
+                Some(Item::Failed(f)) if matches!(f, crate::runtime::watch::Failure::Answered { code: 403 | 404 }) => {
+                    // The CRD was removed, or the permission: none is in force any more.
+                    metrics.available.set(0);
+                    if !policy_failure_said {
+                        policy_failure_said = true;
+                        tracing::error!(
+                            failure = ?f,
+                            "cannot read EvictionPolicies any more (the CRD was removed, or the permission): none is in force"
+                        );
+                    }
+                    seen.policies_known = true;
+                    !std::mem::take(&mut seen.policies).is_empty()
+                }
+                Some(_) => false,
+                None => return,
+            },
+            item = namespace_events.next() => match item {
+                Some(Item::Event(ev)) => {
+                    let mut changed = seen.namespace(ev);
+                    while let Some(Some(Item::Event(more))) = namespace_events.next().now_or_never() {
+                        changed |= seen.namespace(more);
+                    }
+                    changed
+                }
+                Some(Item::Failed(f)) if f.is_forbidden() => {
+                    if !seen.namespaces_known {
+                        tracing::error!(
+                            "may not list namespaces: policies that select on namespace labels select none (grant list and watch on namespaces)"
+                        );
+                    }
+                    let first = !seen.namespaces_known;
+                    seen.namespaces_known = true;
+                    first
+                }
+                Some(_) => false,
+                None => return,
+            },
+            _ = resync.tick() => {
+                match &sent {
+                    Some(p) => write_statuses(&api, &seen.policies, p).await,
+                    None if started.elapsed() > Duration::from_secs(20) => tracing::warn!(
+                        policies_read = seen.policies_known,
+                        namespaces_read = seen.namespaces_known,
+                        "every eviction is held until the eviction policies and namespaces are read"
+                    ),
+                    None => {}
+                }
+                continue;
+            }
+        };
+        if !changed
+            || !seen.policies_known
+            || !seen.namespaces_known
+            || seen.policy_relist.listing()
+            || seen.namespace_relist.listing()
+        {
+            continue;
+        }
+        let policies = Arc::new(seen.build());
+        if sent.as_ref() != Some(&policies) {
+            metrics.set(&policies);
+            tracing::info!(
+                valid = policies.valid.len(),
+                invalid = policies.invalid.len(),
+                "eviction policies in force: {}",
+                policies.valid.iter().map(|p| &*p.name).collect::<Vec<_>>().join(", ")
+            );
+            if tx.send(Input::Policies(policies.clone())).await.is_err() {
+                return;
+            }
+            sent = Some(policies.clone());
+        }
+        write_statuses(&api, &seen.policies, &policies).await;
+    }
+}
+
+/// Writes the statuses that differ from what they should be.
+async fn write_statuses(api: &Api<EvictionPolicy>, all: &BTreeMap<String, EvictionPolicy>, set: &Policies) {
+    let now = crate::clock::SystemClock.now();
+    for (name, p) in all {
+        let want = set.status(name, p.metadata.generation, p.status.as_ref(), now);
+        if p.status.as_ref() == Some(&want) {
+            continue;
+        }
+        let patch = json!({"metadata": {"resourceVersion": p.metadata.resource_version}, "status": want});
+        match api.patch_status(name, &crate::patch_params(), &Patch::Merge(&patch)).await {
+            Ok(_) => tracing::info!(policy = %name, "EvictionPolicy status written"),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                tracing::debug!(policy = %name, "EvictionPolicy changed since it was read (another replica wrote its status)")
+            }
+            Err(e) => tracing::warn!(policy = %name, error = %e, "writing an EvictionPolicy's status; retried later"),
+        }
+    }
+}
+
+/// The policies in force as listed now, with `extra` (say, read from a file) in place of any
+/// listed one of the same name: what `status`, `whatif` and `explain` decide with. A cluster
+/// without the CRD, or an identity that may not read policies or namespaces, has none of them.
+pub(crate) async fn list(client: &kube::Client, extra: &[EvictionPolicy]) -> Policies {
+    let mut all: BTreeMap<String, EvictionPolicy> =
+        match Api::<EvictionPolicy>::all(client.clone()).list(&Default::default()).await {
+            Ok(l) => l.items.into_iter().map(|p| (name_of(&p), p)).collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "listing EvictionPolicies (is the CRD installed?): none");
+                BTreeMap::new()
+            }
+        };
+    all.extend(extra.iter().map(|p| (name_of(p), p.clone())));
+    let namespaces = if all.is_empty() {
+        BTreeMap::new()
+    } else {
+        match Api::<Namespace>::all(client.clone()).list_metadata(&Default::default()).await {
+            Ok(l) => l.items.into_iter().map(|n| (name_of(&n), n.metadata.labels.unwrap_or_default())).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "listing namespaces: policies that select on namespace labels select none");
+                BTreeMap::new()
+            }
+        }
+    };
+    Policies::build(all.iter().map(|(n, p)| (n.as_str(), &p.spec)), namespaces)
+}
