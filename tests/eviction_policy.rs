@@ -1,0 +1,234 @@
+//! Eviction policies (docs/spec.md §18) against the real kube-apiserver, whose own
+//! DefaultTolerationSeconds gives every pod below its 300 s tolerations: a policy shortens,
+//! lengthens and cancels ("never") the deadline of running pods whose toleration is that
+//! default, within a second of its change and without restarting them; a toleration a pod's
+//! author wrote is left alone; the most specific of two overlapping policies decides; two that
+//! tie decide nothing and say so in their status; the API server refuses a malformed policy by
+//! the CRD's CEL rules; `status` and `explain` name the policy.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::yaml::{apply, file};
+use common::*;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use nlc_testenv::shared;
+use serde_json::{Value, json};
+
+fn policies_api(client: &kube::Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("node-lifecycle-controller.io", "v1alpha1", "EvictionPolicy");
+    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, "evictionpolicies"))
+}
+
+async fn install_crd(client: &kube::Client) {
+    for crd in file("manifests/crds/evictionpolicies.yaml") {
+        apply(client, &crd).await.expect("CRD");
+    }
+    let api = policies_api(client);
+    eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
+        api.list(&Default::default()).await.is_ok().then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("the EvictionPolicy CRD is not served"));
+}
+
+fn policy(name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "node-lifecycle-controller.io/v1alpha1", "kind": "EvictionPolicy",
+        "metadata": {"name": name}, "spec": spec
+    }))
+    .expect("policy")
+}
+
+async fn put_policy(client: &kube::Client, name: &str, spec: Value) {
+    let pp = PatchParams::apply("eviction-policy-test").force();
+    policies_api(client).patch(name, &pp, &Patch::Apply(policy(name, spec))).await.expect("apply policy");
+}
+
+async fn deleted(s: &Scope, name: &str) -> bool {
+    let p: Option<Pod> = s.pods().get_opt(name).await.expect("get pod");
+    p.is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+}
+
+fn cli(env: &nlc_testenv::ControlPlane, args: &[&str]) -> String {
+    let out = std::process::Command::new(BIN)
+        .arg(args[0])
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .args(&args[1..])
+        .output()
+        .expect("the binary");
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A condition of a policy's status, once the controller has written it `status` for
+/// `generation`.
+async fn condition(client: &kube::Client, name: &str, type_: &str, status: &str, generation: i64) -> Value {
+    let last = std::sync::Mutex::new(Value::Null);
+    let found = eventually_every(Duration::from_secs(10), Duration::from_millis(100), || async {
+        let p = policies_api(client).get(name).await.ok()?;
+        if let Ok(mut l) = last.lock() {
+            *l = p.data["status"].clone();
+        }
+        (p.data["status"]["observedGeneration"] == generation).then_some(())?;
+        let c = p.data["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_).cloned()?;
+        (c["status"] == status).then_some(c)
+    })
+    .await;
+    found.unwrap_or_else(|| {
+        panic!("{name}: no {type_}={status} for generation {generation}: {:?}", last.lock().map(|l| l.clone()))
+    })
+}
+
+#[tokio::test]
+async fn policies_set_the_deadlines_of_running_pods() {
+    let env = shared();
+    let s = Scope::new(env, "policy").await;
+    install_crd(&s.client).await;
+    // The namespace is what the policies select on, so that no other test's pods are.
+    let namespaces: Api<Namespace> = Api::all(s.client.clone());
+    let labels = json!({"metadata": {"labels": {"policy-test": s.ns}}});
+    namespaces.patch(&s.ns, &PatchParams::default(), &Patch::Merge(&labels)).await.expect("label namespace");
+    let ns_selector = json!({"matchLabels": {"policy-test": s.ns}});
+    let p = |suffix: &str| format!("{}-{suffix}", s.ns);
+
+    // The CEL rules refuse a malformed policy.
+    let refused = policies_api(&s.client)
+        .create(
+            &PostParams::default(),
+            &policy(&p("bad"), json!({"unreachable": {"tolerationSeconds": 5, "never": true}})),
+        )
+        .await;
+    let message = format!("{refused:?}");
+    assert!(refused.is_err() && message.contains("set tolerationSeconds or never"), "{message}");
+
+    let node = make_node(&s, "z1", json!([])).await;
+    let mut all = vec![node.clone()];
+    for _ in 0..3 {
+        all.push(make_node(&s, "z1", json!([])).await);
+    }
+    let _kubelets = Kubelets::start(&s.client, &all).await;
+    // The API server adds the 300 s tolerations to all but `authored`.
+    for (name, app) in [("web", "web"), ("db", "db"), ("cache", "cache"), ("tied", "tied")] {
+        s.pod(name, &node, json!([]), json!({"app": app, "tier": app})).await;
+    }
+    s.pod("authored", &node, json!([toleration(UNREACHABLE, Some(240))]), json!({"app": "web"})).await;
+    let defaulted = s.pods().get("web").await.expect("web");
+    let tolerations = defaulted.spec.and_then(|s| s.tolerations).unwrap_or_default();
+    assert!(
+        tolerations.iter().any(|t| t.key.as_deref() == Some(UNREACHABLE) && t.toleration_seconds == Some(300)),
+        "the API server's DefaultTolerationSeconds is on: {tolerations:?}"
+    );
+
+    // Eviction only: the unreachable taint below is the test's to put and take.
+    let c = Controller::start(env, &s.scope, &flags(&["--enable-node-lifecycle=false"])).await;
+    put_policy(&s.client, &p("namespace"), json!({"namespaceSelector": ns_selector, "unreachable": {"never": true}}))
+        .await;
+    put_policy(
+        &s.client,
+        &p("web"),
+        json!({"namespaceSelector": ns_selector, "podSelector": {"matchLabels": {"app": "web"}}, "unreachable": {"tolerationSeconds": 600}}),
+    )
+    .await;
+    // Two of the same rank (pod and namespace labels) that both select `tied`: neither decides.
+    for (suffix, seconds) in [("tie-a", 1), ("tie-b", 2)] {
+        put_policy(
+            &s.client,
+            &p(suffix),
+            json!({"namespaceSelector": ns_selector, "podSelector": {"matchLabels": {"app": "tied"}}, "unreachable": {"tolerationSeconds": seconds}}),
+        )
+        .await;
+    }
+    condition(&s.client, &p("web"), "Valid", "True", 1).await;
+    condition(&s.client, &p("web"), "Conflicting", "False", 1).await;
+    let tie = condition(&s.client, &p("tie-a"), "Conflicting", "True", 1).await;
+    assert!(tie["message"].as_str().unwrap_or_default().contains(&p("tie-b")), "{tie}");
+
+    let added = now_s();
+    s.set_taints(&node, json!([no_execute(UNREACHABLE, added)])).await;
+    let tainted = Instant::now();
+    // web 600 s (its policy), db and cache never (the namespace's), tied and authored 300 s.
+    let report = eventually(Duration::from_secs(10), || async {
+        let out = cli(env, &["status", "-o", "json"]);
+        let report: Value = serde_json::from_str(&out).expect("status json");
+        let rows: Vec<(String, i64, String)> = report["evictions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["node"] == node.as_str())
+            .map(|e| {
+                let pod = e["pod"].as_str().unwrap_or_default().rsplit('/').next().unwrap_or_default().to_owned();
+                (pod, e["tolerationSeconds"].as_i64().unwrap_or(-1), e["policy"].as_str().unwrap_or("").to_owned())
+            })
+            .collect();
+        (rows.len() == 3).then_some(rows)
+    })
+    .await
+    .unwrap_or_else(|| panic!("status never showed three pending evictions:\n{}", c.logs()));
+    let mut report = report;
+    report.sort();
+    assert_eq!(
+        report,
+        vec![
+            ("authored".to_owned(), 240, String::new()),
+            ("tied".to_owned(), 300, String::new()),
+            ("web".to_owned(), 600, format!("{} (600s)", p("web"))),
+        ],
+        "{}",
+        c.logs()
+    );
+    let explained =
+        cli(env, &["explain", "--from-cluster", "--node", &node, "--pod", &format!("{}/web", s.ns), "-o", "json"]);
+    let explained: Value = serde_json::from_str(&explained).expect("explain json");
+    assert!(explained["policy"].as_str().unwrap_or_default().contains(&p("web")), "{explained}");
+
+    // Shorter: web's policy goes to 3 s; web is due 3 s after the taint, cache and db stay.
+    put_policy(
+        &s.client,
+        &p("web"),
+        json!({"namespaceSelector": ns_selector, "podSelector": {"matchLabels": {"app": "web"}}, "unreachable": {"tolerationSeconds": 3}}),
+    )
+    .await;
+    let changed = Instant::now();
+    eventually_every(Duration::from_secs(10), Duration::from_millis(50), || async {
+        deleted(&s, "web").await.then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("web not evicted after its policy shortened:\n{}", c.logs()));
+    let after_change = changed.elapsed();
+    let after_taint = tainted.elapsed();
+    // The taint's timeAdded is in whole seconds: web is due 3 s after it.
+    let since_added = secs_between(added, jiff::Timestamp::now());
+    assert!(since_added >= 2.95, "web went {since_added:.2} s after the taint's timeAdded, before its 3 s");
+    assert!(
+        after_change <= Duration::from_millis(1500) || after_taint <= Duration::from_millis(4500),
+        "web went {after_change:?} after the change, {after_taint:?} after the taint"
+    );
+    // Never → 0 s for cache: a changed "never" reaches it at once.
+    put_policy(
+        &s.client,
+        &p("cache"),
+        json!({"namespaceSelector": ns_selector, "podSelector": {"matchLabels": {"app": "cache"}}, "unreachable": {"tolerationSeconds": 0}}),
+    )
+    .await;
+    let changed = Instant::now();
+    eventually_every(Duration::from_secs(5), Duration::from_millis(50), || async {
+        deleted(&s, "cache").await.then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("cache not evicted after its policy went to 0 s:\n{}", c.logs()));
+    let reached = changed.elapsed();
+    eprintln!(
+        "web evicted {after_taint:?} after the taint ({after_change:?} after its policy went to 3 s); cache {reached:?} after its policy went from never to 0 s"
+    );
+    assert!(reached <= Duration::from_secs(1), "a policy change reached a running pod in {reached:?}");
+    for pod in ["db", "authored", "tied"] {
+        assert!(!deleted(&s, pod).await, "{pod} evicted:\n{}", c.logs());
+    }
+    for suffix in ["namespace", "web", "tie-a", "tie-b", "cache"] {
+        let _ = policies_api(&s.client).delete(&p(suffix), &Default::default()).await;
+    }
+}
