@@ -147,6 +147,69 @@ async fn policies_set_the_deadlines_of_running_pods() {
     let tie = condition(&s.client, &p("tie-a"), "Conflicting", "True", 1).await;
     assert!(tie["message"].as_str().unwrap_or_default().contains(&p("tie-b")), "{tie}");
 
+    // whatif, before the taint, with one policy previewed from a file in place of the installed one.
+    let file = std::env::temp_dir().join(format!("{}-policy.yaml", s.ns));
+    let previewed = format!(
+        "apiVersion: node-lifecycle-controller.io/v1alpha1\nkind: EvictionPolicy\nmetadata:\n  name: {}\nspec:\n  namespaceSelector:\n    matchLabels:\n      policy-test: {}\n  podSelector:\n    matchLabels:\n      app: web\n  unreachable:\n    tolerationSeconds: 45\n",
+        p("web"),
+        s.ns
+    );
+    std::fs::write(&file, previewed).expect("write policy file");
+    let taint = format!("{UNREACHABLE}:NoExecute");
+    let whatif = |policy: Option<&std::path::Path>| {
+        let mut args = vec![
+            "whatif",
+            "--node",
+            &node,
+            "--taint",
+            &taint,
+            "--enable-node-lifecycle=false",
+            "--controller-config=false",
+            "-o",
+            "json",
+        ];
+        let path = policy.map(|p| p.display().to_string()).unwrap_or_default();
+        if policy.is_some() {
+            args.extend(["--policy", &path]);
+        }
+        let answer: Value = serde_json::from_str(&cli(env, &args)).expect("whatif json");
+        let mut rows: Vec<(String, String, i64)> = answer["pods"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                let pod = p["pod"].as_str().unwrap_or_default().rsplit('/').next().unwrap_or_default().to_owned();
+                (pod, p["outcome"].as_str().unwrap_or_default().to_owned(), p["inSeconds"].as_i64().unwrap_or(-1))
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+    let row = |rows: &[(String, String, i64)], pod: &str| rows.iter().find(|r| r.0 == pod).cloned();
+    let installed = whatif(None);
+    assert_eq!(row(&installed, "web"), Some(("web".into(), "delayed".into(), 600)), "{installed:?}");
+    assert_eq!(row(&installed, "db"), Some(("db".into(), "never".into(), -1)), "{installed:?}");
+    let with_file = whatif(Some(&file));
+    assert_eq!(row(&with_file, "web"), Some(("web".into(), "delayed".into(), 45)), "{with_file:?}");
+    assert_eq!(row(&with_file, "authored"), Some(("authored".into(), "delayed".into(), 240)), "{with_file:?}");
+    let text = cli(
+        env,
+        &[
+            "whatif",
+            "--node",
+            &node,
+            "--taint",
+            &taint,
+            "--enable-node-lifecycle=false",
+            "--controller-config=false",
+            "--within",
+            "10m",
+            "--policy",
+            &file.display().to_string(),
+        ],
+    );
+    eprintln!("--- whatif --policy ---\n{text}");
+
     let added = now_s();
     s.set_taints(&node, json!([no_execute(UNREACHABLE, added)])).await;
     let tainted = Instant::now();
@@ -175,10 +238,15 @@ async fn policies_set_the_deadlines_of_running_pods() {
         vec![
             ("authored".to_owned(), 240, String::new()),
             ("tied".to_owned(), 300, String::new()),
-            ("web".to_owned(), 600, format!("{} (600s)", p("web"))),
+            ("web".to_owned(), 600, p("web")),
         ],
         "{}",
         c.logs()
+    );
+    eprintln!("--- status ---\n{}", cli(env, &["status", "--enable-node-lifecycle=false"]));
+    eprintln!(
+        "--- explain ---\n{}",
+        cli(env, &["explain", "--from-cluster", "--node", &node, "--pod", &format!("{}/web", s.ns)])
     );
     let explained =
         cli(env, &["explain", "--from-cluster", "--node", &node, "--pod", &format!("{}/web", s.ns), "-o", "json"]);

@@ -177,8 +177,8 @@ pub struct EvictionRow {
     /// Its node carries the incident lever ([`crate::extend`]), which moves the deadlines
     /// before its end (`explain` says whether this one moved).
     pub extended: bool,
-    /// The eviction policy that set its deadline in place of the API server's default
-    /// toleration, with what it sets ([`crate::policy`]).
+    /// The eviction policy that set its deadline (`tolerationSeconds`, or never) in place of
+    /// the API server's default toleration ([`crate::policy`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
 }
@@ -424,7 +424,7 @@ pub fn render_text(r: &Report) -> String {
         for e in &r.evictions {
             let mut tolerated = e.toleration_seconds.map_or_else(|| "not tolerated".to_owned(), |s| format!("{s}s"));
             if let Some(p) = &e.policy {
-                tolerated.push_str(&format!(" by policy {p}"));
+                tolerated.push_str(&format!(", policy {p}"));
             }
             if e.extended {
                 tolerated.push_str(", node extended");

@@ -196,9 +196,13 @@ pub(crate) async fn run(
     // Status writes that failed are tried again after a while.
     let mut resync = tokio::time::interval(Duration::from_secs(30));
     loop {
+        // A policy event, even one of a status write: a status written against an older version
+        // (409) is written again once the newer one is read.
+        let mut policy_event = false;
         let changed = tokio::select! {
             item = policy_events.next() => match item {
                 Some(Item::Event(ev)) => {
+                    policy_event = true;
                     if std::mem::take(&mut policy_failure_said) {
                         metrics.available.set(1);
                     }
@@ -258,15 +262,14 @@ pub(crate) async fn run(
                 continue;
             }
         };
-        if !changed
-            || !seen.policies_known
-            || !seen.namespaces_known
-            || seen.policy_relist.listing()
-            || seen.namespace_relist.listing()
-        {
+        let ready = seen.policies_known
+            && seen.namespaces_known
+            && !seen.policy_relist.listing()
+            && !seen.namespace_relist.listing();
+        if !ready || !(changed || policy_event) {
             continue;
         }
-        let policies = Arc::new(seen.build());
+        let policies = if changed { Arc::new(seen.build()) } else { sent.clone().unwrap_or_default() };
         if sent.as_ref() != Some(&policies) {
             metrics.set(&policies);
             tracing::info!(

@@ -691,7 +691,7 @@ impl TaintEviction {
             None => &pod.tolerations[..],
         };
         let due = taints::taint_due(taint, list, self.cfg.match_options, None, None, pod.truncated);
-        self.policy_for(pod, taint, list, due, cx.policies).map(|(p, d)| format!("{} ({d})", p.name))
+        self.policy_for(pod, taint, list, due, cx.policies).map(|(p, _)| p.name.to_string())
     }
 
     /// Every pod on a node with a NoExecute taint is looked at again: the eviction policies
