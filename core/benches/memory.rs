@@ -4,7 +4,8 @@
 //! decoded from JSON as the API server sends them, through the same slim decoding as the
 //! watches. Then every node but the first 100 is tainted NoExecute, and its pods, tolerating the
 //! taint for an hour, get a pending eviction each (147,000 of them). Run:
-//! `cargo bench -p nlc-core --bench memory` (`-- 1000` for 1,000 nodes).
+//! `cargo bench -p nlc-core --bench memory` (`-- 1000` for 1,000 nodes; `NLC_MEMORY_UNIQUE_LABELS=1`
+//! for pods whose labels no other pod shares, as a StatefulSet's).
 
 use std::hint::black_box;
 
@@ -65,9 +66,17 @@ fn pod_json(node: usize, j: usize) -> String {
         Some(s) => json!([{"key": KEY, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": s}]),
         None => json!([]),
     };
+    let name = format!("p-{node:05}-{j:03}");
+    // StatefulSet-like pods (`NLC_MEMORY_UNIQUE_LABELS=1`): labels no other pod shares, so the
+    // cache keeps one copy of them per pod (eviction policies select on them).
+    let labels = if std::env::var_os("NLC_MEMORY_UNIQUE_LABELS").is_some() {
+        json!({"app": "bench", "statefulset.kubernetes.io/pod-name": name, "apps.kubernetes.io/pod-index": j.to_string()})
+    } else {
+        json!({"app": "bench"})
+    };
     json!({
-        "metadata": {"name": format!("p-{node:05}-{j:03}"), "namespace": "bench", "uid": uid(node * PODS_PER_NODE + j),
-            "resourceVersion": "2345678", "creationTimestamp": "2026-12-01T09:30:00Z", "labels": {"app": "bench"},
+        "metadata": {"name": name, "namespace": "bench", "uid": uid(node * PODS_PER_NODE + j),
+            "resourceVersion": "2345678", "creationTimestamp": "2026-12-01T09:30:00Z", "labels": labels,
             "managedFields": [{"manager": "bench", "operation": "Update", "apiVersion": "v1", "time": "2026-12-01T09:30:00Z",
                 "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {"f:app": {}}}}}]},
         "spec": {"nodeName": format!("ev-{node:05}"), "tolerations": tolerations,

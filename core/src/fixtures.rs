@@ -240,7 +240,7 @@ impl PodBuilder {
     pub fn labelled(mut self, labels: &[(&str, &str)], priority_class: &str) -> Self {
         let labels = labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         let class = (!priority_class.is_empty()).then_some(priority_class);
-        self.0.policy_facts = Arc::new(crate::index::PolicyFacts::new(Some(&labels), class));
+        self.0.policy_facts = crate::index::PolicyFacts::new(Some(&labels), class);
         self
     }
 

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::condition;
 use crate::default_tolerations::DefaultTolerationSeconds;
-use crate::index::PolicyFacts;
+use crate::index::{PolicyFacts, UNKEPT_LABELS};
 use crate::selector::Selector;
 use crate::taints::{Effect, Operator, Toleration, keys};
 
@@ -176,13 +176,17 @@ impl Compiled {
         };
         let d = |field: &str, d: &Option<DeadlineSpec>| d.as_ref().map(|d| deadline(field, d)).transpose();
         let deadlines = [d("notReady", &spec.not_ready)?, d("unreachable", &spec.unreachable)?];
+        let pod_selector = selector("podSelector", &spec.pod_selector)?;
+        if let Some(k) = pod_selector.iter().flat_map(Selector::keys).find(|k| UNKEPT_LABELS.contains(k)) {
+            return Err(format!("podSelector: {k} names one pod, and is not kept; select the workload's labels"));
+        }
         if deadlines.iter().all(Option::is_none) {
             return Err("set notReady, unreachable or both".to_owned());
         }
         Ok(Self {
             name: name.into(),
             namespace_selector: selector("namespaceSelector", &spec.namespace_selector)?,
-            pod_selector: selector("podSelector", &spec.pod_selector)?,
+            pod_selector,
             priority_classes: spec.priority_class_names.clone(),
             deadlines,
             rank: rank(spec),
@@ -212,12 +216,12 @@ impl Compiled {
         if self.namespace_selector.as_ref().is_some_and(|s| !s.matches(ns_labels)) {
             return Some(false);
         }
-        if !self.priority_classes.is_empty() && !self.priority_classes.iter().any(|c| **c == *facts.priority_class) {
+        if !self.priority_classes.is_empty() && !self.priority_classes.iter().any(|c| c == facts.priority_class()) {
             return Some(false);
         }
         match &self.pod_selector {
             None => Some(true),
-            Some(_) if facts.labels_cut => None,
+            Some(_) if facts.labels_cut() => None,
             Some(s) => Some(s.matches_with(|k| facts.label(k))),
         }
     }

@@ -199,6 +199,11 @@ impl Selector {
         self.matches_with(|k| labels.and_then(|l| l.get(k)).map(String::as_str))
     }
 
+    /// The label keys it reads.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.requirements.iter().map(|r| r.key.as_str())
+    }
+
     /// Whether no set of labels can match both: some key on which their requirements exclude
     /// each other (`a=x` and `a=y`, `a in (x)` and `a notin (x)`, `a` and `!a`). `false` when
     /// they may overlap, or when it is not known (a conservative answer).

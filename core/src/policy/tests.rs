@@ -115,11 +115,16 @@ fn invalid_policies_are_not_applied_and_say_why() {
                 "badsel",
                 serde_json::json!({"podSelector": {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}, "notReady": {"never": true}}),
             ),
+            (
+                "one-pod",
+                serde_json::json!({"podSelector": {"matchLabels": {"statefulset.kubernetes.io/pod-name": "db-0"}}, "notReady": {"never": true}}),
+            ),
         ],
         &[],
     );
     assert!(p.valid.is_empty());
-    assert_eq!(p.invalid.len(), 6, "{:?}", p.invalid);
+    assert_eq!(p.invalid.len(), 7, "{:?}", p.invalid);
+    assert!(p.invalid["one-pod"].contains("names one pod"), "{}", p.invalid["one-pod"]);
     assert!(p.invalid["negative"].contains("0..="), "{}", p.invalid["negative"]);
     let status = p.status("both", None, None, jiff::Timestamp::UNIX_EPOCH);
     assert_eq!(status.conditions[0].status, "False");
@@ -141,7 +146,7 @@ fn labels_too_many_to_keep_leave_pod_selector_policies_undecided() {
     let labels: Vec<(String, String)> = (0..40).map(|i| (format!("k{i}"), big.clone())).collect();
     let refs: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let cut = pod("c").labelled(&refs, "").build();
-    assert!(cut.policy_facts.labels_cut);
+    assert!(cut.policy_facts.labels_cut());
     assert_eq!(p.decide("ns", &cut.policy_facts, keys::UNREACHABLE), Decision::Unknown);
 }
 

@@ -600,7 +600,7 @@ mod tests {
     fn the_json_fixtures_decode_equal_from_protobuf() {
         let pod = same_pod(super::super::tests::full_pod());
         let slim = crate::index::SlimPod::from(&same_pod(json!({"metadata": {"name": "p", "labels": {"app": "web"}}, "spec": {"priorityClassName": "critical", "containers": []}})).0);
-        assert_eq!((slim.policy_facts.label("app"), &*slim.policy_facts.priority_class), (Some("web"), "critical"));
+        assert_eq!((slim.policy_facts.label("app"), slim.policy_facts.priority_class()), (Some("web"), "critical"));
         assert_eq!(pod.0.metadata.resource_version.as_deref(), Some("42"));
         for v in [
             json!({"metadata": {"name": "p"}}),
