@@ -311,7 +311,14 @@ pub(crate) async fn rules(
         while let Some(Some(Item::Event(more))) = events.next().now_or_never() {
             changed |= apply_rule_event(more, &mut all, &mut relist);
         }
-        if changed && !relist.listing() {
+        if relist.listing() {
+            continue;
+        }
+        if changed || *synced.borrow() {
+            // Also after an event that changed no spec (often our own status write coming back):
+            // a status refused as written against an older version (409) is written again now
+            // that the newer one is read, not at the next resync. Nothing is written when the
+            // statuses are current.
             publish(&api, &all, &knowledge, &metrics).await;
             let _ = synced.send(true);
         }
