@@ -137,6 +137,8 @@ pub struct WatchMetrics {
     pub(crate) stalls: Family<ResourceLabels, Counter>,
     /// When each watch last delivered an event or a bookmark.
     pub(crate) lag: WatchLag,
+    /// How long each watch's last complete initial list took, by resource.
+    pub(crate) list_seconds: Family<ResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
 /// `nlc_watch_lag_seconds{resource}`: how long ago each watch last delivered anything (an event
@@ -218,6 +220,11 @@ impl WatchMetrics {
             "nlc_watch_stalls",
             "Watches started again because they delivered neither an event nor a bookmark for their stall bound (half the node grace period, for nodes and node Leases), by resource",
             m.stalls.clone(),
+        );
+        registry.register(
+            "nlc_watch_list_seconds",
+            "How long each watch's last complete initial list took, from its start to its last object delivered, by resource",
+            m.list_seconds.clone(),
         );
         registry.register_collector(Box::new(m.lag.clone()));
         m
@@ -474,6 +481,8 @@ struct State<K: Resource + Clone + DeserializeOwned + Debug + Send + 'static> {
     backoff: Backoff,
     resource: &'static str,
     metrics: WatchMetrics,
+    /// The initial list under way: when it started and the objects delivered so far.
+    listing: Option<(Stopwatch, u64)>,
 }
 
 impl<K> State<K>
@@ -561,7 +570,18 @@ where
     let protobuf = K::protobuf().filter(|_| format == Format::Protobuf);
     let inner = futures::stream::empty().boxed();
     let mut state =
-        State { api, config, inner, streaming, stall, protobuf, backoff: Backoff::default(), resource, metrics };
+        State {
+            api,
+            config,
+            inner,
+            streaming,
+            stall,
+            protobuf,
+            backoff: Backoff::default(),
+            resource,
+            metrics,
+            listing: None,
+        };
     state.reopen();
     state.set_format(state.format());
     futures::stream::unfold(state, |mut s| async move {
@@ -583,9 +603,26 @@ where
                     match &ev {
                         watcher::Event::Init => {
                             s.metrics.lists.get_or_create(&labels).inc();
+                            s.listing = Some((Stopwatch::start(), 0));
                         }
-                        watcher::Event::InitDone => s.backoff.listed(),
+                        watcher::Event::InitDone => {
+                            s.backoff.listed();
+                            if let Some((started, objects)) = s.listing.take() {
+                                let seconds = started.elapsed().as_secs_f64();
+                                s.metrics.list_seconds.get_or_create(&labels).set(seconds);
+                                tracing::info!(
+                                    resource = s.resource,
+                                    objects,
+                                    seconds = format!("{seconds:.3}"),
+                                    streamed = s.streaming,
+                                    "initial list done"
+                                );
+                            }
+                        }
                         watcher::Event::Apply(k) | watcher::Event::InitApply(k) | watcher::Event::Delete(k) => {
+                            if let (watcher::Event::InitApply(_), Some((_, n))) = (&ev, s.listing.as_mut()) {
+                                *n += 1;
+                            }
                             if let Some(problem) = k.problem() {
                                 s.metrics.decode_errors.get_or_create(&labels).inc();
                                 let meta = k.meta();
