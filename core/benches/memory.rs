@@ -3,7 +3,7 @@
 //! one `bench eviction` builds at the scale envelope: 5,000 nodes x 30 pods; the pods are
 //! decoded from JSON as the API server sends them, through the same slim decoding as the
 //! watches. Then every node but the first 100 is tainted NoExecute, and its pods, tolerating the
-//! taint for an hour, get a pending eviction each (147,000 of them). Run:
+//! taint for an hour, get a pending eviction each (147,000 of them). Each node has its Lease. Run:
 //! `cargo bench -p nlc-core --bench memory` (`-- 1000` for 1,000 nodes; `NLC_MEMORY_UNIQUE_LABELS=1`
 //! for pods whose labels no other pod shares, as a StatefulSet's).
 
@@ -15,10 +15,10 @@ use std::time::Instant;
 use nlc_core::action::Action;
 use nlc_core::cache::WatchEvent;
 use nlc_core::eviction::{self, TaintEviction};
-use nlc_core::index::{SlimNode, SlimPod};
+use nlc_core::index::{SlimLease, SlimNode, SlimPod};
 use nlc_core::selector::Selector;
 use nlc_core::state::{Input, State};
-use nlc_core::wire::{WireNode, WirePod};
+use nlc_core::wire::{WireLease, WireNode, WirePod};
 use serde_json::json;
 
 const KEY: &str = "bench.example.com/evict";
@@ -88,6 +88,18 @@ fn pod_json(node: usize, j: usize) -> String {
     .to_string()
 }
 
+/// A node's Lease as the API server returns it.
+fn lease_json(i: usize) -> String {
+    json!({
+        "metadata": {"name": format!("ev-{i:05}"), "namespace": "kube-node-lease", "uid": uid(2_000_000 + i),
+            "resourceVersion": format!("{}", 3_000_000 + i), "creationTimestamp": "2026-12-01T09:00:00Z",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": format!("ev-{i:05}"), "uid": uid(1_000_000 + i)}]},
+        "spec": {"holderIdentity": format!("ev-{i:05}"), "leaseDurationSeconds": 40,
+            "renewTime": "2026-12-01T09:59:58.123456Z"}
+    })
+    .to_string()
+}
+
 fn slim_node(i: usize, tainted: bool) -> SlimNode {
     let wire: WireNode = serde_json::from_str(&node_json(i, tainted)).unwrap_or_default();
     SlimNode::new(&wire.0, &Selector::default())
@@ -108,6 +120,15 @@ fn main() {
     }
     state.handle(Input::Node(WatchEvent::InitDone), now, &mut out);
     let node_bytes = rss() - start;
+    // Each node's Lease in kube-node-lease, as its kubelet renews it.
+    let before_leases = rss();
+    state.handle(Input::Lease(WatchEvent::Init), now, &mut out);
+    for i in 0..nodes {
+        let wire: WireLease = serde_json::from_str(&lease_json(i)).unwrap_or_default();
+        state.handle(Input::Lease(WatchEvent::InitApply(SlimLease::from(&wire.0))), now, &mut out);
+    }
+    state.handle(Input::Lease(WatchEvent::InitDone), now, &mut out);
+    let lease_bytes = rss() - before_leases;
     let decode = |k: usize| {
         let json = pod_json(k / PODS_PER_NODE, k % PODS_PER_NODE);
         SlimPod::from(&serde_json::from_str::<WirePod>(&json).unwrap_or_default().0)
@@ -136,13 +157,14 @@ fn main() {
         "memory: {nodes} nodes, {pods} pods, {pending} pending evictions (resident set, allocator overhead included)"
     );
     println!("  nodes:             {:>7.1} MB  {:.2} KB per node", mb(node_bytes), kb(node_bytes, nodes));
+    println!("  node Leases:       {:>7.1} MB  {:.3} KB per Lease", mb(lease_bytes), kb(lease_bytes, nodes));
     println!("  pods:              {:>7.1} MB  {:.3} KB per cached pod", mb(pod_bytes), kb(pod_bytes, pods));
     println!(
         "  pending evictions: {:>7.1} MB  {:.3} KB per pending eviction",
         mb(timer_bytes),
         kb(timer_bytes, pending)
     );
-    println!("  total:             {:>7.1} MB", mb(node_bytes + pod_bytes + timer_bytes));
+    println!("  total:             {:>7.1} MB", mb(node_bytes + lease_bytes + pod_bytes + timer_bytes));
     // Time, on a fresh state once the memory is measured: decoding the pods' JSON, then the
     // initial list through the cache and the decisions.
     let json: Vec<String> = (0..pods).map(|k| pod_json(k / PODS_PER_NODE, k % PODS_PER_NODE)).collect();

@@ -569,19 +569,18 @@ where
     let streaming = config.initial_list_strategy == watcher::InitialListStrategy::StreamingList;
     let protobuf = K::protobuf().filter(|_| format == Format::Protobuf);
     let inner = futures::stream::empty().boxed();
-    let mut state =
-        State {
-            api,
-            config,
-            inner,
-            streaming,
-            stall,
-            protobuf,
-            backoff: Backoff::default(),
-            resource,
-            metrics,
-            listing: None,
-        };
+    let mut state = State {
+        api,
+        config,
+        inner,
+        streaming,
+        stall,
+        protobuf,
+        backoff: Backoff::default(),
+        resource,
+        metrics,
+        listing: None,
+    };
     state.reopen();
     state.set_format(state.format());
     futures::stream::unfold(state, |mut s| async move {
