@@ -82,13 +82,26 @@ struct LeaderFlags {
     lifecycle: LifecycleArgs,
     #[arg(long, value_enum, default_value = "auto", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     enable_comparison_operators: nlc_core::taints::ComparisonOperators,
+    #[arg(long, default_value_t = nlc_core::default_tolerations::DEFAULT_TOLERATION_SECONDS)]
+    api_server_default_not_ready_toleration_seconds: i64,
+    #[arg(long, default_value_t = nlc_core::default_tolerations::DEFAULT_TOLERATION_SECONDS)]
+    api_server_default_unreachable_toleration_seconds: i64,
 }
 
 /// The configuration `status` decides with, and where it came from.
 pub(crate) struct Decisions {
     pub(crate) lifecycle: Option<nlc_core::lifecycle::Config>,
     pub(crate) opts: MatchOptions,
+    /// The API server's default toleration seconds, which eviction policies override.
+    pub(crate) api_defaults: nlc_core::default_tolerations::DefaultTolerationSeconds,
     pub(crate) source: String,
+}
+
+impl Decisions {
+    /// The taint eviction controller's configuration these decide with.
+    pub(crate) fn eviction(&self) -> nlc_core::eviction::Config {
+        nlc_core::eviction::Config { match_options: self.opts, api_defaults: self.api_defaults, ..Default::default() }
+    }
 }
 
 /// The leader's configuration from its Lease's `/configz` document, `None` when it carries none.
@@ -113,6 +126,10 @@ fn leader_decisions(lease: &Lease, namespace: &str, name: &str) -> Option<Result
         Ok(Decisions {
             lifecycle,
             opts: flags.enable_comparison_operators.options(),
+            api_defaults: nlc_core::default_tolerations::DefaultTolerationSeconds {
+                not_ready: flags.api_server_default_not_ready_toleration_seconds,
+                unreachable: flags.api_server_default_unreachable_toleration_seconds,
+            },
             source: format!("leader {holder}'s (/configz on Lease {namespace}/{name}, {})", configz.version),
         })
     })();
@@ -147,7 +164,8 @@ pub async fn run(args: StatusArgs) -> Result<()> {
         // The leader's configuration, read again each round: a new leader may run another.
         let leader = Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease).await;
         let decisions = choose(controller_config, &leader, &namespace, &lease, &given)?;
-        let mut r = snapshot(&client, &namespace, decisions.lifecycle, decisions.opts, within).await?;
+        let eviction = decisions.eviction();
+        let mut r = snapshot(&client, &namespace, decisions.lifecycle, eviction, within).await?;
         r.configuration = decisions.source;
         r.lease_cache = leader.ok().flatten().as_ref().and_then(lease_cache);
         let mut out = std::io::stdout().lock();
@@ -181,6 +199,7 @@ pub(crate) fn given_flags(
     move |source: String| Decisions {
         lifecycle: lifecycle.clone(),
         opts,
+        api_defaults: Default::default(),
         source: format!("the flags given here ({source})"),
     }
 }
@@ -263,7 +282,7 @@ pub(crate) async fn cluster_state(
     client: &kube::Client,
     namespace: &str,
     lifecycle: Option<nlc_core::lifecycle::Config>,
-    opts: MatchOptions,
+    eviction: nlc_core::eviction::Config,
     extra_policies: &[nlc_core::policy::EvictionPolicy],
 ) -> Result<Snapshot> {
     let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await?;
@@ -277,7 +296,6 @@ pub(crate) async fn cluster_state(
             Pause::None
         }
     };
-    let eviction = nlc_core::eviction::Config { match_options: opts, ..Default::default() };
     let mut state = State::new(Some(TaintEviction::new(eviction)), lifecycle.map(NodeLifecycle::new));
     let all = Selector::default();
     let mut inputs = vec![Input::Node(WatchEvent::Init)];
@@ -303,10 +321,10 @@ async fn snapshot(
     client: &kube::Client,
     namespace: &str,
     lifecycle: Option<nlc_core::lifecycle::Config>,
-    opts: MatchOptions,
+    eviction: nlc_core::eviction::Config,
     within: Duration,
 ) -> Result<Report> {
-    let Snapshot { state, nodes, pods, now, .. } = cluster_state(client, namespace, lifecycle, opts, &[]).await?;
+    let Snapshot { state, nodes, pods, now, .. } = cluster_state(client, namespace, lifecycle, eviction, &[]).await?;
     let mut r = report(&state, now, within);
     r.evicted = evicted_rows(pods.iter().filter_map(evicted_by_taint), now, within);
     let nodes_written = nodes.iter().flat_map(|n| {

@@ -110,9 +110,10 @@ pub async fn run(args: WhatIfArgs) -> Result<()> {
     let client = crate::runtime::client::client(&client).await?;
     let leader = Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease).await;
     let decisions = choose(controller_config, &leader, &namespace, &lease, &given)?;
+    let eviction = decisions.eviction();
     let lifecycle = decisions.lifecycle.map(|c| preview_config(c, within));
     let Snapshot { state, nodes: listed, pods, now, actions } =
-        cluster_state(&client, &namespace, lifecycle, decisions.opts, &previewed).await?;
+        cluster_state(&client, &namespace, lifecycle, eviction, &previewed).await?;
     let chosen: Vec<String> = nlc_core::selector::pick_nodes(&listed, selector.as_ref(), &node)
         .map_err(|missing| crate::Error::input("--node", format!("no node {missing:?}")))?
         .into_iter()

@@ -300,3 +300,55 @@ async fn policies_set_the_deadlines_of_running_pods() {
         let _ = policies_api(&s.client).delete(&p(suffix), &Default::default()).await;
     }
 }
+
+/// An identity that may read policies but not namespaces: evictions are not held for ever (the
+/// namespaces count as not known), and a policy that selects on namespace labels decides nothing
+/// (a `NotIn` must not match a namespace only because its labels were not read).
+#[tokio::test]
+async fn without_namespaces_a_namespace_policy_decides_nothing_and_nothing_is_held() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let env = shared();
+    let s = Scope::new(env, "policy-no-ns").await;
+    install_crd(&s.client).await;
+    let user = format!("{}-controller", s.ns);
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": user},
+        "rules": [{"apiGroups": ["*"], "verbs": ["*"], "resources": [
+            "nodes", "nodes/status", "pods", "pods/status", "pods/eviction", "events", "leases", "configmaps",
+            "evictionpolicies", "evictionpolicies/status", "volumeattachments"]}]
+    }))
+    .expect("role");
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+    }))
+    .expect("binding");
+    Api::<ClusterRole>::all(s.client.clone()).create(&PostParams::default(), &role).await.expect("role");
+    Api::<ClusterRoleBinding>::all(s.client.clone()).create(&PostParams::default(), &binding).await.expect("binding");
+    let name = format!("{}-now", s.ns);
+    let not_other = json!({"matchExpressions": [{"key": "policy-test", "operator": "NotIn", "values": ["other"]}]});
+    put_policy(
+        &s.client,
+        &name,
+        json!({"namespaceSelector": not_other, "podSelector": {"matchLabels": {"app": s.ns}}, "unreachable": {"tolerationSeconds": 0}}),
+    )
+    .await;
+
+    let unreachable = make_node(&s, "z1", json!([no_execute(UNREACHABLE, now_s())])).await;
+    let other = make_node(&s, "z1", json!([no_execute("example.com/evict", now_s())])).await;
+    s.pod("p", &unreachable, json!([]), json!({"app": s.ns})).await;
+    s.pod("untolerated", &other, json!([]), json!({})).await;
+    let kubeconfig = env.kubeconfig_for(&user, &["system:authenticated"]).expect("kubeconfig");
+    let c =
+        Controller::start_with_kubeconfig(&kubeconfig, env, &s.scope, &flags(&["--enable-node-lifecycle=false"])).await;
+    eventually_every(Duration::from_secs(15), Duration::from_millis(100), || async {
+        deleted(&s, "untolerated").await.then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("evictions were held:\n{}", c.logs()));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!deleted(&s, "p").await, "a namespace policy applied without its namespace known:\n{}", c.logs());
+    assert!(c.logs().contains("may not list namespaces"), "{}", c.logs());
+    let _ = policies_api(&s.client).delete(&name, &Default::default()).await;
+}

@@ -211,10 +211,14 @@ impl Compiled {
     }
 
     /// Whether it selects a pod in `namespace` (whose labels are `ns_labels`) with `facts`.
-    /// `None`: it selects on pod labels, and the pod's were too many to keep.
+    /// `None`: not known: it selects on pod labels and the pod's were too many to keep, or on
+    /// namespace labels and the namespace's are not known (every namespace has at least
+    /// `kubernetes.io/metadata.name`, so none means not read: a `NotIn` must not match it).
     fn selects(&self, ns_labels: Option<&BTreeMap<String, String>>, facts: &PolicyFacts) -> Option<bool> {
-        if self.namespace_selector.as_ref().is_some_and(|s| !s.matches(ns_labels)) {
-            return Some(false);
+        match (&self.namespace_selector, ns_labels) {
+            (Some(_), None) => return None,
+            (Some(s), Some(l)) if !s.matches(Some(l)) => return Some(false),
+            _ => {}
         }
         if !self.priority_classes.is_empty() && !self.priority_classes.iter().any(|c| c == facts.priority_class()) {
             return Some(false);
@@ -234,12 +238,16 @@ pub struct Policies {
     pub valid: Vec<Compiled>,
     /// Per policy name: why it is not applied.
     pub invalid: BTreeMap<String, String>,
-    /// Namespace name to its labels.
+    /// Namespace name to its labels (empty when no valid policy selects on them, so that a
+    /// namespace's change re-decides nothing then).
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    /// Per policy name, the ties it is in ([`Policies::ties`]), computed once.
+    pub conflicts: BTreeMap<String, Vec<String>>,
 }
 
 /// No eviction policy.
-pub static NONE: Policies = Policies { valid: Vec::new(), invalid: BTreeMap::new(), namespaces: BTreeMap::new() };
+pub static NONE: Policies =
+    Policies { valid: Vec::new(), invalid: BTreeMap::new(), namespaces: BTreeMap::new(), conflicts: BTreeMap::new() };
 
 /// Which policy decides a pod's deadline for one taint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,6 +279,10 @@ impl Policies {
                 }
             }
         }
+        if !p.valid.iter().any(|c| c.namespace_selector.is_some()) {
+            p.namespaces.clear();
+        }
+        p.conflicts = p.ties();
         p
     }
 
@@ -316,10 +328,10 @@ impl Policies {
         }
     }
 
-    /// Per policy name, the policies it ties with: the same rank, a taint both set, and
+    /// Per policy name, the policies it ties with (one line each): the same rank, a taint both set, and
     /// selectors that do not exclude each other ([`Compiled::disjoint`]). Whether a pod is
     /// selected by both depends on the pods; the tie is reported wherever it can happen.
-    pub fn conflicts(&self) -> BTreeMap<String, Vec<String>> {
+    fn ties(&self) -> BTreeMap<String, Vec<String>> {
         let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (i, a) in self.valid.iter().enumerate() {
             for b in &self.valid[i + 1..] {
@@ -376,7 +388,7 @@ impl Policies {
                     .to_owned(),
             ),
         };
-        let conflicting = match self.conflicts().remove(name) {
+        let conflicting = match self.conflicts.get(name) {
             Some(lines) => condition("Conflicting", true, "Tie", lines.join("; ")),
             None => condition("Conflicting", false, "NoConflict", String::new()),
         };

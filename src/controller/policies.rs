@@ -62,7 +62,7 @@ impl PolicyMetrics {
     }
 
     fn set(&self, p: &Policies) {
-        let conflicting = p.conflicts().len();
+        let conflicting = p.conflicts.len();
         for (state, n) in [("valid", p.valid.len()), ("invalid", p.invalid.len()), ("conflicting", conflicting)] {
             self.policies.get_or_create(&PolicyStateLabels { state }).set(n as i64);
         }
@@ -151,8 +151,10 @@ pub(crate) async fn run(
     // Until the CRD is there and readable, none is in force (said at once, so that evictions
     // are not held on it), and it is looked for again every 30 s.
     let mut said = false;
+    let probing = crate::clock::Stopwatch::start();
+    let mut warned = false;
     loop {
-        match api.list(&kube::api::ListParams::default().limit(1)).await {
+        match api.list_metadata(&kube::api::ListParams::default().limit(1)).await {
             Ok(_) => break,
             Err(kube::Error::Api(e)) if e.code == 404 || e.code == 403 => {
                 metrics.available.set(0);
@@ -169,7 +171,12 @@ pub(crate) async fn run(
                 tokio::time::sleep(Duration::from_secs(30)).await;
             }
             Err(e) => {
-                tracing::info!(error = %e, "listing EvictionPolicies; retrying");
+                if !said && !warned && probing.elapsed() > Duration::from_secs(20) {
+                    warned = true;
+                    tracing::warn!(error = %e, "every eviction is held until the eviction policies can be read");
+                } else {
+                    tracing::info!(error = %e, "listing EvictionPolicies; retrying");
+                }
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
@@ -212,20 +219,27 @@ pub(crate) async fn run(
                     }
                     changed
                 }
-                Some(Item::Failed(f)) if matches!(f, crate::runtime::watch::Failure::Answered { code: 403 | 404 }) => {
-                    // The CRD was removed, or the permission: none is in force any more.
-                    metrics.available.set(0);
-                    if !policy_failure_said {
+                Some(Item::Failed(f)) => {
+                    // The list under way (if any) starts again from scratch. The policies read
+                    // stay in force: a watch that fails (a permission lost for a while) must not
+                    // put every pod back on the API server's default, and a CRD deleted deletes
+                    // its policies first, which the watch delivers.
+                    seen.policy_relist.abort();
+                    let refused = matches!(f, crate::runtime::watch::Failure::Answered { code: 403 | 404 });
+                    if refused && !policy_failure_said {
                         policy_failure_said = true;
+                        metrics.available.set(0);
                         tracing::error!(
                             failure = ?f,
-                            "cannot read EvictionPolicies any more (the CRD was removed, or the permission): none is in force"
+                            "cannot read EvictionPolicies (the CRD was removed, or the permission): the policies last read stay in force"
                         );
                     }
-                    seen.policies_known = true;
-                    !std::mem::take(&mut seen.policies).is_empty()
+                    // Never read: none is in force, rather than every eviction held.
+                    let first = refused && !seen.policies_known;
+                    seen.policies_known |= refused;
+                    first
                 }
-                Some(_) => false,
+                Some(Item::Bookmark(_)) => false,
                 None => return,
             },
             item = namespace_events.next() => match item {
@@ -236,17 +250,18 @@ pub(crate) async fn run(
                     }
                     changed
                 }
-                Some(Item::Failed(f)) if f.is_forbidden() => {
-                    if !seen.namespaces_known {
+                Some(Item::Failed(f)) => {
+                    seen.namespace_relist.abort();
+                    let first = f.is_forbidden() && !seen.namespaces_known;
+                    if first {
                         tracing::error!(
-                            "may not list namespaces: policies that select on namespace labels select none (grant list and watch on namespaces)"
+                            "may not list namespaces: policies that select on namespace labels decide nothing (grant list and watch on namespaces)"
                         );
+                        seen.namespaces_known = true;
                     }
-                    let first = !seen.namespaces_known;
-                    seen.namespaces_known = true;
                     first
                 }
-                Some(_) => false,
+                Some(Item::Bookmark(_)) => false,
                 None => return,
             },
             _ = resync.tick() => {
@@ -325,7 +340,7 @@ pub(crate) async fn list(client: &kube::Client, extra: &[EvictionPolicy]) -> Pol
         match Api::<Namespace>::all(client.clone()).list_metadata(&Default::default()).await {
             Ok(l) => l.items.into_iter().map(|n| (name_of(&n), n.metadata.labels.unwrap_or_default())).collect(),
             Err(e) => {
-                tracing::warn!(error = %e, "listing namespaces: policies that select on namespace labels select none");
+                tracing::warn!(error = %e, "listing namespaces: policies that select on namespace labels decide nothing");
                 BTreeMap::new()
             }
         }

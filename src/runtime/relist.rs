@@ -34,6 +34,12 @@ pub(crate) enum Step<K, M> {
 
 impl<M: Default> Relist<M> {
     /// Whether a re-list is under way.
+    /// The list under way failed: what it had gathered is dropped (the watch lists again from
+    /// the start).
+    pub(crate) fn abort(&mut self) {
+        self.building = None;
+    }
+
     pub(crate) fn listing(&self) -> bool {
         self.building.is_some()
     }

@@ -390,6 +390,8 @@ impl TaintEviction {
             && old.uid == new.uid
             && old.bound == new.bound
             && old.truncated == new.truncated
+            // Its labels or priority class: which eviction policy decides it.
+            && old.policy_facts == new.policy_facts
             // A pod read live whose list was cut short may have changed past the kept ones.
             && !(new.truncated && self.resolved.contains_key(key) && old.resource_version != new.resource_version)
         {

@@ -1116,7 +1116,10 @@ fn eviction_policies_override_only_the_api_servers_default() {
     );
     assert_eq!(w.evicted_names(), vec!["web"]);
     assert_eq!(w.ctl.deadline(&crate::index::pod_key("prod", "db")), None, "never");
+    // db relabelled app=web: the 5 s policy now decides it, and it is past it.
+    w.set_pod(default("db").labelled(&[("app", "web")], "").build(), 9);
+    assert_eq!(w.evicted_names(), vec!["db"], "a pod's new labels re-decide it");
     // The policies go: the API server's default holds again.
-    w.set_policies(Policies::default(), 9);
-    assert_eq!(w.ctl.deadline(&crate::index::pod_key("prod", "db")), Some(ts(300)));
+    w.set_policies(Policies::default(), 10);
+    assert_eq!(w.ctl.deadline(&crate::index::pod_key("prod", "authored")), Some(ts(120)));
 }

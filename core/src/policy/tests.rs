@@ -49,7 +49,7 @@ fn the_most_specific_policy_decides() {
     assert_eq!(decided(&p, &other, keys::NOT_READY), Some(("critical".into(), Deadline::Seconds(5))));
     assert_eq!(decided(&p, &web, keys::NOT_READY), None, "no policy sets not-ready for it");
     assert_eq!(p.decide("a", &web.policy_facts, "example.com/other"), Decision::None);
-    assert!(p.conflicts().is_empty());
+    assert!(p.conflicts.clone().is_empty());
 }
 
 /// Policies of one rank that cannot select the same pod do not tie: per-workload policies are
@@ -70,7 +70,7 @@ fn policies_that_exclude_each_other_do_not_tie() {
         ],
         &[],
     );
-    let c = p.conflicts();
+    let c = p.conflicts.clone();
     assert_eq!(c.keys().collect::<Vec<_>>(), ["db", "not-web"], "only db and not-web may both select a pod: {c:?}");
 }
 
@@ -93,7 +93,7 @@ fn a_tie_decides_nothing_and_is_reported_by_both() {
     let one = pod("o").labelled(&[("app", "web")], "").build();
     assert!(matches!(p.decide("ns", &both.policy_facts, keys::UNREACHABLE), Decision::Tie(..)));
     assert_eq!(decided(&p, &one, keys::UNREACHABLE), Some(("one".into(), Deadline::Seconds(30))));
-    let c = p.conflicts();
+    let c = p.conflicts.clone();
     assert_eq!(c.keys().collect::<Vec<_>>(), ["one", "two"]);
     let status = p.status("one", Some(3), None, jiff::Timestamp::UNIX_EPOCH);
     assert_eq!(status.observed_generation, Some(3));
@@ -182,4 +182,27 @@ fn the_committed_policy_crds_are_current() {
             "{path} is stale: run `NLC_UPDATE_CRDS=1 cargo test -p nlc-core the_committed_policy_crds_are_current`"
         );
     }
+}
+
+/// A namespace whose labels are not known is not selected by a negative selector: a policy
+/// that selects on namespace labels decides nothing there (and no lower one decides).
+#[test]
+fn an_unknown_namespace_is_selected_by_no_namespace_selector() {
+    let p = set(
+        &[
+            ("all", serde_json::json!({"unreachable": {"tolerationSeconds": 600}})),
+            (
+                "not-prod",
+                serde_json::json!({"namespaceSelector": {"matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["prod"]}]}, "unreachable": {"tolerationSeconds": 0}}),
+            ),
+        ],
+        &[("dev", &[("env", "dev")]), ("prod", &[("env", "prod")])],
+    );
+    let in_ns = |ns: &str| pod("p").namespace(ns).build();
+    assert_eq!(decided(&p, &in_ns("dev"), keys::UNREACHABLE), Some(("not-prod".into(), Deadline::Seconds(0))));
+    assert_eq!(decided(&p, &in_ns("prod"), keys::UNREACHABLE), Some(("all".into(), Deadline::Seconds(600))));
+    assert_eq!(p.decide("unread", &in_ns("unread").policy_facts, keys::UNREACHABLE), Decision::Unknown);
+    // Without a policy that selects on namespaces, their labels are not kept at all.
+    let plain = set(&[("all", serde_json::json!({"unreachable": {"never": true}}))], &[("dev", &[("env", "dev")])]);
+    assert!(plain.namespaces.is_empty());
 }
