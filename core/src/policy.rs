@@ -241,7 +241,7 @@ pub struct Policies {
     /// Namespace name to its labels (empty when no valid policy selects on them, so that a
     /// namespace's change re-decides nothing then).
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
-    /// Per policy name, the ties it is in ([`Policies::ties`]), computed once.
+    /// Per policy name, the ties it is in (one line each; see [`Policies::status`]), computed once.
     pub conflicts: BTreeMap<String, Vec<String>>,
 }
 
