@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::yaml::{apply, file};
 use common::*;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use nlc_testenv::shared;
 use serde_json::{Value, json};
@@ -45,23 +45,6 @@ fn policy(name: &str, spec: Value) -> DynamicObject {
 async fn put_policy(client: &kube::Client, name: &str, spec: Value) {
     let pp = PatchParams::apply("eviction-policy-test").force();
     policies_api(client).patch(name, &pp, &Patch::Apply(policy(name, spec))).await.expect("apply policy");
-}
-
-async fn deleted(s: &Scope, name: &str) -> bool {
-    let p: Option<Pod> = s.pods().get_opt(name).await.expect("get pod");
-    p.is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-}
-
-fn cli(env: &nlc_testenv::ControlPlane, args: &[&str]) -> String {
-    let out = std::process::Command::new(BIN)
-        .arg(args[0])
-        .arg("--kubeconfig")
-        .arg(&env.kubeconfig)
-        .args(&args[1..])
-        .output()
-        .expect("the binary");
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A condition of a policy's status, once the controller has written it `status` for
@@ -106,11 +89,7 @@ async fn policies_set_the_deadlines_of_running_pods() {
     assert!(refused.is_err() && message.contains("set tolerationSeconds or never"), "{message}");
 
     let node = make_node(&s, "z1", json!([])).await;
-    let mut all = vec![node.clone()];
-    for _ in 0..3 {
-        all.push(make_node(&s, "z1", json!([])).await);
-    }
-    let _kubelets = Kubelets::start(&s.client, &all).await;
+    let (_, _kubelets) = with_live_neighbours(&s, "z1", &[&node], 3).await;
     // The API server adds the 300 s tolerations to all but `authored`.
     for (name, app) in [("web", "web"), ("db", "db"), ("cache", "cache"), ("tied", "tied")] {
         s.pod(name, &node, json!([]), json!({"app": app, "tier": app})).await;
@@ -253,20 +232,23 @@ async fn policies_set_the_deadlines_of_running_pods() {
     let explained: Value = serde_json::from_str(&explained).expect("explain json");
     assert!(explained["policy"].as_str().unwrap_or_default().contains(&p("web")), "{explained}");
 
+    // The policy selecting pods labelled `app` set to `seconds`; how long until `app` was evicted.
+    let set_and_wait = |app: &'static str, seconds: i64| {
+        let (s, c, ns_selector, name) = (&s, &c, ns_selector.clone(), p(app));
+        async move {
+            let spec = json!({"namespaceSelector": ns_selector, "podSelector": {"matchLabels": {"app": app}}, "unreachable": {"tolerationSeconds": seconds}});
+            put_policy(&s.client, &name, spec).await;
+            let changed = Instant::now();
+            eventually_every(Duration::from_secs(10), Duration::from_millis(50), || async {
+                s.deleted(app).await.then_some(())
+            })
+            .await
+            .unwrap_or_else(|| panic!("{app} not evicted after its policy went to {seconds} s:\n{}", c.logs()));
+            changed.elapsed()
+        }
+    };
     // Shorter: web's policy goes to 3 s; web is due 3 s after the taint, cache and db stay.
-    put_policy(
-        &s.client,
-        &p("web"),
-        json!({"namespaceSelector": ns_selector, "podSelector": {"matchLabels": {"app": "web"}}, "unreachable": {"tolerationSeconds": 3}}),
-    )
-    .await;
-    let changed = Instant::now();
-    eventually_every(Duration::from_secs(10), Duration::from_millis(50), || async {
-        deleted(&s, "web").await.then_some(())
-    })
-    .await
-    .unwrap_or_else(|| panic!("web not evicted after its policy shortened:\n{}", c.logs()));
-    let after_change = changed.elapsed();
+    let after_change = set_and_wait("web", 3).await;
     let after_taint = tainted.elapsed();
     // The taint's timeAdded is in whole seconds: web is due 3 s after it.
     let since_added = secs_between(added, jiff::Timestamp::now());
@@ -276,25 +258,13 @@ async fn policies_set_the_deadlines_of_running_pods() {
         "web went {after_change:?} after the change, {after_taint:?} after the taint"
     );
     // Never → 0 s for cache: a changed "never" reaches it at once.
-    put_policy(
-        &s.client,
-        &p("cache"),
-        json!({"namespaceSelector": ns_selector, "podSelector": {"matchLabels": {"app": "cache"}}, "unreachable": {"tolerationSeconds": 0}}),
-    )
-    .await;
-    let changed = Instant::now();
-    eventually_every(Duration::from_secs(5), Duration::from_millis(50), || async {
-        deleted(&s, "cache").await.then_some(())
-    })
-    .await
-    .unwrap_or_else(|| panic!("cache not evicted after its policy went to 0 s:\n{}", c.logs()));
-    let reached = changed.elapsed();
+    let reached = set_and_wait("cache", 0).await;
     eprintln!(
         "web evicted {after_taint:?} after the taint ({after_change:?} after its policy went to 3 s); cache {reached:?} after its policy went from never to 0 s"
     );
     assert!(reached <= Duration::from_secs(1), "a policy change reached a running pod in {reached:?}");
     for pod in ["db", "authored", "tied"] {
-        assert!(!deleted(&s, pod).await, "{pod} evicted:\n{}", c.logs());
+        assert!(!s.deleted(pod).await, "{pod} evicted:\n{}", c.logs());
     }
     for suffix in ["namespace", "web", "tie-a", "tie-b", "cache"] {
         let _ = policies_api(&s.client).delete(&p(suffix), &Default::default()).await;
@@ -343,12 +313,12 @@ async fn without_namespaces_a_namespace_policy_decides_nothing_and_nothing_is_he
     let c =
         Controller::start_with_kubeconfig(&kubeconfig, env, &s.scope, &flags(&["--enable-node-lifecycle=false"])).await;
     eventually_every(Duration::from_secs(15), Duration::from_millis(100), || async {
-        deleted(&s, "untolerated").await.then_some(())
+        s.deleted("untolerated").await.then_some(())
     })
     .await
     .unwrap_or_else(|| panic!("evictions were held:\n{}", c.logs()));
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(!deleted(&s, "p").await, "a namespace policy applied without its namespace known:\n{}", c.logs());
+    assert!(!s.deleted("p").await, "a namespace policy applied without its namespace known:\n{}", c.logs());
     assert!(c.logs().contains("may not list namespaces"), "{}", c.logs());
     let _ = policies_api(&s.client).delete(&name, &Default::default()).await;
 }

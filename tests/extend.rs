@@ -9,30 +9,13 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
 use nlc_core::extend::{EXTEND_BY_LABEL, EXTENSION_ANNOTATION};
 use nlc_testenv::shared;
 use serde_json::json;
 
 const INCIDENT: &str = "example.com/incident";
-
-async fn deleted(s: &Scope, name: &str) -> bool {
-    let p: Option<Pod> = s.pods().get_opt(name).await.expect("get pod");
-    p.is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-}
-
-fn cli(env: &nlc_testenv::ControlPlane, args: &[&str]) -> String {
-    let out = std::process::Command::new(BIN)
-        .arg(args[0])
-        .arg("--kubeconfig")
-        .arg(&env.kubeconfig)
-        .args(&args[1..])
-        .output()
-        .expect("the binary");
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn taint_now() -> serde_json::Value {
     let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
@@ -45,11 +28,7 @@ async fn the_lever_moves_deadlines_says_who_and_why_and_cancel_puts_them_back() 
     let s = Scope::new(env, "extend").await;
     let target = make_node(&s, "z1", json!([])).await;
     let expired = make_node(&s, "z1", json!([])).await;
-    let mut all = vec![target.clone(), expired.clone()];
-    for _ in 0..2 {
-        all.push(make_node(&s, "z1", json!([])).await);
-    }
-    let _kubelets = Kubelets::start(&s.client, &all).await;
+    let (_, _kubelets) = with_live_neighbours(&s, "z1", &[&target, &expired], 2).await;
     s.pod("untolerated", &target, json!([]), json!({})).await;
     s.pod("timed", &target, json!([toleration(INCIDENT, Some(5))]), json!({})).await;
     s.pod("after-expiry", &expired, json!([]), json!({})).await;
@@ -83,13 +62,13 @@ async fn the_lever_moves_deadlines_says_who_and_why_and_cancel_puts_them_back() 
     s.set_taints(&expired, taint_now()).await;
     let tainted = Instant::now();
     // The lever's end passed before the taint: the untolerated pod there goes at once.
-    eventually(Duration::from_secs(10), || async { deleted(&s, "after-expiry").await.then_some(()) })
+    eventually(Duration::from_secs(10), || async { s.deleted("after-expiry").await.then_some(()) })
         .await
         .unwrap_or_else(|| panic!("an expired lever still moved a deadline:\n{}", c.logs()));
     // On `target`, due at taint + 60 s and taint + 65 s instead of at once and taint + 5 s.
     tokio::time::sleep(Duration::from_secs(8).saturating_sub(tainted.elapsed())).await;
     for pod in ["untolerated", "timed"] {
-        assert!(!deleted(&s, pod).await, "{pod} evicted while the lever held it:\n{}", c.logs());
+        assert!(!s.deleted(pod).await, "{pod} evicted while the lever held it:\n{}", c.logs());
     }
     let out = cli(env, &["status", "-o", "json"]);
     let report: serde_json::Value = serde_json::from_str(&out).expect("status json");
@@ -135,7 +114,7 @@ async fn the_lever_moves_deadlines_says_who_and_why_and_cancel_puts_them_back() 
     assert!(said.contains("no longer extended"), "{said}");
     let cancelled = Instant::now();
     for pod in ["untolerated", "timed"] {
-        eventually(Duration::from_secs(10), || async { deleted(&s, pod).await.then_some(()) })
+        eventually(Duration::from_secs(10), || async { s.deleted(pod).await.then_some(()) })
             .await
             .unwrap_or_else(|| panic!("{pod} not evicted after the cancel:\n{}", c.logs()));
     }

@@ -225,11 +225,7 @@ async fn an_operator_fences_a_node_with_the_fence_command_and_withdraws_it() {
     let env = shared();
     let s = Scope::new(env, "oos-cmd").await;
     let target = make_node(&s, "z1", json!([])).await;
-    let mut all = vec![target.clone()];
-    for _ in 0..3 {
-        all.push(make_node(&s, "z1", json!([])).await);
-    }
-    let kubelets = Kubelets::start(&s.client, &all).await;
+    let (_, kubelets) = with_live_neighbours(&s, "z1", &[&target], 3).await;
     kubelets.stop(&target);
     s.pod("p", &target, json!([toleration(UNREACHABLE, Some(0))]), json!({})).await;
     let c = Controller::start(env, &s.scope, &flags(&["--fence-on", "operator", "--fence-delay", "1s"])).await;
@@ -289,11 +285,7 @@ async fn the_pause_stops_the_fence_until_it_lifts() {
     let env = shared();
     let s = Scope::new(env, "oos-pause").await;
     let off = make_node(&s, "z1", json!([shutdown_taint()])).await;
-    let mut all = vec![off.clone()];
-    for _ in 0..3 {
-        all.push(make_node(&s, "z1", json!([])).await);
-    }
-    let kubelets = Kubelets::start(&s.client, &all).await;
+    let (_, kubelets) = with_live_neighbours(&s, "z1", &[&off], 3).await;
     let pause: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(s.client.clone(), &s.ns);
     let cm =
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": PAUSE}, "data": {"pause": "evictions"}});
@@ -338,11 +330,7 @@ async fn shadow_mode_decides_the_fence_and_writes_nothing() {
     let env = shared();
     let s = Scope::new(env, "oos-dry").await;
     let off = make_node(&s, "z1", json!([shutdown_taint()])).await;
-    let mut all = vec![off.clone()];
-    for _ in 0..3 {
-        all.push(make_node(&s, "z1", json!([])).await);
-    }
-    let kubelets = Kubelets::start(&s.client, &all).await;
+    let (_, kubelets) = with_live_neighbours(&s, "z1", &[&off], 3).await;
     let c =
         Controller::start(env, &s.scope, &flags(&["--dry-run", "--fence-on", "cloud-shutdown", "--fence-delay", "1s"]))
             .await;

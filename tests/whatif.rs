@@ -34,11 +34,7 @@ async fn whatif_says_what_the_controller_then_does_pod_for_pod() {
     let env = shared();
     let s = Scope::new(env, "whatif").await;
     let target = make_node_labelled(&s, "z1", json!([]), json!({"whatif": "target"})).await;
-    let mut all = vec![target.clone()];
-    for _ in 0..3 {
-        all.push(make_node(&s, "z1", json!([])).await);
-    }
-    let _kubelets = Kubelets::start(&s.client, &all).await;
+    let (_, _kubelets) = with_live_neighbours(&s, "z1", &[&target], 3).await;
     let tolerate = |secs: Option<i64>| {
         let mut t = json!({"key": KEY, "operator": "Exists", "effect": "NoExecute"});
         if let Some(s) = secs {
@@ -84,12 +80,8 @@ async fn a_failure_is_previewed_through_the_zone_limiter() {
     let env = shared();
     let s = Scope::new(env, "whatif-fail").await;
     let target = make_node_labelled(&s, "z1", json!([]), json!({"whatif": "target"})).await;
-    let mut all = vec![target.clone()];
-    for _ in 0..3 {
-        all.push(make_node(&s, "z1", json!([])).await);
-    }
     // Alive for the other test's controller, which sees every node.
-    let _kubelets = Kubelets::start(&s.client, &all).await;
+    let (_, _kubelets) = with_live_neighbours(&s, "z1", &[&target], 3).await;
     // The API server's DefaultTolerationSeconds gives it 300 s for unreachable.
     s.pod("p", &target, json!([]), json!({})).await;
     let selector = format!("nlc-test={},whatif=target", s.scope);

@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -365,18 +365,9 @@ impl Policies {
         previous: Option<&EvictionPolicyStatus>,
         now: jiff::Timestamp,
     ) -> EvictionPolicyStatus {
-        let since = |type_: &str, status: &str| -> Time {
-            previous
-                .and_then(|p| p.conditions.iter().find(|c| c.type_ == type_ && c.status == status))
-                .map_or(Time(now), |c| c.last_transition_time.clone())
-        };
-        let condition = |type_: &str, ok: bool, reason: &str, message: String| Condition {
-            type_: type_.to_owned(),
-            status: if ok { condition::TRUE } else { condition::FALSE }.to_owned(),
-            reason: reason.to_owned(),
-            message,
-            observed_generation: generation,
-            last_transition_time: since(type_, if ok { condition::TRUE } else { condition::FALSE }),
+        let previous = previous.map_or(&[][..], |p| &p.conditions[..]);
+        let condition = |type_: &str, ok: bool, reason: &str, message: String| {
+            condition::of_status(previous, type_, ok, reason, message, generation, now)
         };
         let valid = match self.invalid.get(name) {
             Some(problem) => condition("Valid", false, "Invalid", format!("not applied: {problem}")),

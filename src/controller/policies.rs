@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, Patch};
+use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 use nlc_core::policy::{EvictionPolicy, Policies};
@@ -24,7 +24,6 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::clock::Clock as _;
@@ -307,17 +306,8 @@ async fn write_statuses(api: &Api<EvictionPolicy>, all: &BTreeMap<String, Evicti
     let now = crate::clock::SystemClock.now();
     for (name, p) in all {
         let want = set.status(name, p.metadata.generation, p.status.as_ref(), now);
-        if p.status.as_ref() == Some(&want) {
-            continue;
-        }
-        let patch = json!({"metadata": {"resourceVersion": p.metadata.resource_version}, "status": want});
-        match api.patch_status(name, &crate::patch_params(), &Patch::Merge(&patch)).await {
-            Ok(_) => tracing::info!(policy = %name, "EvictionPolicy status written"),
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                tracing::debug!(policy = %name, "EvictionPolicy changed since it was read (another replica wrote its status)")
-            }
-            Err(e) => tracing::warn!(policy = %name, error = %e, "writing an EvictionPolicy's status; retried later"),
-        }
+        let rv = p.metadata.resource_version.as_deref();
+        crate::runtime::own_status::write(api, "EvictionPolicy", name, rv, p.status.as_ref(), &want).await;
     }
 }
 

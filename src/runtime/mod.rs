@@ -12,6 +12,7 @@ pub(crate) mod configz;
 pub(crate) mod http;
 pub(crate) mod leader;
 pub mod lean;
+pub(crate) mod own_status;
 pub(crate) mod process;
 pub(crate) mod relist;
 pub(crate) mod shutdown;

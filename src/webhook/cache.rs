@@ -24,13 +24,12 @@ use crate::clock::{Clock as _, Stopwatch};
 use futures::future::{BoxFuture, Shared};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, Patch};
+use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 use nlc_core::admission::toleration_rules::{RuleSet, TolerationRule};
 use nlc_core::admission::{NamespaceInfo, Namespaces};
 use nlc_core::wire::Tolerant;
-use serde_json::json;
 use tokio::sync::watch;
 
 use super::metrics::WebhookMetrics;
@@ -376,20 +375,8 @@ async fn publish(
     let now = crate::clock::SystemClock.now();
     for (name, rule) in all {
         let want = set.status(name, rule.metadata.generation, rule.status.as_ref(), now);
-        if rule.status.as_ref() == Some(&want) {
-            continue;
-        }
-        // Every webhook replica computes the same status; the write is conditional on the
-        // rule's resourceVersion as this replica saw it, so that a replica with a stale view
-        // never overwrites a newer status (it gets 409, sees the newer status come back as an
-        // event, and finds nothing left to write).
-        let patch = json!({"metadata": {"resourceVersion": rule.metadata.resource_version}, "status": want});
-        match api.patch_status(name, &crate::patch_params(), &Patch::Merge(&patch)).await {
-            Ok(_) => tracing::info!(rule = %name, "TolerationRule status written"),
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                tracing::debug!(rule = %name, "TolerationRule changed since it was read (another replica wrote its status)")
-            }
-            Err(e) => tracing::warn!(rule = %name, error = %e, "writing a TolerationRule's status; retried later"),
-        }
+        // Every webhook replica computes the same status (see `own_status::write`).
+        let rv = rule.metadata.resource_version.as_deref();
+        crate::runtime::own_status::write(api, "TolerationRule", name, rv, rule.status.as_ref(), &want).await;
     }
 }

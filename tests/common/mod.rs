@@ -418,6 +418,12 @@ impl Scope {
     }
 
     /// Creates a pod bound to `node` with `tolerations` (and `labels`).
+    /// Whether pod `name` is gone or terminating (evicted).
+    pub async fn deleted(&self, name: &str) -> bool {
+        let p: Option<Pod> = self.pods().get_opt(name).await.expect("get pod");
+        p.is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+    }
+
     pub async fn pod(&self, name: &str, node: &str, tolerations: Value, labels: Value) -> Pod {
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": name, "labels": labels},
@@ -623,6 +629,18 @@ pub async fn make_node_labelled(s: &Scope, zone: &str, taints: Value, labels: Va
     name
 }
 
+/// `nodes` (made in `zone` of this scope) and `neighbours` more Ready nodes there, every one's
+/// kubelet started: a zone where one node can fail without the zone being judged down. Every
+/// node's name (`nodes` first) and the kubelets.
+pub async fn with_live_neighbours(s: &Scope, zone: &str, nodes: &[&str], neighbours: usize) -> (Vec<String>, Kubelets) {
+    let mut all: Vec<String> = nodes.iter().map(|n| (*n).to_owned()).collect();
+    for _ in 0..neighbours {
+        all.push(make_node(s, zone, json!([])).await);
+    }
+    let kubelets = Kubelets::start(&s.client, &all).await;
+    (all, kubelets)
+}
+
 /// The zone key of `zone` in this scope's region, as metrics label it.
 pub fn zone_key(s: &Scope, zone: &str) -> String {
     format!("{}:\0:{zone}", s.scope)
@@ -724,6 +742,20 @@ pub const FAST_ELECTION: &[&str] = &[
 /// Flags for evictions through the Eviction API, falling back to delete after 3 s of refusals.
 pub const EVICT_MODE: &[&str] =
     &["--eviction-mode", "evict", "--pdb-max-wait", "3s", "--eviction-retry-max-delay", "500ms"];
+
+/// `node-lifecycle-controller ARGS[0] --kubeconfig <env's> ARGS[1..]`, its stdout; a failure
+/// fails the test with its stderr.
+pub fn cli(env: &ControlPlane, args: &[&str]) -> String {
+    let out = std::process::Command::new(BIN)
+        .arg(args[0])
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .args(&args[1..])
+        .output()
+        .expect("the binary");
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
 
 pub fn flags(extra: &[&'static str]) -> Vec<&'static str> {
     FAST.iter().chain(extra).copied().collect()

@@ -91,6 +91,17 @@ fn a_failure_is_previewed_through_the_zone_limiter() {
     assert_eq!(due, vec![300, 310, 320], "{:?}", got.pods);
 }
 
+/// Each pod the controller evicted in `w`, and when (whole seconds from the start).
+fn evicted_at(w: &World) -> HashMap<String, i64> {
+    w.log
+        .iter()
+        .filter_map(|(t, a)| match a {
+            Action::EvictPod(e) => Some((e.key.to_string(), t.duration_since(ts(0.0)).as_secs())),
+            _ => None,
+        })
+        .collect()
+}
+
 proptest! {
     // Each case runs the state an hour forward twice.
     #![proptest_config(ProptestConfig::with_cases(64))]
@@ -122,14 +133,7 @@ proptest! {
             w.update_node(node);
         }
         w.advance_to(3600.0);
-        let done: HashMap<String, i64> = w
-            .log
-            .iter()
-            .filter_map(|(t, a)| match a {
-                Action::EvictPod(e) => Some((e.key.to_string(), t.duration_since(ts(0.0)).as_secs())),
-                _ => None,
-            })
-            .collect();
+        let done = evicted_at(&w);
         for row in &said.pods {
             let evicted = done.get(&row.pod).copied();
             match row.outcome {
@@ -199,14 +203,7 @@ proptest! {
             w.kubelet_posts(n, "Unknown");
         }
         w.advance_to(3600.0);
-        let done: HashMap<String, i64> = w
-            .log
-            .iter()
-            .filter_map(|(t, a)| match a {
-                Action::EvictPod(e) => Some((e.key.to_string(), t.duration_since(ts(0.0)).as_secs())),
-                _ => None,
-            })
-            .collect();
+        let done = evicted_at(&w);
         for row in &said.pods {
             let evicted = done.get(&row.pod).copied();
             match row.outcome {

@@ -212,7 +212,7 @@ fn status_conditions_keep_their_transition_time() {
     assert_eq!(set.status("broken", Some(3), Some(&s), t1), s);
     let ok = set.status("gpu", Some(1), Some(&s), t1);
     assert_eq!(ok.conditions[0].status, "True");
-    assert_eq!(ok.conditions[0].last_transition_time, Time(t1));
+    assert_eq!(ok.conditions[0].last_transition_time, k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t1));
     assert_eq!(ok.conditions[1].status, "False");
 }
 
