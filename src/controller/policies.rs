@@ -27,7 +27,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
 
 use crate::clock::Clock as _;
-use crate::runtime::relist::{Relist, Step, name_of};
+use crate::runtime::relist::{Folded, Relist, name_of};
 use crate::runtime::watch::{Item, WatchMetrics, stream};
 
 type Labels = BTreeMap<String, String>;
@@ -81,55 +81,29 @@ struct Seen {
 }
 
 impl Seen {
-    /// Takes a policy event; whether what is in force may have changed.
+    /// Takes a policy event; whether what is in force may have changed (a status write of ours
+    /// coming back changes nothing).
     fn policy(&mut self, ev: watcher::Event<Tolerant<EvictionPolicy>>) -> bool {
-        let ev = match self.policy_relist.step(ev, |p| p, |key| self.policies.get(key).cloned()) {
-            Step::Listing => return false,
-            Step::Listed(listed) => {
-                if let Some(b) = listed {
-                    self.policies = b;
-                }
-                self.policies_known = true;
-                return true;
-            }
-            Step::Event(ev) => ev,
-        };
-        match ev {
-            watcher::Event::Apply(Tolerant::Ok(p)) => {
-                let key = name_of(&p);
-                let same_spec = self.policies.get(&key).is_some_and(|old| old.spec == p.spec);
-                self.policies.insert(key, p);
-                !same_spec
-            }
-            watcher::Event::Apply(Tolerant::Bad { .. }) => false,
-            watcher::Event::Delete(p) => self.policies.remove(&name_of(&p)).is_some(),
-            watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => false,
-        }
+        let same_spec = |a: &EvictionPolicy, b: &EvictionPolicy| a.spec == b.spec;
+        Self::took(&mut self.policies_known, self.policy_relist.fold(&mut self.policies, ev, |p| p, same_spec))
     }
 
     /// Takes a namespace event; whether its labels changed.
     fn namespace(&mut self, ev: watcher::Event<Tolerant<PartialObjectMeta<Namespace>>>) -> bool {
         let labels = |ns: PartialObjectMeta<Namespace>| ns.metadata.labels.unwrap_or_default();
-        let ev = match self.namespace_relist.step(ev, labels, |key| self.namespaces.get(key).cloned()) {
-            Step::Listing => return false,
-            Step::Listed(listed) => {
-                if let Some(b) = listed {
-                    self.namespaces = b;
-                }
-                self.namespaces_known = true;
-                return true;
+        let folded = self.namespace_relist.fold(&mut self.namespaces, ev, labels, |a, b| a == b);
+        Self::took(&mut self.namespaces_known, folded)
+    }
+
+    /// Whether a fold changed what is known; a completed list makes it known.
+    fn took(known: &mut bool, folded: Folded) -> bool {
+        match folded {
+            Folded::Listing => false,
+            Folded::Listed => {
+                *known = true;
+                true
             }
-            Step::Event(ev) => ev,
-        };
-        match ev {
-            watcher::Event::Apply(Tolerant::Ok(ns)) => {
-                let key = name_of(&ns);
-                let new = labels(ns);
-                self.namespaces.insert(key, new.clone()) != Some(new)
-            }
-            watcher::Event::Apply(Tolerant::Bad { .. }) => false,
-            watcher::Event::Delete(ns) => self.namespaces.remove(&name_of(&ns)).is_some(),
-            watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => false,
+            Folded::Event { changed } => changed,
         }
     }
 

@@ -33,13 +33,13 @@ pub(crate) enum Step<K, M> {
 }
 
 impl<M: Default> Relist<M> {
-    /// Whether a re-list is under way.
     /// The list under way failed: what it had gathered is dropped (the watch lists again from
     /// the start).
     pub(crate) fn abort(&mut self) {
         self.building = None;
     }
 
+    /// Whether a re-list is under way.
     pub(crate) fn listing(&self) -> bool {
         self.building.is_some()
     }
@@ -74,5 +74,56 @@ impl<M: Default> Relist<M> {
             watcher::Event::InitDone => Step::Listed(self.building.take()),
             ev => Step::Event(ev),
         }
+    }
+}
+
+/// Where [`Relist::fold`] left a map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Folded {
+    /// Part of a re-list still under way: the map is as it was.
+    Listing,
+    /// A re-list completed: the map is what it listed.
+    Listed,
+    /// An `Apply` or `Delete`: whether it changed the map (`same` said the new value equals the
+    /// old one).
+    Event { changed: bool },
+}
+
+impl<V: Clone> Relist<std::collections::BTreeMap<String, V>> {
+    /// Takes `ev` into `map`, a watch folded by name: a completed re-list replaces it, an
+    /// object that could not be decoded keeps its last readable value, an `Apply` of one `same`
+    /// finds equal to what is kept is stored without counting as a change (a status write of
+    /// ours coming back), a `Delete` removes it.
+    pub(crate) fn fold<K: kube::Resource>(
+        &mut self,
+        map: &mut std::collections::BTreeMap<String, V>,
+        ev: watcher::Event<Tolerant<K>>,
+        read: impl Fn(K) -> V,
+        same: impl Fn(&V, &V) -> bool,
+    ) -> Folded {
+        let ev = match self.step(ev, &read, |key| map.get(key).cloned()) {
+            Step::Listing => return Folded::Listing,
+            Step::Listed(listed) => {
+                if let Some(b) = listed {
+                    *map = b;
+                }
+                return Folded::Listed;
+            }
+            Step::Event(ev) => ev,
+        };
+        let changed = match ev {
+            watcher::Event::Apply(Tolerant::Ok(k)) => {
+                let key = name_of(&k);
+                let new = read(k);
+                let same = map.get(&key).is_some_and(|old| same(old, &new));
+                map.insert(key, new);
+                !same
+            }
+            watcher::Event::Apply(Tolerant::Bad { .. }) => false,
+            watcher::Event::Delete(k) => map.remove(&name_of(&k)).is_some(),
+            // Handed to the re-list above.
+            watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => false,
+        };
+        Folded::Event { changed }
     }
 }

@@ -33,7 +33,7 @@ use nlc_core::wire::Tolerant;
 use tokio::sync::watch;
 
 use super::metrics::WebhookMetrics;
-use crate::runtime::relist::{Relist, Step, name_of};
+use crate::runtime::relist::{Folded, Relist, Step, name_of};
 use crate::runtime::watch::{Item, WatchMetrics, stream};
 
 /// How long a live namespace read may take (the API server gives the whole webhook call 2 s).
@@ -325,37 +325,17 @@ pub(crate) async fn rules(
 }
 
 /// Applies one watch event to the rules; whether the published set should be rebuilt. A rule
-/// that could not be decoded keeps its last readable version.
+/// that could not be decoded keeps its last readable version; a status write (ours) comes back
+/// as an event: kept, nothing to rebuild for it.
 fn apply_rule_event(
     ev: watcher::Event<Tolerant<TolerationRule>>,
     all: &mut BTreeMap<String, TolerationRule>,
     relist: &mut Relist<BTreeMap<String, TolerationRule>>,
 ) -> bool {
-    let ev = match relist.step(ev, |r| r, |key| all.get(key).cloned()) {
-        Step::Listing => return false,
-        Step::Listed(listed) => {
-            if let Some(b) = listed {
-                *all = b;
-            }
-            return true;
-        }
-        Step::Event(ev) => ev,
-    };
-    match ev {
-        watcher::Event::Apply(Tolerant::Ok(r)) => {
-            // A status write (ours) comes back as an event: kept, nothing to rebuild for it.
-            let key = r.metadata.name.clone().unwrap_or_default();
-            let same_spec = all.get(&key).is_some_and(|old| old.spec == r.spec);
-            all.insert(key, r);
-            !same_spec
-        }
-        watcher::Event::Apply(Tolerant::Bad { .. }) => false,
-        watcher::Event::Delete(r) => {
-            all.remove(&name_of(&r));
-            true
-        }
-        // Handed to the re-list above.
-        watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => false,
+    match relist.fold(all, ev, |r| r, |a, b| a.spec == b.spec) {
+        Folded::Listing => false,
+        Folded::Listed => true,
+        Folded::Event { changed } => changed,
     }
 }
 
