@@ -135,7 +135,8 @@ async fn policies_set_the_deadlines_of_running_pods() {
     );
     std::fs::write(&file, previewed).expect("write policy file");
     let taint = format!("{UNREACHABLE}:NoExecute");
-    let whatif = |policy: Option<&std::path::Path>| {
+    // whatif on `node` with the taint (taint eviction alone, as the controller here), and `extra`.
+    let whatif = |extra: &[&str]| {
         let mut args = vec![
             "whatif",
             "--node",
@@ -144,14 +145,12 @@ async fn policies_set_the_deadlines_of_running_pods() {
             &taint,
             "--enable-node-lifecycle=false",
             "--controller-config=false",
-            "-o",
-            "json",
         ];
-        let path = policy.map(|p| p.display().to_string()).unwrap_or_default();
-        if policy.is_some() {
-            args.extend(["--policy", &path]);
-        }
-        let answer: Value = serde_json::from_str(&cli(env, &args)).expect("whatif json");
+        args.extend(extra);
+        cli(env, &args)
+    };
+    let rows = |extra: &[&str]| {
+        let answer: Value = serde_json::from_str(&whatif(&[extra, &["-o", "json"]].concat())).expect("whatif json");
         let mut rows: Vec<(String, String, i64)> = answer["pods"]
             .as_array()
             .into_iter()
@@ -164,29 +163,15 @@ async fn policies_set_the_deadlines_of_running_pods() {
         rows.sort();
         rows
     };
+    let path = file.display().to_string();
     let row = |rows: &[(String, String, i64)], pod: &str| rows.iter().find(|r| r.0 == pod).cloned();
-    let installed = whatif(None);
+    let installed = rows(&[]);
     assert_eq!(row(&installed, "web"), Some(("web".into(), "delayed".into(), 600)), "{installed:?}");
     assert_eq!(row(&installed, "db"), Some(("db".into(), "never".into(), -1)), "{installed:?}");
-    let with_file = whatif(Some(&file));
+    let with_file = rows(&["--policy", &path]);
     assert_eq!(row(&with_file, "web"), Some(("web".into(), "delayed".into(), 45)), "{with_file:?}");
     assert_eq!(row(&with_file, "authored"), Some(("authored".into(), "delayed".into(), 240)), "{with_file:?}");
-    let text = cli(
-        env,
-        &[
-            "whatif",
-            "--node",
-            &node,
-            "--taint",
-            &taint,
-            "--enable-node-lifecycle=false",
-            "--controller-config=false",
-            "--within",
-            "10m",
-            "--policy",
-            &file.display().to_string(),
-        ],
-    );
+    let text = whatif(&["--within", "10m", "--policy", &path]);
     eprintln!("--- whatif --policy ---\n{text}");
 
     let added = now_s();

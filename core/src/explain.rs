@@ -187,7 +187,7 @@ fn with_policies(
     policies: &crate::policy::Policies,
     api_defaults: crate::default_tolerations::DefaultTolerationSeconds,
 ) -> Option<String> {
-    use crate::policy::{Decision, overridable, substitute};
+    use crate::policy::{Decision, substitute};
     if policies.is_empty() {
         return None;
     }
@@ -202,10 +202,9 @@ fn with_policies(
         let Some(j) = taints::first_tolerating(tolerations, &taint, opts) else {
             continue; // not tolerated: nothing to override
         };
-        let decision = policies.decide(namespace, &facts, key);
-        let line = match decision {
+        let line = match policies.decide_for(namespace, &facts, key, &tolerations[j], api_defaults) {
             Decision::None => continue,
-            _ if !overridable(&tolerations[j], key, api_defaults) => format!(
+            Decision::Authored => format!(
                 "{key}: toleration {j} ({}) is not the API server's default, so no policy overrides it",
                 tolerations[j]
             ),
@@ -218,7 +217,7 @@ fn with_policies(
                 a.name, b.name, a.rank
             ),
             Decision::Unknown => format!(
-                "{key}: the pod's labels are too many to keep, so no policy that selects on pod labels decides (it keeps its default)"
+                "{key}: what a policy selects on is not known for this pod (its labels are too many to keep, or its namespace's labels could not be read), so none decides (it keeps its default)"
             ),
         };
         lines.push(line);

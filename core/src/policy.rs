@@ -257,9 +257,13 @@ pub enum Decision<'a> {
     By(&'a Compiled, Deadline),
     /// Two policies of the same rank select it: neither decides.
     Tie(&'a Compiled, &'a Compiled),
-    /// A policy that selects on pod labels might select it, but its labels were too many to keep
-    /// ([`crate::index::KEPT_LABEL_BYTES`]): none decides.
+    /// A policy might select it, but what it selects on is not known (its labels were too many
+    /// to keep, [`crate::index::KEPT_LABEL_BYTES`], or its namespace's labels were not read):
+    /// none decides.
     Unknown,
+    /// Policies select it, but the toleration that decides the taint for it was written by
+    /// someone, not added by the API server ([`Policies::decide_for`]): none overrides it.
+    Authored,
 }
 
 impl Policies {
@@ -325,6 +329,24 @@ impl Policies {
             (Some((b, _)), Some(t)) => Decision::Tie(b, t),
             (Some((b, d)), None) => Decision::By(b, d),
             (None, _) => Decision::None,
+        }
+    }
+
+    /// [`Policies::decide`] for a pod whose toleration `t` decides the taint `taint_key`: a
+    /// policy overrides only the API server's default ([`overridable`]). The one rule the
+    /// controller and `explain` apply.
+    pub fn decide_for(
+        &self,
+        namespace: &str,
+        facts: &PolicyFacts,
+        taint_key: &str,
+        t: &Toleration,
+        defaults: DefaultTolerationSeconds,
+    ) -> Decision<'_> {
+        match self.decide(namespace, facts, taint_key) {
+            Decision::None => Decision::None,
+            _ if !overridable(t, taint_key, defaults) => Decision::Authored,
+            d => d,
         }
     }
 

@@ -275,8 +275,7 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
         .filter_map(|p| {
             let pod = index.pods.get(&p.key)?;
             let cx = state.ctx(now);
-            let (taint, seconds) = state.eviction.as_ref()?.cause(&p.key, cx)?;
-            let policy = state.eviction.as_ref()?.decided_by(&p.key, &taint, cx);
+            let (taint, seconds, policy) = state.eviction.as_ref()?.cause(&p.key, cx)?;
             let deadline = (p.state != PendingState::Held).then_some(p.due);
             let row = EvictionRow {
                 pod: p.key.to_string(),
@@ -287,7 +286,7 @@ pub fn report(state: &State, now: Timestamp, within: std::time::Duration) -> Rep
                 taint: taint.to_string(),
                 toleration_seconds: seconds,
                 extended: index.nodes.get(&*pod.node_name).is_some_and(|n| n.lever.extension().is_some()),
-                policy,
+                policy: policy.map(|p| p.to_string()),
             };
             Some((p.due, row))
         })

@@ -608,8 +608,9 @@ impl TaintEviction {
     }
 
     /// Each NoExecute taint of `node` with what it means for `pod`, by the one rule
-    /// ([`taints::taint_due`]), its deadline moved by the clock steps seen since the taint was
-    /// first observed and by the measured skew to the API server.
+    /// ([`taints::taint_due`], an eviction policy's deadline in place of the API server's default
+    /// toleration), its deadline moved by the clock steps seen since the taint was first observed
+    /// and by the measured skew to the API server.
     fn taint_dues<'a>(
         &'a self,
         pod: &'a SlimPod,
@@ -617,9 +618,8 @@ impl TaintEviction {
         bound: Option<Timestamp>,
         now: Timestamp,
         policies: &'a Policies,
-    ) -> impl Iterator<Item = (&'a Taint, Due)> + 'a {
+    ) -> impl Iterator<Item = Ruling<'a>> + 'a {
         let seen = self.first_seen.get(&node.name);
-        let read = self.read_list(pod);
         node.no_execute_taints().map(move |taint| {
             let (first, steps_then) = seen
                 .and_then(|s| s.iter().find(|(k, _, _)| *k == taint.key))
@@ -631,18 +631,22 @@ impl TaintEviction {
                 anchor = anchor.min(*kept);
             }
             // A pod whose list was cut short: what its live read found for this taint, if it has one.
-            let (list, opts, truncated) = match read.and_then(|l| Some((l.first(taint)?, l.opts))) {
+            let (list, opts, truncated) = match self.read_list(pod).and_then(|l| Some((l.first(taint)?, l.opts))) {
                 Some((first, opts)) => (first.as_slice(), opts, false),
                 None => (&pod.tolerations[..], self.cfg.match_options, pod.truncated),
             };
             let due = taints::taint_due(taint, list, opts, Some(anchor), bound, truncated);
+            let deciding = due.toleration().map(|j| &list[j]);
             // An eviction policy ([`crate::policy`]) in place of the API server's default toleration.
-            let due = match self.policy_for(pod, taint, list, due, policies) {
-                Some((_, d)) => {
-                    let t = due.toleration().map(|j| policy::substitute(&list[j], d));
-                    taints::taint_due(taint, t.as_slice(), opts, Some(anchor), bound, false)
+            let decision = deciding
+                .map(|t| policies.decide_for(pod.namespace(), &pod.policy_facts, &taint.key, t, self.cfg.api_defaults));
+            let (due, seconds, policy) = match (deciding, decision) {
+                (Some(t), Some(policy::Decision::By(p, d))) => {
+                    let t = policy::substitute(t, d);
+                    let due = taints::taint_due(taint, std::slice::from_ref(&t), opts, Some(anchor), bound, false);
+                    (due, t.toleration_seconds, Some(p))
                 }
-                None => due,
+                _ => (due, deciding.and_then(|t| t.toleration_seconds), None),
             };
             let due = match due {
                 TaintDue::Untolerated | TaintDue::NonPositive { .. } => Due::Now,
@@ -658,42 +662,8 @@ impl TaintEviction {
                 (Some(x), Due::At(t)) => Due::At(x.apply(t)),
                 (_, due) => due,
             };
-            (taint, due)
+            Ruling { taint, due, seconds, policy }
         })
-    }
-
-    /// The eviction policy that decides `taint` for `pod` in place of `due`, the toleration
-    /// `list` decides it by: only where that toleration is the API server's default.
-    fn policy_for<'p>(
-        &self,
-        pod: &SlimPod,
-        taint: &Taint,
-        list: &[Toleration],
-        due: TaintDue,
-        policies: &'p Policies,
-    ) -> Option<(&'p policy::Compiled, policy::Deadline)> {
-        let t = &list[due.toleration()?];
-        if !policy::overridable(t, &taint.key, self.cfg.api_defaults) {
-            return None;
-        }
-        match policies.decide(pod.namespace(), &pod.policy_facts, &taint.key) {
-            policy::Decision::By(p, d) => Some((p, d)),
-            _ => None,
-        }
-    }
-
-    /// The policy that decides `key`'s deadline for the taint that makes it due soonest (what
-    /// `status` names beside [`TaintEviction::cause`]).
-    pub fn decided_by(&self, key: &PodKey, taint: &TaintId, cx: Ctx<'_>) -> Option<String> {
-        let pod = cx.index.pods.get(key)?;
-        let node = cx.index.nodes.get(&*pod.node_name)?;
-        let taint = node.no_execute_taints().find(|t| t.id() == *taint)?;
-        let list = match self.read_list(pod).and_then(|l| Some((l.first(taint)?, l.opts))) {
-            Some((first, _)) => first.as_slice(),
-            None => &pod.tolerations[..],
-        };
-        let due = taints::taint_due(taint, list, self.cfg.match_options, None, None, pod.truncated);
-        self.policy_for(pod, taint, list, due, cx.policies).map(|(p, _)| p.name.to_string())
     }
 
     /// Every pod on a node with a NoExecute taint is looked at again: the eviction policies
@@ -712,32 +682,20 @@ impl TaintEviction {
         pod.bound.map(|b| if b > now { tracked.and_then(|t| t.bound_seen).unwrap_or(now) } else { b })
     }
 
-    /// Which NoExecute taint makes `key` due soonest, and the `tolerationSeconds` that decides
-    /// it (`None`: not tolerated at all): what `status` shows, from the same rule the controller
+    /// Which NoExecute taint makes `key` due soonest, the `tolerationSeconds` that decides it
+    /// (`None`: not tolerated at all), and the eviction policy that set them in place of the API
+    /// server's default, if one did: what `status` shows, from the same rule the controller
     /// follows.
-    pub fn cause(&self, key: &PodKey, cx: Ctx<'_>) -> Option<(TaintId, Option<i64>)> {
+    pub fn cause(&self, key: &PodKey, cx: Ctx<'_>) -> Option<(TaintId, Option<i64>, Option<std::sync::Arc<str>>)> {
         let pod = cx.index.pods.get(key)?;
         let node = cx.index.nodes.get(&*pod.node_name)?;
         let bound = self.bound(key, pod, cx.now);
-        let seconds_for = |taint: &Taint| {
-            let (list, opts) = match self.read_list(pod).and_then(|l| Some((l.first(taint)?, l.opts))) {
-                Some((first, opts)) => (first.as_slice(), opts),
-                None => (&pod.tolerations[..], self.cfg.match_options),
-            };
-            let due = taints::taint_due(taint, list, opts, None, None, pod.truncated);
-            match self.policy_for(pod, taint, list, due, cx.policies) {
-                Some((_, policy::Deadline::Seconds(s))) => Some(s),
-                Some((_, policy::Deadline::Never)) => None,
-                None => due.toleration().and_then(|j| list[j].toleration_seconds),
-            }
-        };
         // As [`taints::evaluate`] (and so `explain`) names it: the first taint due now, else the
         // earliest deadline and, on a tie, the toleration with the fewest seconds.
         self.taint_dues(pod, node, bound, cx.now, cx.policies)
-            .filter(|(_, due)| *due != Due::Never)
-            .map(|(taint, due)| (due, seconds_for(taint), taint))
-            .min_by_key(|(due, seconds, _)| (*due, seconds.filter(|_| *due != Due::Now)))
-            .map(|(_, seconds, taint)| (taint.id(), seconds))
+            .filter(|r| r.due != Due::Never)
+            .min_by_key(|r| (r.due, r.seconds.filter(|_| r.due != Due::Now)))
+            .map(|r| (r.taint.id(), r.seconds, r.policy.map(|p| p.name.clone())))
     }
 
     fn verdict(&self, key: &PodKey, pod: &SlimPod, cx: Ctx<'_>) -> Verdict {
@@ -754,7 +712,7 @@ impl TaintEviction {
         let bound = self.bound(key, pod, now);
         let (mut confirmed, mut unconfirmed) = (Due::Never, Due::Never);
         let mut dues: Vec<(&Taint, Due)> = Vec::new();
-        for (taint, due) in self.taint_dues(pod, node, bound, now, cx.policies) {
+        for Ruling { taint, due, .. } in self.taint_dues(pod, node, bound, now, cx.policies) {
             if due == Due::Never {
                 continue;
             }
@@ -1026,6 +984,16 @@ impl Tracked {
 }
 
 /// An event on `pod`.
+/// One NoExecute taint of a pod's node, as [`TaintEviction::taint_dues`] rules on it.
+struct Ruling<'a> {
+    taint: &'a Taint,
+    due: Due,
+    /// The `tolerationSeconds` that decides it (the policy's, where one overrides), if any.
+    seconds: Option<i64>,
+    /// The eviction policy that overrides the pod's default toleration for it.
+    policy: Option<&'a policy::Compiled>,
+}
+
 fn pod_event(pod: &SlimPod, kind: PodEventKind) -> Action {
     Action::PodEvent(PodEvent {
         namespace: pod.namespace().to_owned(),

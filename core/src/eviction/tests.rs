@@ -815,7 +815,7 @@ mod one_rule {
         // status names a cause exactly when the controller has the pod going, with the
         // seconds of the toleration explain reports.
         prop_assert_eq!(cause.is_some(), evicted || deadline.is_some());
-        if let Some((_, seconds)) = cause {
+        if let Some((_, seconds, _)) = cause {
             prop_assert_eq!(seconds, e.eviction.toleration_seconds);
         }
         Ok(())

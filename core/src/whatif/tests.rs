@@ -91,15 +91,25 @@ fn a_failure_is_previewed_through_the_zone_limiter() {
     assert_eq!(due, vec![300, 310, 320], "{:?}", got.pods);
 }
 
-/// Each pod the controller evicted in `w`, and when (whole seconds from the start).
-fn evicted_at(w: &World) -> HashMap<String, i64> {
-    w.log
+/// What `whatif` said is what the controller in `w` did: each pod it said goes within the
+/// horizon was evicted then (whole seconds from the start), and no other.
+fn agree(said: &WhatIf, w: &World) -> Result<(), TestCaseError> {
+    let done: HashMap<String, i64> = w
+        .log
         .iter()
         .filter_map(|(t, a)| match a {
             Action::EvictPod(e) => Some((e.key.to_string(), t.duration_since(ts(0.0)).as_secs())),
             _ => None,
         })
-        .collect()
+        .collect();
+    for row in &said.pods {
+        let evicted = done.get(&row.pod).copied();
+        match row.outcome {
+            "immediate" | "delayed" => prop_assert_eq!(evicted, row.in_seconds, "{}", row.pod),
+            _ => prop_assert_eq!(evicted, None, "{}", row.pod),
+        }
+    }
+    Ok(())
 }
 
 proptest! {
@@ -133,14 +143,7 @@ proptest! {
             w.update_node(node);
         }
         w.advance_to(3600.0);
-        let done = evicted_at(&w);
-        for row in &said.pods {
-            let evicted = done.get(&row.pod).copied();
-            match row.outcome {
-                "immediate" | "delayed" => prop_assert_eq!(evicted, row.in_seconds, "{}", row.pod),
-                _ => prop_assert_eq!(evicted, None, "{}", row.pod),
-            }
-        }
+        agree(&said, &w)?;
         prop_assert_eq!(said.pods.len(), seconds.len());
     }
 }
@@ -203,14 +206,7 @@ proptest! {
             w.kubelet_posts(n, "Unknown");
         }
         w.advance_to(3600.0);
-        let done = evicted_at(&w);
-        for row in &said.pods {
-            let evicted = done.get(&row.pod).copied();
-            match row.outcome {
-                "immediate" | "delayed" => prop_assert_eq!(evicted, row.in_seconds, "{}", row.pod),
-                _ => prop_assert_eq!(evicted, None, "{}", row.pod),
-            }
-        }
+        agree(&said, &w)?;
         prop_assert_eq!(said.pods.len(), pods.len());
     }
 }
