@@ -30,8 +30,7 @@ pub struct LifecycleArgs {
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub stop: usize,
     /// Seconds of steady state (once the nodes' registration taints are settled, after a 30 s
-    /// warm-up) over which the controller's CPU and RSS
-    /// are measured.
+    /// warm-up) over which the controller's CPU and RSS are measured.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub steady: u64,
     /// Seconds between two renewals of a node's Lease (the renewals are spread evenly).
