@@ -491,3 +491,85 @@ async fn mark_pods_not_ready_never_overwrites_a_fresher_status() {
         panic!("the late write landed over the fresher status:\n{m}\n{}", c.logs())
     });
 }
+
+/// Two node-write slots, and taint writes paced at one per 20 s: the new nodes' not-ready
+/// NoSchedule taints (the API server's registration taint) queue for minutes.
+const PACED: &[&str] = &["--eviction-concurrency", "2", "--node-taint-qps", "0.05", "--node-taint-burst", "1"];
+
+/// `n` Ready nodes in `zone` carrying the registration taint, as just created.
+async fn registering_nodes(s: &Scope, zone: &str, n: usize) -> Vec<String> {
+    let mut nodes = vec![];
+    for _ in 0..n {
+        nodes.push(make_node(s, zone, json!([{"key": NOT_READY, "effect": "NoSchedule"}])).await);
+    }
+    nodes
+}
+
+/// How many of `nodes` still carry the registration taint.
+async fn still_registering(s: &Scope, nodes: &[String]) -> usize {
+    let mut n = 0;
+    for name in nodes {
+        n += usize::from(taint_of(&node_now(s, name).await, NOT_READY, "NoSchedule").is_some());
+    }
+    n
+}
+
+/// Paced taint writes wait for their turn holding nothing detection needs: with the new nodes'
+/// registration taints queued at `--node-taint-qps`, a node that goes silent is still marked
+/// Unknown within its grace period (its live Lease read and its status write take the same
+/// node-write slots as taint writes; at 15,000 nodes they waited 97 s for one).
+#[tokio::test]
+async fn detection_does_not_wait_behind_paced_taint_writes() {
+    let env = shared();
+    let s = Scope::new(env, "lc-paced-detect").await;
+    let mut nodes = registering_nodes(&s, "z1", 6).await;
+    let silent = make_node(&s, "z1", json!([])).await;
+    nodes.push(silent.clone());
+    let kubelets = Kubelets::start(&s.client, &nodes).await;
+    let c = Controller::start(env, &s.scope, &flags(PACED)).await;
+    kubelets.stop(&silent);
+    let stopped = Timestamp::now();
+    let (_, at) =
+        wait_node(&s, &silent, Duration::from_secs(30), |n| ready_of(n).is_some_and(|r| r.status == "Unknown"))
+            .await
+            .unwrap_or_else(|| panic!("never marked Unknown:\n{}", c.logs()));
+    let after = secs_between(stopped, at);
+    assert!(after <= 4.5, "marked Unknown {after:.3}s after the last heartbeat, behind paced writes:\n{}", c.logs());
+    let queued = still_registering(&s, &nodes[..6]).await;
+    assert!(queued >= 3, "only {queued} registration taints left: the writes were not queued, nothing was shown");
+    let metrics = c.metrics().await;
+    let waiting = metric(&metrics, "nlc_node_taint_writes_waiting").unwrap_or_default();
+    assert!(waiting >= 3.0, "{metrics}");
+}
+
+/// A node back is untainted at once, ahead of the paced writes: removing its NoExecute taint is
+/// never paced (while it waits, its pods count down to evictions nobody wants).
+#[tokio::test]
+async fn a_node_back_is_untainted_ahead_of_paced_taint_writes() {
+    let env = shared();
+    let s = Scope::new(env, "lc-paced-back").await;
+    let mut nodes = registering_nodes(&s, "z1", 6).await;
+    let flaky = make_node(
+        &s,
+        "z1",
+        json!([{"key": NOT_READY, "effect": "NoExecute", "timeAdded": now_s()}, {"key": NOT_READY, "effect": "NoSchedule"}]),
+    )
+    .await;
+    set_condition(&s, &flaky, "Ready", "False").await;
+    nodes.push(flaky.clone());
+    let _kubelets = Kubelets::start(&s.client, &nodes).await;
+    let c = Controller::start(env, &s.scope, &flags(PACED)).await;
+    // The first registration taint goes with the burst; the rest wait in line.
+    let first =
+        eventually(Duration::from_secs(10), || async { (still_registering(&s, &nodes[..6]).await < 6).then_some(()) });
+    assert!(first.await.is_some(), "no registration taint removed:\n{}", c.logs());
+    set_condition(&s, &flaky, "Ready", "True").await;
+    let back = Timestamp::now();
+    let (_, at) = wait_node(&s, &flaky, Duration::from_secs(30), |n| taint_of(n, NOT_READY, "NoExecute").is_none())
+        .await
+        .unwrap_or_else(|| panic!("NoExecute taint never removed:\n{}", c.logs()));
+    let after = secs_between(back, at);
+    assert!(after <= 2.0, "NoExecute taint removed {after:.3}s after Ready=True, behind paced writes:\n{}", c.logs());
+    let queued = still_registering(&s, &nodes[..6]).await;
+    assert!(queued >= 3, "only {queued} registration taints left: the writes were not queued, nothing was shown");
+}

@@ -197,6 +197,20 @@ pub struct SetTaints {
     pub fence_mark: Option<crate::fence::FenceMark>,
 }
 
+impl SetTaints {
+    /// Whether `--node-taint-qps` paces this write. Two are never paced: a node's first NoExecute
+    /// taint (its zone's limiter paced it, [`Self::counted_zone`]), and a write that removes a
+    /// NoExecute taint without adding one, i.e. a node back (or a fence lifted): every moment it
+    /// waits behind a storm's paced writes, the node's pods count down to an eviction that is no
+    /// longer wanted. Upstream writes both at once as well.
+    pub fn paced(&self) -> bool {
+        let no_execute = |e: &crate::taints::Effect| *e == crate::taints::Effect::NoExecute;
+        let ends_no_execute =
+            self.remove.iter().any(|r| no_execute(&r.effect)) && !self.add.iter().any(|a| no_execute(&a.id.effect));
+        self.counted_zone.is_none() && !ends_no_execute
+    }
+}
+
 /// What an event on a node says (`node-controller`). Texts are upstream's, but for ours.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeEventKind {

@@ -550,6 +550,7 @@ pub fn lifecycle_config() -> LifecycleConfig {
         mark_pods_not_ready: true,
         check_leases: true,
         fence: Default::default(),
+        taint_pace: Default::default(),
     }
 }
 

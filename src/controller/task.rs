@@ -215,6 +215,7 @@ impl Task {
             let report = lc.lease_cache(&self.state.cache.index);
             let m = &self.metrics.lifecycle;
             m.lease_cache_stale.set(i64::from(report.waiting_for.is_some()));
+            m.taint_writes_waiting.set(lc.taint_writes_waiting() as i64);
             // A new state (a pause of everything, a new term) counts from 0 again.
             m.lease_cache_holds.inc_by(report.trips.saturating_sub(self.lease_holds.min(report.trips)));
             self.lease_holds = report.trips;

@@ -50,7 +50,8 @@ pub(crate) struct LifecycleArgs {
     #[arg(long, default_value_t = 50.0, env = "NLC_MARK_PODS_NOT_READY_QPS")]
     pub(crate) mark_pods_not_ready_qps: f64,
     /// Pace taint writes (NoSchedule taints, swaps, removals) in a storm, in writes per second;
-    /// 0 means unlimited. First NoExecute taints are paced by their zone instead.
+    /// 0 means unlimited. First NoExecute taints are paced by their zone instead; a NoExecute
+    /// taint's removal (a node back) is never paced.
     #[arg(long, default_value_t = 50.0, env = "NLC_NODE_TAINT_QPS")]
     pub(crate) node_taint_qps: f64,
     /// Burst allowed above `--node-taint-qps`.
@@ -108,10 +109,6 @@ pub(crate) struct Config {
 pub(crate) struct Pacing {
     /// `--mark-pods-not-ready-qps`.
     pub(crate) mark_pods_not_ready_qps: f64,
-    /// `--node-taint-qps` and `--node-taint-burst`: taint writes other than a node's first
-    /// NoExecute taint, which its zone paces.
-    pub(crate) node_taint_qps: f64,
-    pub(crate) node_taint_burst: u32,
 }
 
 impl LifecycleArgs {
@@ -206,8 +203,9 @@ impl LifecycleArgs {
                 max_duration: fence_max_duration,
                 remove_manual: fence_remove_manual,
             },
+            taint_pace: nlc_core::lifecycle::TaintPace { qps: node_taint_qps, burst: node_taint_burst },
         });
-        let pacing = Pacing { mark_pods_not_ready_qps, node_taint_qps, node_taint_burst };
+        let pacing = Pacing { mark_pods_not_ready_qps };
         Ok(Config { decisions, pacing, config_file })
     }
 }

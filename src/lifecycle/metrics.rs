@@ -37,6 +37,8 @@ pub(crate) struct LifecycleMetrics {
     pub(crate) oldest_fence: Gauge,
     /// Pods terminating on nodes that are not `Ready` (`status`'s TERMINATING column, summed).
     pub(crate) terminating_on_not_ready: Gauge,
+    /// Nodes whose taint write waits for its turn at `--node-taint-qps`.
+    pub(crate) taint_writes_waiting: Gauge,
 }
 
 /// Whose.
@@ -72,6 +74,7 @@ impl Default for LifecycleMetrics {
             fenced: Family::default(),
             oldest_fence: Gauge::default(),
             terminating_on_not_ready: Gauge::default(),
+            taint_writes_waiting: Gauge::default(),
         }
     }
 }
@@ -123,6 +126,11 @@ impl LifecycleMetrics {
             "nlc_pods_marked_not_ready",
             "Pods whose Ready condition was set to False because their node stopped being ready",
             m.pods_marked_not_ready.clone(),
+        );
+        registry.register(
+            "nlc_node_taint_writes_waiting",
+            "Nodes whose taint write waits for its turn at --node-taint-qps (a NoExecute taint's removal and a zone's first NoExecute taint never wait)",
+            m.taint_writes_waiting.clone(),
         );
         registry.register(
             "nlc_lease_cache_stale",

@@ -1,6 +1,7 @@
 //! A zone's NoExecute tainting limiter: a governor token bucket (burst 1, starting full, as
 //! upstream's `NewTokenBucketRateLimiter(qps, 1)`) driven by the `now` the pure code is given,
-//! so tests run on a fake clock and the I/O loop knows when to wake up.
+//! so tests run on a fake clock and the I/O loop knows when to wake up. The same bucket, with a
+//! burst, paces taint writes (`--node-taint-qps`, `super::pace`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +35,7 @@ type Bucket = RateLimiter<NotKeyed, InMemoryState, SetClock, NoOpMiddleware<Nano
 
 pub struct ZoneLimiter {
     qps: f64,
+    burst: u32,
     bucket: Option<Bucket>,
     clock: SetClock,
 }
@@ -44,13 +46,18 @@ impl std::fmt::Debug for ZoneLimiter {
     }
 }
 
-fn bucket(qps: f64, clock: &SetClock) -> Option<Bucket> {
-    Some(RateLimiter::direct_with_clock(crate::time::quota(qps, 1)?, clock.clone()))
+fn bucket(qps: f64, burst: u32, clock: &SetClock) -> Option<Bucket> {
+    Some(RateLimiter::direct_with_clock(crate::time::quota(qps, burst)?, clock.clone()))
 }
 
 impl ZoneLimiter {
     pub fn new(qps: f64, clock: SetClock) -> Self {
-        Self { qps, bucket: bucket(qps, &clock), clock }
+        Self::with_burst(qps, 1, clock)
+    }
+
+    /// `burst` tokens, starting full.
+    pub fn with_burst(qps: f64, burst: u32, clock: SetClock) -> Self {
+        Self { qps, burst, bucket: bucket(qps, burst, &clock), clock }
     }
 
     /// Takes a token if one is available at `now`; otherwise says when the next one will be
@@ -70,7 +77,7 @@ impl ZoneLimiter {
     /// The same rate on a new clock (after the wall clock stepped), starting full: a backward
     /// step would otherwise leave the old bucket empty for the size of the step.
     pub fn rebuilt(&self, clock: SetClock) -> Self {
-        Self::new(self.qps, clock)
+        Self::with_burst(self.qps, self.burst, clock)
     }
 
     /// Upstream's `SwapLimiter`: a new bucket at `qps` (0 stops the zone); if the old one had no
@@ -82,7 +89,7 @@ impl ZoneLimiter {
         self.clock.set(now);
         let old_empty = self.try_take(now).is_err();
         self.qps = qps;
-        self.bucket = bucket(qps, &self.clock);
+        self.bucket = bucket(qps, self.burst, &self.clock);
         if old_empty && let Some(b) = &self.bucket {
             let _ = b.check();
         }

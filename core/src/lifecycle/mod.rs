@@ -9,9 +9,10 @@
 //!   the stale view meanwhile.
 //! - Taints follow the node's *effective* conditions (a silent node's monitored conditions count
 //!   as `Unknown` from the moment its grace runs out) through the configured rules. NoSchedule
-//!   taints and removals are written at once; a node's first NoExecute taint waits for its zone's
-//!   token bucket, whose rate follows the zone's state; a not-ready <-> unreachable swap is at
-//!   once and keeps the replaced taint's `timeAdded` ("not Ready since"). When every zone is in
+//!   taints and removals are paced by `--node-taint-qps` (`pace`), except a NoExecute taint's
+//!   removal, which goes at once; a node's first NoExecute taint waits for its zone's token
+//!   bucket, whose rate follows the zone's state; a not-ready <-> unreachable swap is at once
+//!   and keeps the replaced taint's `timeAdded` ("not Ready since"). When every zone is in
 //!   FullDisruption the control plane is the likely fault: the Ready-derived NoExecute taints are
 //!   removed and no NoExecute taint is added until some node is ready again, when every node gets
 //!   a fresh grace period.
@@ -26,14 +27,15 @@
 //!
 //! Its parts: `nodes` (heartbeats, grace periods, writes and their backoff per node), `plan`
 //! (what a node's taints should become, and the gate), `zones` (zone states, limiters and
-//! queues, the all-zones outage), `marks` (MarkPodsNotReady), `fences` (fencing a node confirmed
-//! off, docs/spec.md §15).
+//! queues, the all-zones outage), `pace` (the line of paced taint writes), `marks`
+//! (MarkPodsNotReady), `fences` (fencing a node confirmed off, docs/spec.md §15).
 
 mod consistency;
 mod fences;
 pub mod limiter;
 mod marks;
 mod nodes;
+mod pace;
 mod plan;
 mod zones;
 
@@ -60,6 +62,8 @@ use consistency::LeaseHold;
 use fences::{Fences, Seen, Step};
 use marks::Marks;
 use nodes::Nodes;
+use pace::Pace;
+pub use pace::TaintPace;
 use plan::Judge;
 pub use zones::ZoneReport;
 use zones::{Outage, Zones};
@@ -80,6 +84,8 @@ pub struct Config {
     pub check_leases: bool,
     /// Fencing a node confirmed off (`--fence-*`, [`crate::fence`]).
     pub fence: crate::fence::Config,
+    /// `--node-taint-qps` / `--node-taint-burst` (`pace`).
+    pub taint_pace: TaintPace,
 }
 
 /// First delay and cap of the per-node backoff after a failed write (and of MarkPodsNotReady
@@ -105,6 +111,8 @@ pub struct NodeLifecycle {
     fences: Fences,
     /// The operator paused evictions: no new fence either (docs/spec.md §11, §15).
     evictions_paused: bool,
+    /// Paced taint writes waiting for their turn.
+    pace: Pace,
 }
 
 impl NodeLifecycle {
@@ -119,6 +127,7 @@ impl NodeLifecycle {
         Self {
             zones: Zones::new(cfg.rates, cfg.unhealthy_zone_threshold),
             nodes: Nodes::new(cfg.grace, cfg.check_leases),
+            pace: Pace::new(cfg.taint_pace),
             cfg,
             managed,
             marks: Marks::default(),
@@ -239,6 +248,7 @@ impl NodeLifecycle {
 
     pub fn node_removed(&mut self, old: &SlimNode, out: &mut Vec<Action>) {
         self.fences.forget(&old.name);
+        self.pace.leave(&old.name);
         if self.nodes.remove(&old.name) {
             self.zones.dequeue(&old.name);
             if old.selected {
@@ -373,6 +383,7 @@ impl NodeLifecycle {
     /// rather than being judged by it.
     pub fn clock_stepped(&mut self, now: Timestamp) {
         self.zones.clock_stepped();
+        self.pace.clock_stepped();
         self.nodes.fresh_grace(now, Probe::restart);
         if self.next_pass.is_some() {
             self.next_pass = Some(after(now, self.cfg.monitor_period));
@@ -429,6 +440,21 @@ impl NodeLifecycle {
             self.update_zones(cx, out);
         }
         self.drain_zone_queues(cx, out);
+        self.drain_paced(cx, out);
+    }
+
+    /// The paced taint writes whose turn has come ([`Pace`]), each planned from the node as it
+    /// is now.
+    fn drain_paced(&mut self, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        while let Some(name) = self.pace.next_due(cx.now) {
+            self.reconcile(&name, cx, out);
+            self.pace.end_turn();
+        }
+    }
+
+    /// How many nodes' taint writes wait for their turn at `--node-taint-qps`.
+    pub fn taint_writes_waiting(&self) -> usize {
+        self.pace.waiting()
     }
 
     pub fn next_wakeup(&mut self) -> Option<Timestamp> {
@@ -439,7 +465,10 @@ impl NodeLifecycle {
         // input), not for a time.
         let zones = if self.nodes.reading() { None } else { self.zones.next_wakeup() };
         let fences = self.fences.next_wakeup(self.cfg.fence.delay);
-        [self.nodes.next_wakeup(), self.marks.next_wakeup(), zones, fences, self.next_pass].into_iter().flatten().min()
+        [self.nodes.next_wakeup(), self.marks.next_wakeup(), zones, fences, self.pace.next_wakeup(), self.next_pass]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn reconcile_all(&mut self, cx: Ctx<'_>, out: &mut Vec<Action>) {
@@ -514,10 +543,7 @@ impl NodeLifecycle {
         }
         let fence_mark = step.mark(node);
         if !add.is_empty() || !remove.is_empty() || fence_mark.is_some() {
-            if let Some(st) = self.nodes.get_mut(name) {
-                st.writing = true;
-            }
-            out.push(Action::SetTaints(SetTaints {
+            let write = SetTaints {
                 node: name.to_owned(),
                 resource_version: node.resource_version.clone(),
                 current: node.taints.clone(),
@@ -525,7 +551,22 @@ impl NodeLifecycle {
                 remove,
                 counted_zone: None,
                 fence_mark,
-            }));
+            };
+            // A paced write not let through waits in line, the node not busy meanwhile.
+            let go = if write.paced() {
+                self.pace.admit(name, now)
+            } else {
+                self.pace.leave(name);
+                true
+            };
+            if go {
+                if let Some(st) = self.nodes.get_mut(name) {
+                    st.writing = true;
+                }
+                out.push(Action::SetTaints(write));
+            }
+        } else {
+            self.pace.leave(name);
         }
         self.set_queued(name, &node.zone, !plan.add_limited.is_empty() && !self.zones.all_disrupted());
     }

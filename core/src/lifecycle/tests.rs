@@ -4,7 +4,7 @@
 use jiff::Timestamp;
 
 use super::*;
-use crate::action::{Action, MarkPodNotReady, MarkResult, NodeWriteResult, Op};
+use crate::action::{Action, MarkPodNotReady, MarkResult, NodeWriteResult, Op, SetTaints};
 use crate::cache::WatchEvent;
 use crate::ctx::Gate;
 use crate::fixtures::{
@@ -76,6 +76,21 @@ fn kubelet_not_ready_gives_not_ready_taints_and_recovery_removes_them() {
     w.advance_to(3.0);
     w.kubelet_posts("n0", "True");
     assert!(w.node("n0").taints.is_empty(), "{:?}", w.node("n0").taints);
+    // --node-taint-qps paces the NoSchedule taint, not the zone's NoExecute one nor the
+    // recovery that removes it.
+    let writes: Vec<&SetTaints> = w
+        .log
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Action::SetTaints(s) if s.node == "n0" => Some(s),
+            _ => None,
+        })
+        .collect();
+    let paced = |f: &dyn Fn(&SetTaints) -> bool| writes.iter().find(|s| f(s)).map(|s| s.paced());
+    let no_execute = |e: &Effect| *e == Effect::NoExecute;
+    assert_eq!(paced(&|s| s.add.iter().any(|a| !no_execute(&a.id.effect))), Some(true), "{writes:?}");
+    assert_eq!(paced(&|s| s.counted_zone.is_some()), Some(false), "{writes:?}");
+    assert_eq!(paced(&|s| s.remove.iter().any(|r| no_execute(&r.effect))), Some(false), "{writes:?}");
 }
 
 #[test]
@@ -103,7 +118,9 @@ fn not_ready_to_unreachable_is_swapped_at_once() {
         Action::SetTaints(s) if s.add.iter().any(|a| a.id.key == keys::UNREACHABLE) => Some(s.clone()),
         _ => None,
     });
-    assert_eq!(swap.and_then(|s| s.counted_zone), None, "a swap does not go through the limiter");
+    let swap = swap.expect("a swap");
+    assert_eq!(swap.counted_zone, None, "a swap does not go through the limiter");
+    assert!(swap.paced(), "a swap keeps a NoExecute taint: paced as any other write");
 }
 
 #[test]
@@ -1080,4 +1097,51 @@ fn a_pending_fence_is_reported_with_its_signal_and_since_when() {
     );
     assert_eq!(w.lc().fence_standing(w.node("n1"), index, w.now), Some(crate::fence::Standing::AwaitingSignal));
     assert_eq!(w.lc().fence_standing(w.node("n2"), index, w.now), None);
+}
+
+/// `--node-taint-qps`: new nodes' registration taints go a burst, then one a token, in order of
+/// arrival. A node waiting in line is not busy: it is marked `Unknown` the moment its grace runs
+/// out, and once back it loses its NoExecute taint at once, ahead of the line.
+#[test]
+fn paced_taint_writes_wait_in_line_without_holding_up_detection_or_recovery() {
+    let mut c = cfg();
+    c.taint_pace = TaintPace { qps: 0.1, burst: 2 };
+    let registering =
+        Taint { key: keys::NOT_READY.into(), value: String::new(), effect: Effect::NoSchedule, time_added: None };
+    let nodes: Vec<SlimNode> =
+        (0..10).map(|i| node(&format!("n{i}")).zone("a").taint(registering.clone()).build()).collect();
+    let mut w = World::new(c, nodes, vec![]);
+    let removals = |w: &World, until: f64| {
+        w.log
+            .iter()
+            .filter(|(t, e)| {
+                *t <= ts(until)
+                    && matches!(e, Action::SetTaints(s) if s.remove.iter().any(|r| r.key == keys::NOT_READY && r.effect == Effect::NoSchedule))
+            })
+            .count()
+    };
+    assert_eq!(removals(&w, 0.0), 2, "the burst");
+    assert_eq!(w.lc().taint_writes_waiting(), 8);
+    let live: Vec<String> = (1..10).map(|i| format!("n{i}")).collect();
+    let live: Vec<&str> = live.iter().map(String::as_str).collect();
+    w.heartbeat(&live, 0.0, 45.0);
+    assert_eq!(removals(&w, 45.0), 6, "then one every 10 s");
+    // n0 went silent at 0: marked Unknown at 50 whether or not its own write still waits.
+    w.heartbeat(&live, 50.0, 50.0);
+    let marked = w.log.iter().find_map(|(t, e)| matches!(e, Action::SetConditions(s) if s.node == "n0").then_some(*t));
+    assert_eq!(marked, Some(ts(50.0)));
+    assert!(w.has_taint("n0", keys::UNREACHABLE, Effect::NoExecute), "its zone's token: not paced");
+    assert!(w.lc().taint_writes_waiting() >= 3, "the line is still there");
+    // Back at 55: the NoExecute taint goes at once.
+    w.advance_to(55.0);
+    w.renew_lease("n0");
+    w.kubelet_posts("n0", "True");
+    assert!(!w.has_taint("n0", keys::UNREACHABLE, Effect::NoExecute), "{:?}", w.node("n0").taints);
+    assert!(w.lc().taint_writes_waiting() >= 2, "ahead of the line");
+    // The line drains; every node ends without a managed taint.
+    w.heartbeat(&["n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9"], 60.0, 150.0);
+    assert_eq!(w.lc().taint_writes_waiting(), 0);
+    for i in 0..10 {
+        assert!(w.node(&format!("n{i}")).taints.is_empty(), "n{i}: {:?}", w.node(&format!("n{i}")).taints);
+    }
 }

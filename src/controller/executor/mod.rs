@@ -67,9 +67,6 @@ pub(crate) struct ExecutorConfig {
     pub(crate) api_limiter: Option<Arc<DefaultDirectRateLimiter>>,
     /// Evictions carried out at once: the number of eviction workers.
     pub(crate) concurrency: usize,
-    /// Pace taint writes other than a node's first NoExecute taint, which its zone paces
-    /// (`--node-taint-qps`).
-    pub(crate) taint_limiter: Option<Arc<DefaultDirectRateLimiter>>,
     /// Pace MarkPodsNotReady (`--mark-pods-not-ready-qps`).
     pub(crate) mark_pods_limiter: Option<Arc<DefaultDirectRateLimiter>>,
     /// The `reportingInstance` of events (the pod name in a cluster).
@@ -94,12 +91,11 @@ impl ExecutorConfig {
     ) -> Self {
         let &Requests { kube_api_qps, kube_api_burst, write_timeout, wire } = requests;
         let &eviction::Pacing { pod_eviction_qps, pod_eviction_burst, concurrency, node_read, events } = eviction;
-        let &lifecycle::args::Pacing { mark_pods_not_ready_qps, node_taint_qps, node_taint_burst } = lifecycle;
+        let &lifecycle::args::Pacing { mark_pods_not_ready_qps } = lifecycle;
         Self {
             eviction_limiter: limiter(pod_eviction_qps, pod_eviction_burst),
             api_limiter: limiter(kube_api_qps, kube_api_burst),
             concurrency: concurrency.max(1),
-            taint_limiter: limiter(node_taint_qps, node_taint_burst),
             // One second's worth of MarkPodsNotReady at once, as upstream's workers do.
             mark_pods_limiter: limiter(mark_pods_not_ready_qps, (mark_pods_not_ready_qps.ceil() as u32).max(1)),
             instance,

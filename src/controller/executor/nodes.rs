@@ -172,19 +172,13 @@ impl Inner {
 
     /// Applies a taint change to the node's live list and writes the whole list with the
     /// node's resourceVersion (never a forced apply); on conflict, re-reads and tries again.
+    /// `--node-taint-qps` is the core's: a write comes here when its turn has come.
     pub(super) async fn set_taints(&self, w: &SetTaints) -> NodeWriteResult {
         let Ok(_permit) = self.node_permits.acquire().await else {
             return NodeWriteResult::Failed("executor closed".into());
         };
-        if w.counted_zone.is_none()
-            && let Some(l) = &self.cfg.taint_limiter
-        {
-            l.until_ready().await;
-        }
-        // Boxed: a task waiting above for its permit or its turn at --node-taint-qps would
-        // otherwise hold room for the whole request's state from the start. A new cluster's
-        // not-ready NoSchedule taints are removed at 50 a second; at 5,000 nodes the waiting
-        // tasks held 19.4 MB (heaptrack, 3.9 KB each), a fifth of the RSS.
+        // Boxed: a task waiting above for its permit would otherwise hold room for the whole
+        // request's state from the start.
         Box::pin(self.write_taints(w)).await
     }
 
