@@ -39,6 +39,12 @@ pub struct LifecycleArgs {
     /// The controller's --node-monitor-grace-period (a Go duration: 50s, 1m30s).
     #[arg(long, value_name = "DUR", default_value = "50s", value_parser = GoDuration::parse)]
     pub grace: GoDuration,
+    /// Stop the heartbeats one lease period after the controller is ready, while it is still
+    /// taking the new nodes' registration taints off (at `--node-taint-qps`): no settling, no
+    /// steady state.
+    /// Detection with thousands of taint writes waiting; the report counts them at the stop.
+    #[arg(long)]
+    pub stop_at_start: bool,
     /// Seconds, from the first silent node marked Unknown, over which the `unreachable`
     /// NoExecute taints are watched: their rate is the zone limiter's (upstream's default
     /// 0.1 nodes/s per healthy zone).
@@ -87,20 +93,32 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
     let mut ctl = start_controller(cp, &args.under_test, &flags).await?;
     // The API server gives every new node `not-ready:NoSchedule` (TaintNodesByCondition) and the
     // controller takes it off each Ready node: 15,000 node writes at 15,000 nodes. Not a steady
-    // state: the window opens once they are done.
-    let settled_s = settled(&client, Duration::from_secs(900)).await?;
-    eprintln!("bench: the controller settled the nodes' registration taints in {settled_s:.1}s");
-    tokio::time::sleep(Duration::from_secs(30)).await;
-    let profile = Profile::start(args.under_test.profile.as_deref(), ctl.pid)?;
-    let steady = measure_steady(&ctl, &heartbeats, Duration::from_secs(args.steady)).await;
-    if let Some(p) = profile {
-        p.finish()?;
-    }
+    // state: the window opens once they are done (unless --stop-at-start).
+    let (settled_s, steady) = if args.stop_at_start {
+        // One lease period first: every node has renewed since the controller saw it, so that
+        // its grace runs from that renewal and not from the controller's start.
+        tokio::time::sleep(Duration::from_secs(args.lease_period + 5)).await;
+        (None, None)
+    } else {
+        let settled_s = settled(&client, Duration::from_secs(900)).await?;
+        eprintln!("bench: the controller settled the nodes' registration taints in {settled_s:.1}s");
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let profile = Profile::start(args.under_test.profile.as_deref(), ctl.pid)?;
+        let steady = measure_steady(&ctl, &heartbeats, Duration::from_secs(args.steady)).await;
+        if let Some(p) = profile {
+            p.finish()?;
+        }
+        (Some(settled_s), Some(steady))
+    };
 
     // The node watch that times detection, its initial list in before any heartbeat stops (the
     // measured window); then stop STOP nodes' heartbeats and watch for Ready=Unknown.
     let (stream, listed_s) = synced_node_watch(&client).await?;
     eprintln!("bench: the node watch's initial list took {listed_s:.2}s");
+    let registering_at_stop = if args.stop_at_start { Some(registering(&client).await?) } else { None };
+    if let Some(n) = registering_at_stop {
+        eprintln!("bench: {n} nodes still carry their registration taint at the stop");
+    }
     let stopped: Vec<usize> = (0..args.stop.min(nodes.len())).map(|i| i * nodes.len() / args.stop.max(1)).collect();
     heartbeats.stop(&stopped);
     tokio::time::sleep(Duration::from_millis(200)).await; // let in-flight renewals land
@@ -123,22 +141,27 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
         (Some(a), Some(b)) if tainted.len() > 1 => (tainted.len() - 1) as f64 / b.duration_since(*a).as_secs_f64(),
         _ => f64::NAN,
     };
+    let peak_rss_mb = steady.as_ref().map_or_else(|| ctl.peak_rss_mb(), |s| s.peak_rss_mb);
     let _ = ctl.child.kill().await;
     Ok(json!({
         "benchmark": "lifecycle",
         "controller": args.under_test.describe("kube-controller-manager node-lifecycle-controller"),
         "upstream": args.under_test.upstream, "controller_flags": args.under_test.extra,
         "nodes": args.nodes, "lease_period_s": args.lease_period, "grace": args.grace.text,
-        "steady_seconds": steady.seconds, "lease_renewals_per_s": steady.renewals_per_s,
-        "lease_renewals_skipped": steady.renewals_skipped,
-        "steady_cpu_s": steady.cpu_s, "steady_cpu_cores": steady.cpu_s / steady.seconds,
-        "rss_mb_max_sample": steady.rss_mb_max_sample, "peak_rss_mb": steady.peak_rss_mb,
+        "steady_seconds": steady.as_ref().map(|s| s.seconds),
+        "lease_renewals_per_s": steady.as_ref().map(|s| s.renewals_per_s),
+        "lease_renewals_skipped": steady.as_ref().map(|s| s.renewals_skipped),
+        "steady_cpu_s": steady.as_ref().map(|s| s.cpu_s),
+        "steady_cpu_cores": steady.as_ref().map(|s| s.cpu_s / s.seconds),
+        "rss_mb_max_sample": steady.as_ref().map(|s| s.rss_mb_max_sample),
+        "peak_rss_mb": peak_rss_mb,
         "stopped": wanted.len(), "detected": unknown_at.len(),
         "detection_delay_after_grace_s": {"p50": percentile(&delays, 50.0), "p99": percentile(&delays, 99.0),
                                           "max": delays.last().copied().unwrap_or(f64::NAN), "min": delays.first().copied().unwrap_or(f64::NAN)},
         "taint_window_s": args.taint_window, "tainted_in_window": tainted.len(), "noexecute_taints_per_s": taint_rate,
         "observer": {"initial_list_s": listed_s, "relists_in_window": relists},
         "registration_taints_settled_s": settled_s,
+        "stop_at_start": args.stop_at_start, "registration_taints_at_stop": registering_at_stop,
     }))
 }
 
@@ -146,19 +169,9 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
 /// (each Ready node's is the controller's to remove); how long it took. Lists from the watch
 /// cache every 5 s: only before the measured window.
 async fn settled(client: &kube::Client, limit: Duration) -> Result<f64> {
-    let nodes: Api<Node> = Api::all(client.clone());
     let start = Instant::now();
     loop {
-        let list = nodes.list(&kube::api::ListParams::default().match_any()).await?;
-        let tainted = list
-            .items
-            .iter()
-            .filter(|n| {
-                n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|t| {
-                    t.iter().any(|t| t.key == "node.kubernetes.io/not-ready" && t.effect == "NoSchedule")
-                })
-            })
-            .count();
+        let tainted = registering(client).await?;
         if tainted == 0 {
             return Ok(start.elapsed().as_secs_f64());
         }
@@ -169,6 +182,23 @@ async fn settled(client: &kube::Client, limit: Duration) -> Result<f64> {
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
+}
+
+/// How many nodes carry the registration taint `node.kubernetes.io/not-ready:NoSchedule` (a list
+/// from the watch cache).
+async fn registering(client: &kube::Client) -> Result<usize> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let list = nodes.list(&kube::api::ListParams::default().match_any()).await?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| t.iter().any(|t| t.key == "node.kubernetes.io/not-ready" && t.effect == "NoSchedule"))
+        })
+        .count())
 }
 
 impl Drop for Heartbeats {

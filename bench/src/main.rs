@@ -31,7 +31,7 @@
 //! ```text
 //! bench eviction [--nodes N] [--pods N] [--target N] [--lease-period SECS] [--controller BIN | --upstream]
 //!                [-- CONTROLLER FLAGS]
-//! bench lifecycle [--nodes N] [--stop N] [--steady SECS] [--lease-period SECS] [--grace DUR]
+//! bench lifecycle [--nodes N] [--stop N] [--steady SECS | --stop-at-start] [--lease-period SECS] [--grace DUR]
 //!                 [--controller BIN | --upstream] [-- CONTROLLER FLAGS]
 //! bench webhook [--connections N] [--steady SECS] [--all-plugins | --rules N] [--controller BIN]
 //! bench eviction --floor [--floor-wire protobuf|json] [--floor-http2] [--nodes N] [--pods N] [--target N]
