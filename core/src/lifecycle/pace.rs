@@ -33,10 +33,10 @@ impl Default for TaintPace {
 /// The line: nodes in order of arrival, each at most once.
 #[derive(Debug)]
 pub(super) struct Pace {
-    cfg: TaintPace,
     /// `None`: unlimited.
     limiter: Option<ZoneLimiter>,
-    /// In order of arrival; a name no longer in `waiting` has left (skipped when it comes up).
+    /// In order of arrival; a name no longer in `waiting` has left (skipped when it comes up;
+    /// one that left and came back before then keeps that earlier place).
     line: VecDeque<String>,
     waiting: HashSet<String>,
     /// The node whose turn it is, while its write is planned.
@@ -48,17 +48,12 @@ pub(super) struct Pace {
 impl Pace {
     pub(super) fn new(cfg: TaintPace) -> Self {
         Self {
-            cfg,
-            limiter: Self::limiter(cfg),
+            limiter: (cfg.qps > 0.0).then(|| ZoneLimiter::with_burst(cfg.qps, cfg.burst, SetClock::default())),
             line: VecDeque::new(),
             waiting: HashSet::new(),
             turn: None,
             wake_at: None,
         }
-    }
-
-    fn limiter(cfg: TaintPace) -> Option<ZoneLimiter> {
-        (cfg.qps > 0.0).then(|| ZoneLimiter::with_burst(cfg.qps, cfg.burst, SetClock::default()))
     }
 
     /// Whether `node`'s paced write may go now: it is the node's turn, or nobody waits and
@@ -85,7 +80,10 @@ impl Pace {
 
     /// `node` wants no paced write any more (written unpaced, gone): it leaves the line.
     pub(super) fn leave(&mut self, node: &str) {
-        self.waiting.remove(node);
+        // Called for every node judged with nothing to write: no hashing while nobody waits.
+        if !self.waiting.is_empty() {
+            self.waiting.remove(node);
+        }
     }
 
     /// The next node whose turn has come, a token taken for it; `None` when nobody waits or
@@ -131,7 +129,7 @@ impl Pace {
 
     /// The wall clock stepped: a new bucket (starting full) on a new clock, as the zones'.
     pub(super) fn clock_stepped(&mut self) {
-        self.limiter = Self::limiter(self.cfg);
+        self.limiter = self.limiter.as_ref().map(|l| l.rebuilt(SetClock::default()));
         self.wake_at = None;
     }
 }
