@@ -573,3 +573,36 @@ async fn a_node_back_is_untainted_ahead_of_paced_taint_writes() {
     let queued = still_registering(&s, &nodes[..6]).await;
     assert!(queued >= 3, "only {queued} registration taints left: the writes were not queued, nothing was shown");
 }
+
+/// The Lease watch lets renewals gather for 50 ms before it reads on, and must still read them
+/// as fast as they come: a first version read one event per pause, fell seconds behind at 100
+/// renewals a second, and judged silences from renewals seen late (at 1,000 nodes it marked
+/// the silent nodes 12 to 16 s after their grace ran out).
+#[tokio::test]
+async fn the_lease_watch_keeps_up_with_renewals_while_it_lingers() {
+    let env = shared();
+    let s = Scope::new(env, "lc-linger").await;
+    let mut nodes = vec![];
+    for _ in 0..80 {
+        nodes.push(make_node(&s, "z1", json!([])).await);
+    }
+    // 80 Leases renewed one after another, then 500 ms of rest: about 100 renewals a second.
+    let kubelets = Kubelets::start(&s.client, &nodes).await;
+    let c = Controller::start(env, &s.scope, &flags(&[])).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    kubelets.stop(&nodes[0]);
+    let stopped = Timestamp::now();
+    let (_, at) =
+        wait_node(&s, &nodes[0], Duration::from_secs(20), |n| ready_of(n).is_some_and(|r| r.status == "Unknown"))
+            .await
+            .unwrap_or_else(|| panic!("never marked Unknown:\n{}", c.logs()));
+    let after = secs_between(stopped, at);
+    // Its last renewal was at most about a second before `stopped`; grace 3 s.
+    assert!(after <= 4.5, "marked Unknown {after:.3}s after its renewals stopped:\n{}", c.logs());
+    let metrics = c.metrics().await;
+    assert_eq!(metric(&metrics, "nlc_lease_cache_holds_total"), Some(0.0), "the Lease cache fell behind:\n{metrics}");
+    for n in &nodes[1..] {
+        let ready = ready_of(&node_now(&s, n).await).map(|r| r.status);
+        assert_eq!(ready.as_deref(), Some("True"), "{n}, renewing, was judged silent:\n{}", c.logs());
+    }
+}

@@ -346,6 +346,7 @@ fn spawn_watches(
             format,
             resource: "nodes",
             stall: Some(node_stall),
+            linger: None,
         },
         move |n: &WireNode| {
             w.node(&n.0);
@@ -364,6 +365,7 @@ fn spawn_watches(
             format,
             resource: "pods",
             stall: None,
+            linger: None,
         },
         move |p: &WirePod| {
             w.pod(&p.0);
@@ -391,7 +393,14 @@ fn spawn_watches(
     }
     let api = Api::<WireLease>::namespaced(client, NODE_LEASE_NAMESPACE);
     let lease = |l: &WireLease| SlimLease::from(&l.0);
-    let leases = watch::Watched { api, config: all(), format, resource: "leases", stall: Some(stall) };
+    let leases = watch::Watched {
+        api,
+        config: all(),
+        format,
+        resource: "leases",
+        stall: Some(stall),
+        linger: Some(watch::LEASE_LINGER),
+    };
     let leases = watch::run(leases, lease, Input::Lease, t, m);
     spawn_until_shutdown(rt, "watch-leases", leases);
 }

@@ -6,6 +6,7 @@
 //! keeps what it had, so that a misread never removes a node or a pod's toleration.
 
 use std::fmt::Debug;
+use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Resource;
@@ -57,7 +58,21 @@ pub(crate) struct Watched<K: Resource> {
     pub(crate) resource: &'static str,
     /// How long it may stay silent before it is started again.
     pub(crate) stall: Option<Stall>,
+    /// After an event once the list is in, how long to let more gather before reading on
+    /// ([`LEASE_LINGER`]); `None` reads each event as it comes.
+    pub(crate) linger: Option<Duration>,
 }
+
+/// How long the Lease watch lets renewals gather after one arrived, once its list is in: at
+/// 375 renewals a second (15,000 nodes) each one woke the watch, the connection and the
+/// controller task, and the two worker threads' parking and waking was 30 % of the settled
+/// steady state's CPU. A renewal seen 50 ms late moves nothing: a node is only judged silent
+/// when its grace period (tens of seconds) has run out, and by default only after a live read
+/// of its Lease.
+pub(crate) const LEASE_LINGER: Duration = Duration::from_millis(50);
+
+/// After a linger, the watch reads on until nothing has come for this long.
+const DRAINED: Duration = Duration::from_millis(1);
 
 /// Runs until the receiver is dropped.
 pub(crate) async fn run<K, S, I>(
@@ -70,20 +85,50 @@ pub(crate) async fn run<K, S, I>(
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + Decoded + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let Watched { api, config, format, resource, stall } = watched;
+    let Watched { api, config, format, resource, stall, linger } = watched;
     let mut events = std::pin::pin!(stream_as(api, config, format, resource, metrics, stall));
-    while let Some(item) = events.next().await {
+    // The list is in (a list is never slowed by the linger).
+    let mut listed = false;
+    // Reading what arrived while the watch lingered, until a millisecond passes with nothing.
+    let mut draining = false;
+    loop {
+        let item = if draining {
+            // Not `now_or_never`: the next event may still be in the connection's task (one
+            // HTTP chunk per event), which must get to run; a watch that read one event per
+            // linger fell seconds behind.
+            match tokio::time::timeout(DRAINED, events.next()).await {
+                Ok(item) => item,
+                Err(_) => {
+                    draining = false;
+                    continue;
+                }
+            }
+        } else {
+            events.next().await
+        };
+        let Some(item) = item else { return };
         let ev = match item {
-            Item::Event(ev) => match map_event(ev, &key_of::<K>, &slim) {
-                Some(ev) => ev,
-                None => continue,
-            },
+            Item::Event(ev) => {
+                match ev {
+                    watcher::Event::Init => listed = false,
+                    watcher::Event::InitDone => listed = true,
+                    _ => {}
+                }
+                match map_event(ev, &key_of::<K>, &slim) {
+                    Some(ev) => ev,
+                    None => continue,
+                }
+            }
             // How far the watch has read: the Lease cache's hold waits for it (docs/spec.md §3).
             Item::Bookmark(rv) => WatchEvent::Progress(rv),
             Item::Failed(_) => continue,
         };
         if tx.send(wrap(ev)).await.is_err() {
             return;
+        }
+        if let Some(linger) = linger.filter(|_| listed && !draining) {
+            tokio::time::sleep(linger).await;
+            draining = true;
         }
     }
 }
