@@ -492,37 +492,42 @@ async fn mark_pods_not_ready_never_overwrites_a_fresher_status() {
     });
 }
 
-/// Two node-write slots, and taint writes paced at one per 20 s: the new nodes' not-ready
-/// NoSchedule taints (the API server's registration taint) queue for minutes.
+const MEMORY_PRESSURE: &str = "node.kubernetes.io/memory-pressure";
+
+/// Two node-write slots, and taint writes paced at one per 20 s: taints to add (nodes under
+/// memory pressure) queue for minutes.
 const PACED: &[&str] = &["--eviction-concurrency", "2", "--node-taint-qps", "0.05", "--node-taint-burst", "1"];
 
-/// `n` Ready nodes in `zone` carrying the registration taint, as just created.
-async fn registering_nodes(s: &Scope, zone: &str, n: usize) -> Vec<String> {
+/// `n` nodes under memory pressure: each needs its `memory-pressure:NoSchedule` taint added, a
+/// paced write.
+async fn pressed_nodes(s: &Scope, zone: &str, n: usize) -> Vec<String> {
     let mut nodes = vec![];
     for _ in 0..n {
-        nodes.push(make_node(s, zone, json!([{"key": NOT_READY, "effect": "NoSchedule"}])).await);
+        let node = make_node(s, zone, json!([])).await;
+        set_condition(s, &node, "MemoryPressure", "True").await;
+        nodes.push(node);
     }
     nodes
 }
 
-/// How many of `nodes` still carry the registration taint.
-async fn still_registering(s: &Scope, nodes: &[String]) -> usize {
+/// How many of `nodes` still wait for their memory-pressure taint.
+async fn still_unpressed(s: &Scope, nodes: &[String]) -> usize {
     let mut n = 0;
     for name in nodes {
-        n += usize::from(taint_of(&node_now(s, name).await, NOT_READY, "NoSchedule").is_some());
+        n += usize::from(taint_of(&node_now(s, name).await, MEMORY_PRESSURE, "NoSchedule").is_none());
     }
     n
 }
 
-/// Paced taint writes wait for their turn holding nothing detection needs: with the new nodes'
-/// registration taints queued at `--node-taint-qps`, a node that goes silent is still marked
+/// Paced taint writes wait for their turn holding nothing detection needs: with the nodes'
+/// memory-pressure taints queued at `--node-taint-qps`, a node that goes silent is still marked
 /// Unknown within its grace period (its live Lease read and its status write take the same
 /// node-write slots as taint writes; at 15,000 nodes they waited 97 s for one).
 #[tokio::test]
 async fn detection_does_not_wait_behind_paced_taint_writes() {
     let env = shared();
     let s = Scope::new(env, "lc-paced-detect").await;
-    let mut nodes = registering_nodes(&s, "z1", 6).await;
+    let mut nodes = pressed_nodes(&s, "z1", 6).await;
     let silent = make_node(&s, "z1", json!([])).await;
     nodes.push(silent.clone());
     let kubelets = Kubelets::start(&s.client, &nodes).await;
@@ -535,8 +540,8 @@ async fn detection_does_not_wait_behind_paced_taint_writes() {
             .unwrap_or_else(|| panic!("never marked Unknown:\n{}", c.logs()));
     let after = secs_between(stopped, at);
     assert!(after <= 4.5, "marked Unknown {after:.3}s after the last heartbeat, behind paced writes:\n{}", c.logs());
-    let queued = still_registering(&s, &nodes[..6]).await;
-    assert!(queued >= 3, "only {queued} registration taints left: the writes were not queued, nothing was shown");
+    let queued = still_unpressed(&s, &nodes[..6]).await;
+    assert!(queued >= 3, "only {queued} taints still to add: the writes were not queued, nothing was shown");
     let metrics = c.metrics().await;
     let waiting = metric(&metrics, "nlc_node_taint_writes_waiting").unwrap_or_default();
     assert!(waiting >= 3.0, "{metrics}");
@@ -548,7 +553,7 @@ async fn detection_does_not_wait_behind_paced_taint_writes() {
 async fn a_node_back_is_untainted_ahead_of_paced_taint_writes() {
     let env = shared();
     let s = Scope::new(env, "lc-paced-back").await;
-    let mut nodes = registering_nodes(&s, "z1", 6).await;
+    let mut nodes = pressed_nodes(&s, "z1", 6).await;
     let flaky = make_node(
         &s,
         "z1",
@@ -559,10 +564,10 @@ async fn a_node_back_is_untainted_ahead_of_paced_taint_writes() {
     nodes.push(flaky.clone());
     let _kubelets = Kubelets::start(&s.client, &nodes).await;
     let c = Controller::start(env, &s.scope, &flags(PACED)).await;
-    // The first registration taint goes with the burst; the rest wait in line.
+    // The first taint goes with the burst; the rest wait in line.
     let first =
-        eventually(Duration::from_secs(10), || async { (still_registering(&s, &nodes[..6]).await < 6).then_some(()) });
-    assert!(first.await.is_some(), "no registration taint removed:\n{}", c.logs());
+        eventually(Duration::from_secs(10), || async { (still_unpressed(&s, &nodes[..6]).await < 6).then_some(()) });
+    assert!(first.await.is_some(), "no memory-pressure taint added:\n{}", c.logs());
     set_condition(&s, &flaky, "Ready", "True").await;
     let back = Timestamp::now();
     let (_, at) = wait_node(&s, &flaky, Duration::from_secs(30), |n| taint_of(n, NOT_READY, "NoExecute").is_none())
@@ -570,8 +575,8 @@ async fn a_node_back_is_untainted_ahead_of_paced_taint_writes() {
         .unwrap_or_else(|| panic!("NoExecute taint never removed:\n{}", c.logs()));
     let after = secs_between(back, at);
     assert!(after <= 2.0, "NoExecute taint removed {after:.3}s after Ready=True, behind paced writes:\n{}", c.logs());
-    let queued = still_registering(&s, &nodes[..6]).await;
-    assert!(queued >= 3, "only {queued} registration taints left: the writes were not queued, nothing was shown");
+    let queued = still_unpressed(&s, &nodes[..6]).await;
+    assert!(queued >= 3, "only {queued} taints still to add: the writes were not queued, nothing was shown");
 }
 
 /// The Lease watch lets renewals gather for 50 ms before it reads on, and must still read them
@@ -605,4 +610,28 @@ async fn the_lease_watch_keeps_up_with_renewals_while_it_lingers() {
         let ready = ready_of(&node_now(&s, n).await).map(|r| r.status);
         assert_eq!(ready.as_deref(), Some("True"), "{n}, renewing, was judged silent:\n{}", c.logs());
     }
+}
+
+/// A write that only removes taints is never paced: new nodes lose their registration taint
+/// (`not-ready:NoSchedule`) at once, even with one paced write per 20 s (at 15,000 new nodes the
+/// line made the last one wait 302 s; kube-controller-manager paces none).
+#[tokio::test]
+async fn registration_taints_are_removed_at_once_whatever_the_pace() {
+    let env = shared();
+    let s = Scope::new(env, "lc-registering").await;
+    let mut nodes = vec![];
+    for _ in 0..6 {
+        nodes.push(make_node(&s, "z1", json!([{"key": NOT_READY, "effect": "NoSchedule"}])).await);
+    }
+    let _kubelets = Kubelets::start(&s.client, &nodes).await;
+    let c = Controller::start(env, &s.scope, &flags(PACED)).await;
+    let gone = eventually(Duration::from_secs(5), || async {
+        for n in &nodes {
+            if taint_of(&node_now(&s, n).await, NOT_READY, "NoSchedule").is_some() {
+                return None;
+            }
+        }
+        Some(())
+    });
+    assert!(gone.await.is_some(), "registration taints waited for the pace:\n{}", c.logs());
 }

@@ -39,10 +39,10 @@ pub struct LifecycleArgs {
     /// The controller's --node-monitor-grace-period (a Go duration: 50s, 1m30s).
     #[arg(long, value_name = "DUR", default_value = "50s", value_parser = GoDuration::parse)]
     pub grace: GoDuration,
-    /// Stop the heartbeats one lease period after the controller is ready, while it is still
-    /// taking the new nodes' registration taints off (at `--node-taint-qps`): no settling, no
-    /// steady state.
-    /// Detection with thousands of taint writes waiting; the report counts them at the stop.
+    /// Stop the heartbeats one lease period after the controller is ready, without waiting for
+    /// the new nodes' registration taints to be removed: no settling, no steady state. The
+    /// report counts the taints still on at the stop (before those removals went unpaced, they
+    /// were thousands of writes waiting for `--node-taint-qps`).
     #[arg(long)]
     pub stop_at_start: bool,
     /// Seconds, from the first silent node marked Unknown, over which the `unreachable`

@@ -198,16 +198,21 @@ pub struct SetTaints {
 }
 
 impl SetTaints {
-    /// Whether `--node-taint-qps` paces this write. Two are never paced: a node's first NoExecute
-    /// taint (its zone's limiter paced it, [`Self::counted_zone`]), and a write that removes a
-    /// NoExecute taint without adding one, i.e. a node back (or a fence lifted): every moment it
-    /// waits behind a storm's paced writes, the node's pods count down to an eviction that is no
-    /// longer wanted. Upstream writes both at once as well.
+    /// Whether `--node-taint-qps` paces this write: only a write that adds a taint is, and not
+    /// a node's first NoExecute taint (its zone's limiter paced it, [`Self::counted_zone`]).
+    /// Never paced, as upstream paces none of them:
+    /// - a write that adds nothing: it only makes a node usable again (a new node's registration
+    ///   taint, a pressure gone). At 15,000 new nodes, pacing these kept the last one
+    ///   unschedulable for 302 s;
+    /// - a write that removes a NoExecute taint without adding one, i.e. a node back (or a
+    ///   fence lifted), even if it adds a NoSchedule taint: every moment it waits behind a
+    ///   storm's paced writes, the node's pods count down to an eviction that is no longer
+    ///   wanted.
     pub fn paced(&self) -> bool {
         let no_execute = |e: &crate::taints::Effect| *e == crate::taints::Effect::NoExecute;
         let ends_no_execute =
             self.remove.iter().any(|r| no_execute(&r.effect)) && !self.add.iter().any(|a| no_execute(&a.id.effect));
-        self.counted_zone.is_none() && !ends_no_execute
+        self.counted_zone.is_none() && !self.add.is_empty() && !ends_no_execute
     }
 }
 

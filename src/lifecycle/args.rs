@@ -49,9 +49,10 @@ pub(crate) struct LifecycleArgs {
     /// Pace MarkPodsNotReady writes, in pods per second; 0 means unlimited.
     #[arg(long, default_value_t = 50.0, env = "NLC_MARK_PODS_NOT_READY_QPS")]
     pub(crate) mark_pods_not_ready_qps: f64,
-    /// Pace taint writes (NoSchedule taints, swaps, removals) in a storm, in writes per second;
-    /// 0 means unlimited. First NoExecute taints are paced by their zone instead; a NoExecute
-    /// taint's removal (a node back) is never paced.
+    /// Pace the writes that add taints (NoSchedule taints, swaps) in a storm, in writes per
+    /// second; 0 means unlimited. First NoExecute taints are paced by their zone instead; a
+    /// write that only removes taints (a new node's registration taint, a node back) is never
+    /// paced.
     #[arg(long, default_value_t = 50.0, env = "NLC_NODE_TAINT_QPS")]
     pub(crate) node_taint_qps: f64,
     /// Burst allowed above `--node-taint-qps`.

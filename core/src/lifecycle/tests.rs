@@ -1099,33 +1099,37 @@ fn a_pending_fence_is_reported_with_its_signal_and_since_when() {
     assert_eq!(w.lc().fence_standing(w.node("n2"), index, w.now), None);
 }
 
-/// `--node-taint-qps`: new nodes' registration taints go a burst, then one a token, in order of
-/// arrival. A node waiting in line is not busy: it is marked `Unknown` the moment its grace runs
-/// out, and once back it loses its NoExecute taint at once, ahead of the line.
+/// `--node-taint-qps`: taints to add (here, ten nodes under memory pressure) go a burst, then one
+/// a token, in order of arrival. A node waiting in line is not busy: it is marked `Unknown` the
+/// moment its grace runs out, and once back it loses its NoExecute taint at once, ahead of the
+/// line.
 #[test]
 fn paced_taint_writes_wait_in_line_without_holding_up_detection_or_recovery() {
     let mut c = cfg();
     c.taint_pace = TaintPace { qps: 0.1, burst: 2 };
-    let registering =
-        Taint { key: keys::NOT_READY.into(), value: String::new(), effect: Effect::NoSchedule, time_added: None };
-    let nodes: Vec<SlimNode> =
-        (0..10).map(|i| node(&format!("n{i}")).zone("a").taint(registering.clone()).build()).collect();
+    let nodes: Vec<SlimNode> = (0..10)
+        .map(|i| {
+            let mut n = node(&format!("n{i}")).zone("a").build();
+            n.conditions.push(cond("MemoryPressure", "True", -1.0));
+            n
+        })
+        .collect();
     let mut w = World::new(c, nodes, vec![]);
-    let removals = |w: &World, until: f64| {
+    let pressed = |w: &World, until: f64| {
         w.log
             .iter()
             .filter(|(t, e)| {
                 *t <= ts(until)
-                    && matches!(e, Action::SetTaints(s) if s.remove.iter().any(|r| r.key == keys::NOT_READY && r.effect == Effect::NoSchedule))
+                    && matches!(e, Action::SetTaints(s) if s.add.iter().any(|a| a.id.key == keys::MEMORY_PRESSURE))
             })
             .count()
     };
-    assert_eq!(removals(&w, 0.0), 2, "the burst");
+    assert_eq!(pressed(&w, 0.0), 2, "the burst");
     assert_eq!(w.lc().taint_writes_waiting(), 8);
     let live: Vec<String> = (1..10).map(|i| format!("n{i}")).collect();
     let live: Vec<&str> = live.iter().map(String::as_str).collect();
     w.heartbeat(&live, 0.0, 45.0);
-    assert_eq!(removals(&w, 45.0), 6, "then one every 10 s");
+    assert_eq!(pressed(&w, 45.0), 6, "then one every 10 s");
     // n0 went silent at 0: marked Unknown at 50 whether or not its own write still waits.
     w.heartbeat(&live, 50.0, 50.0);
     let marked = w.log.iter().find_map(|(t, e)| matches!(e, Action::SetConditions(s) if s.node == "n0").then_some(*t));
@@ -1138,10 +1142,33 @@ fn paced_taint_writes_wait_in_line_without_holding_up_detection_or_recovery() {
     w.kubelet_posts("n0", "True");
     assert!(!w.has_taint("n0", keys::UNREACHABLE, Effect::NoExecute), "{:?}", w.node("n0").taints);
     assert!(w.lc().taint_writes_waiting() >= 2, "ahead of the line");
-    // The line drains; every node ends without a managed taint.
+    // The line drains; every node still under pressure ends with its taint, and nothing else.
     w.heartbeat(&["n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9"], 60.0, 150.0);
+    assert_eq!(w.lc().taint_writes_waiting(), 0);
+    for i in 1..10 {
+        let taints = &w.node(&format!("n{i}")).taints;
+        assert!(taints.len() == 1 && taints[0].key == keys::MEMORY_PRESSURE, "n{i}: {taints:?}");
+    }
+}
+
+/// A write that only removes taints is never paced: every new node of a cluster loses its
+/// registration taint at once (at 15,000 nodes the line made the last one wait 302 s; upstream
+/// paces none of them), and so does a node whose pressure is gone.
+#[test]
+fn removals_are_never_paced() {
+    let mut c = cfg();
+    c.taint_pace = TaintPace { qps: 0.1, burst: 2 };
+    let registering = Taint::new(keys::NOT_READY, Effect::NoSchedule);
+    let nodes: Vec<SlimNode> =
+        (0..10).map(|i| node(&format!("n{i}")).zone("a").taint(registering.clone()).build()).collect();
+    let mut w = World::new(c, nodes, vec![]);
     assert_eq!(w.lc().taint_writes_waiting(), 0);
     for i in 0..10 {
         assert!(w.node(&format!("n{i}")).taints.is_empty(), "n{i}: {:?}", w.node(&format!("n{i}")).taints);
     }
+    let removal = w.log.iter().find_map(|(_, e)| match e {
+        Action::SetTaints(s) => Some(s.clone()),
+        _ => None,
+    });
+    assert!(removal.is_some_and(|s| !s.paced()));
 }
