@@ -1161,7 +1161,7 @@ fn removals_are_never_paced() {
     let registering = Taint::new(keys::NOT_READY, Effect::NoSchedule);
     let nodes: Vec<SlimNode> =
         (0..10).map(|i| node(&format!("n{i}")).zone("a").taint(registering.clone()).build()).collect();
-    let mut w = World::new(c, nodes, vec![]);
+    let w = World::new(c, nodes, vec![]);
     assert_eq!(w.lc().taint_writes_waiting(), 0);
     for i in 0..10 {
         assert!(w.node(&format!("n{i}")).taints.is_empty(), "n{i}: {:?}", w.node(&format!("n{i}")).taints);
