@@ -233,11 +233,14 @@ impl NodeLifecycle {
             };
             out.push(Action::NodeEvent(NodeEvent { node: name.to_owned(), uid: node.uid.clone(), kind }));
         }
-        let ready_status = |n: &SlimNode| n.condition("Ready").map(|c| c.status.clone());
+        // The zones count each node as effectively ready or not: a change of its Ready condition
+        // that does not change that (our own `Unknown` on a node already counted silent) is not
+        // counted again.
+        let judge = self.judge();
         if old.is_none_or(|o| {
             o.zone != node.zone
                 || o.exclude_disruption != node.exclude_disruption
-                || ready_status(o) != ready_status(node)
+                || judge.effectively_ready(o, cx.now) != judge.effectively_ready(node, cx.now)
         }) {
             self.zones.invalidate();
         }
@@ -398,7 +401,12 @@ impl NodeLifecycle {
         }
         let now = cx.now;
         for name in self.nodes.expired(now) {
-            self.zones.invalidate();
+            // A silence waiting for its live Lease read changes no zone's count yet: the zones
+            // are counted again when the read confirms it. At 15,000 nodes a count is
+            // milliseconds, and each silent node's read waited behind the others' counts.
+            if self.nodes.overdue(&name, now) {
+                self.zones.invalidate();
+            }
             self.reconcile(&name, cx, out);
         }
         for name in self.nodes.retries_due(now) {
