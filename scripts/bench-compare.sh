@@ -32,7 +32,9 @@
 # every LC_PERIOD seconds (the kubelet's 10 s: 1,500 renewals a second at 15,000 nodes; the
 # report says how many were sent and how many a node still waiting for its last one skipped),
 # then 10% of them silent: detection delay after the grace period, and the unreachable taints' rate
-# through the zone limiter (the nodes are spread over three zones).
+# through the zone limiter (the nodes are spread over three zones). Its floor (`bench lifecycle
+# --floor`, no controller: at each silent node's deadline a raw client makes the controller's two
+# requests, a live Lease read and the status write, 32 at once) says what the API server allows.
 #
 # With LEASE_PERIOD=SECS every node's Lease is renewed every SECS during the storm runs (the
 # kubelet's 10 s: 500 Lease events a second at 5,000 nodes) and ours runs its node lifecycle part
@@ -40,7 +42,7 @@
 #
 # Environment: SIZES (nodes, default "1000"; "" for none), RUNS (3), TARGET (100), CONFIGS (all eight),
 # LEASE_PERIOD (none),
-# LC_SIZES ("1000"; "" for none), LC_RUNS (3), LC_CONFIGS (ours kcm-budget kcm-default),
+# LC_SIZES ("1000"; "" for none), LC_RUNS (3), LC_CONFIGS (ours kcm-budget kcm-default floor),
 # LC_PERIOD (10), LC_STEADY (600),
 # OUT (docs/bench), RAW (where the JSON reports go; default under the cache directory).
 set -euo pipefail
@@ -54,7 +56,7 @@ leases=()
 CONFIGS=${CONFIGS:-floor floor-http1 floor-json ours ours-h2 ours-json kcm-budget kcm-default}
 LC_SIZES=${LC_SIZES-1000}
 LC_RUNS=${LC_RUNS:-3}
-LC_CONFIGS=${LC_CONFIGS:-ours kcm-budget kcm-default}
+LC_CONFIGS=${LC_CONFIGS:-ours kcm-budget kcm-default floor}
 LC_PERIOD=${LC_PERIOD:-10}
 LC_STEADY=${LC_STEADY:-600}
 OUT=${OUT:-docs/bench}
@@ -99,6 +101,7 @@ for size in $LC_SIZES; do
         ours) args=(--controller "$T/node-lifecycle-controller") ;;
         kcm-budget) args=(--upstream -- --kube-api-qps=2000 --kube-api-burst=2000) ;;
         kcm-default) args=(--upstream) ;;
+        floor) args=(--floor) ;;
         *) log "unknown lifecycle configuration $config"; exit 1 ;;
       esac
       name="$RAW/lifecycle-$size-$config-$run"

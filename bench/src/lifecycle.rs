@@ -19,7 +19,11 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use nlc_testenv::ControlPlane;
 use serde_json::json;
 
+use node_lifecycle_controller::runtime::lean::LeanClient;
+use node_lifecycle_controller::runtime::watch::Format;
+
 use crate::common::{GoDuration, Measured, Profile, UnderTest, create_nodes, percentile, start_controller};
+use crate::floor::CONCURRENCY;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct LifecycleArgs {
@@ -45,6 +49,13 @@ pub struct LifecycleArgs {
     /// were thousands of writes waiting for `--node-taint-qps`).
     #[arg(long)]
     pub stop_at_start: bool,
+    /// Measure the API floor of detection instead of a controller: no controller runs; at each
+    /// silent node's deadline (its last renewal + `--grace`, known from the plan) a raw client
+    /// reads its Lease live and writes its conditions `Unknown`, the controller's two requests,
+    /// at its node-write concurrency (32). Stops as `--stop-at-start` does (no controller removes
+    /// the registration taints, so there is no steady state).
+    #[arg(long, conflicts_with = "upstream")]
+    pub floor: bool,
     /// Seconds, from the first silent node marked Unknown, over which the `unreachable`
     /// NoExecute taints are watched: their rate is the zone limiter's (upstream's default
     /// 0.1 nodes/s per healthy zone).
@@ -90,11 +101,11 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
     } else {
         vec!["--enable-taint-eviction=false".into(), "--node-monitor-grace-period".into(), args.grace.text.clone()]
     };
-    let mut ctl = start_controller(cp, &args.under_test, &flags).await?;
+    let ctl = if args.floor { None } else { Some(start_controller(cp, &args.under_test, &flags).await?) };
     // The API server gives every new node `not-ready:NoSchedule` (TaintNodesByCondition) and the
     // controller takes it off each Ready node: 15,000 node writes at 15,000 nodes. Not a steady
     // state: the window opens once they are done (unless --stop-at-start).
-    let (settled_s, steady) = if args.stop_at_start {
+    let (settled_s, steady) = if args.stop_at_start || args.floor {
         // One lease period first: every node has renewed since the controller saw it, so that
         // its grace runs from that renewal and not from the controller's start.
         tokio::time::sleep(Duration::from_secs(args.lease_period + 5)).await;
@@ -103,8 +114,9 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
         let settled_s = settled(&client, Duration::from_secs(900)).await?;
         eprintln!("bench: the controller settled the nodes' registration taints in {settled_s:.1}s");
         tokio::time::sleep(Duration::from_secs(30)).await;
+        let Some(ctl) = ctl.as_ref() else { anyhow::bail!("no controller to measure") };
         let profile = Profile::start(args.under_test.profile.as_deref(), ctl.pid)?;
-        let steady = measure_steady(&ctl, &heartbeats, Duration::from_secs(args.steady)).await;
+        let steady = measure_steady(ctl, &heartbeats, Duration::from_secs(args.steady)).await;
         if let Some(p) = profile {
             p.finish()?;
         }
@@ -115,7 +127,7 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
     // measured window); then stop STOP nodes' heartbeats and watch for Ready=Unknown.
     let (stream, listed_s) = synced_node_watch(&client).await?;
     eprintln!("bench: the node watch's initial list took {listed_s:.2}s");
-    let registering_at_stop = if args.stop_at_start { Some(registering(&client).await?) } else { None };
+    let registering_at_stop = if args.stop_at_start && !args.floor { Some(registering(&client).await?) } else { None };
     if let Some(n) = registering_at_stop {
         eprintln!("bench: {n} nodes still carry their registration taint at the stop");
     }
@@ -124,8 +136,15 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
     tokio::time::sleep(Duration::from_millis(200)).await; // let in-flight renewals land
     let grace = args.grace.value;
     let wanted: HashMap<String, usize> = stopped.iter().map(|i| (nodes[*i].clone(), *i)).collect();
+    let mut taint_window = Duration::from_secs(args.taint_window);
+    if args.floor {
+        let last = heartbeats.last_renew.lock().map(|l| l.clone()).unwrap_or_default();
+        let deadlines = stopped.iter().map(|i| (nodes[*i].clone(), last[*i] + grace)).collect();
+        floor_detection(&client, deadlines);
+        taint_window = Duration::ZERO; // no controller taints anything
+    }
     let (unknown_at, tainted_at, relists) =
-        watch_silent(stream, &wanted, grace + Duration::from_secs(60), Duration::from_secs(args.taint_window)).await;
+        watch_silent(stream, &wanted, grace + Duration::from_secs(60), taint_window).await;
     if relists > 0 {
         anyhow::bail!("the node watch listed again {relists} time(s) in the measured window: its times are its own");
     }
@@ -141,11 +160,18 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
         (Some(a), Some(b)) if tainted.len() > 1 => (tainted.len() - 1) as f64 / b.duration_since(*a).as_secs_f64(),
         _ => f64::NAN,
     };
-    let peak_rss_mb = steady.as_ref().map_or_else(|| ctl.peak_rss_mb(), |s| s.peak_rss_mb);
-    let _ = ctl.child.kill().await;
+    let peak_rss_mb = steady.as_ref().map(|s| s.peak_rss_mb).or_else(|| ctl.as_ref().map(Measured::peak_rss_mb));
+    if let Some(mut ctl) = ctl {
+        let _ = ctl.child.kill().await;
+    }
+    let controller = if args.floor {
+        format!("api floor (raw client, concurrency {}, a live Lease read and a status write per node)", CONCURRENCY)
+    } else {
+        args.under_test.describe("kube-controller-manager node-lifecycle-controller")
+    };
     Ok(json!({
         "benchmark": "lifecycle",
-        "controller": args.under_test.describe("kube-controller-manager node-lifecycle-controller"),
+        "controller": controller, "floor": args.floor,
         "upstream": args.under_test.upstream, "controller_flags": args.under_test.extra,
         "nodes": args.nodes, "lease_period_s": args.lease_period, "grace": args.grace.text,
         "steady_seconds": steady.as_ref().map(|s| s.seconds),
@@ -163,6 +189,40 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
         "registration_taints_settled_s": settled_s,
         "stop_at_start": args.stop_at_start, "registration_taints_at_stop": registering_at_stop,
     }))
+}
+
+/// The floor's detection: at each node's deadline, the controller's two requests (a live read of
+/// the node's Lease, then its conditions written `Unknown`), at most [`CONCURRENCY`] at once; the
+/// answers are read to the end, not decoded. Runs in the background.
+fn floor_detection(client: &kube::Client, deadlines: Vec<(String, Timestamp)>) {
+    use kube::Resource as _;
+    use kube::core::Request;
+    let permits = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+    let lean = LeanClient::new(client.clone(), Format::Protobuf);
+    for (node, deadline) in deadlines {
+        let (lean, permits) = (lean.clone(), permits.clone());
+        tokio::spawn(async move {
+            let wait = Duration::try_from(deadline.duration_since(Timestamp::now())).unwrap_or_default();
+            tokio::time::sleep(wait).await;
+            let Ok(_permit) = permits.acquire().await else { return };
+            let leases = Request::new(Lease::url_path(&(), Some("kube-node-lease")));
+            if lean.send_unread(leases.get(&node, &Default::default())).await.is_err() {
+                return;
+            }
+            let now = Timestamp::now();
+            let unknown = |type_: &str, reason: &str| {
+                json!({"type": type_, "status": "Unknown", "reason": reason,
+                       "message": "Kubelet stopped posting node status.", "lastTransitionTime": now})
+            };
+            let patch = json!({"status": {"conditions": [
+                unknown("Ready", "NodeStatusUnknown"), unknown("MemoryPressure", "NodeStatusUnknown"),
+                unknown("DiskPressure", "NodeStatusUnknown"), unknown("PIDPressure", "NodeStatusUnknown"),
+            ]}});
+            let nodes = Request::new(Node::url_path(&(), None));
+            let req = nodes.patch_subresource("status", &node, &PatchParams::default(), &Patch::Strategic(&patch));
+            let _ = lean.send_unread(req).await;
+        });
+    }
 }
 
 /// Waits until no node carries the registration taint `node.kubernetes.io/not-ready:NoSchedule`

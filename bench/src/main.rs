@@ -99,7 +99,7 @@ impl Scenario {
     fn controller_binary(&self) -> Option<&Path> {
         match self {
             Self::Eviction(a) => a.binary(),
-            Self::Lifecycle(a) => a.under_test.binary(),
+            Self::Lifecycle(a) => a.under_test.binary().filter(|_| !a.floor),
             Self::Webhook(a) => Some(a.controller.as_path()),
             Self::Chaos(a) => Some(a.controller.as_path()),
             Self::Compare(_) | Self::ChaosReport { .. } => None,
