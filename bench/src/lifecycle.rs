@@ -172,6 +172,8 @@ pub async fn run(cp: &ControlPlane, args: &LifecycleArgs) -> Result<serde_json::
     Ok(json!({
         "benchmark": "lifecycle",
         "controller": controller, "floor": args.floor,
+        // As the eviction floor's report says how its client spoke (`bench compare` labels it).
+        "floor_wire": args.floor.then_some("protobuf"), "floor_http2": args.floor.then_some(false),
         "upstream": args.under_test.upstream, "controller_flags": args.under_test.extra,
         "nodes": args.nodes, "lease_period_s": args.lease_period, "grace": args.grace.text,
         "steady_seconds": steady.as_ref().map(|s| s.seconds),
