@@ -9,9 +9,9 @@ mod common;
 use std::cell::Cell;
 use std::time::Duration;
 
-use common::eventually_every;
 use common::webhook::{Webhook, register_mutating, register_validating};
 use common::yaml::{apply, file};
+use common::{MEMORY_PRESSURE, eventually_every};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Toleration};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -248,8 +248,6 @@ async fn a_gpu_pod_tolerates_the_gpu_nodes() {
     let p = create(&client, &ns, &pod_manifest(json!({}), json!([]), json!({"requests": {"cpu": "1"}}))).await;
     assert!(!tolerations(&p).iter().any(|t| t.key.as_deref() == Some("example.com/gpu")));
 }
-
-const MEMORY_PRESSURE: &str = "node.kubernetes.io/memory-pressure";
 
 #[tokio::test]
 async fn namespace_default_tolerations_are_merged() {

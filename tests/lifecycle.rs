@@ -492,8 +492,6 @@ async fn mark_pods_not_ready_never_overwrites_a_fresher_status() {
     });
 }
 
-const MEMORY_PRESSURE: &str = "node.kubernetes.io/memory-pressure";
-
 /// Two node-write slots, and taint writes paced at one per 20 s: taints to add (nodes under
 /// memory pressure) queue for minutes.
 const PACED: &[&str] = &["--eviction-concurrency", "2", "--node-taint-qps", "0.05", "--node-taint-burst", "1"];

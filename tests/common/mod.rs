@@ -723,6 +723,7 @@ pub fn metric_sum(metrics: &str, name: &str, labels: &[&str]) -> f64 {
 
 pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
 pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+pub const MEMORY_PRESSURE: &str = "node.kubernetes.io/memory-pressure";
 
 /// Flags for a fast controller: 3 s grace, a 1 s safety pass.
 pub const FAST: &[&str] =
