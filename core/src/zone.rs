@@ -45,14 +45,18 @@ pub fn compute_zone_state(ready: impl IntoIterator<Item = bool>, unhealthy_thres
             not_ready += 1;
         }
     }
-    let state = if ready_n == 0 && not_ready > 0 {
+    (not_ready, zone_state(ready_n, not_ready, unhealthy_threshold))
+}
+
+/// [`compute_zone_state`]'s state from the counts: `ready` nodes Ready=True, `not_ready` not.
+pub fn zone_state(ready: usize, not_ready: usize, unhealthy_threshold: f64) -> ZoneState {
+    if ready == 0 && not_ready > 0 {
         ZoneState::FullDisruption
-    } else if not_ready > 2 && (not_ready as f64) / ((not_ready + ready_n) as f64) >= unhealthy_threshold {
+    } else if not_ready > 2 && (not_ready as f64) / ((not_ready + ready) as f64) >= unhealthy_threshold {
         ZoneState::PartialDisruption
     } else {
         ZoneState::Normal
-    };
-    (not_ready, state)
+    }
 }
 
 /// NoExecute tainting rates (nodes per second), upstream's flags.

@@ -39,7 +39,6 @@ mod pace;
 mod plan;
 mod zones;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -66,7 +65,7 @@ use pace::Pace;
 pub use pace::TaintPace;
 use plan::Judge;
 pub use zones::ZoneReport;
-use zones::{Outage, Zones};
+use zones::{Outage, Place, Zones};
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -183,6 +182,7 @@ impl NodeLifecycle {
                 self.register(node, cx, out);
             }
         }
+        self.zones.recount_all();
         self.update_zones(cx, out);
         self.reconcile_all(cx, out);
         self.next_pass = Some(after(cx.now, self.cfg.monitor_period));
@@ -216,10 +216,10 @@ impl NodeLifecycle {
                 return;
             }
             self.register(node, cx, out);
-            self.zones.invalidate();
+            self.zones.recount(name);
         } else {
             if self.nodes.observe_node(node, own_write, cx.now) {
-                self.zones.invalidate();
+                self.zones.recount(name);
             }
             reconcile_labels(node, old, out);
         }
@@ -242,7 +242,7 @@ impl NodeLifecycle {
                 || o.exclude_disruption != node.exclude_disruption
                 || judge.effectively_ready(o, cx.now) != judge.effectively_ready(node, cx.now)
         }) {
-            self.zones.invalidate();
+            self.zones.recount(name);
         }
         if self.synced {
             self.reconcile(name, cx, out);
@@ -262,13 +262,13 @@ impl NodeLifecycle {
                 }));
             }
         }
-        self.zones.invalidate();
+        self.zones.recount(&old.name);
     }
 
     /// A node Lease was created or renewed.
     pub fn lease_changed(&mut self, name: &str, cx: Ctx<'_>, out: &mut Vec<Action>) {
         if self.nodes.observe_lease(cx.index.leases.get(name), cx.now) {
-            self.zones.invalidate();
+            self.zones.recount(name);
             self.reconcile(name, cx, out);
         }
     }
@@ -322,7 +322,7 @@ impl NodeLifecycle {
         };
         if self.nodes.lease_read(name, op, confirmed, cx.now).is_some() {
             if confirmed == Some(true) {
-                self.zones.invalidate();
+                self.zones.recount(name);
             }
             self.reconcile(name, cx, out);
         }
@@ -401,11 +401,10 @@ impl NodeLifecycle {
         }
         let now = cx.now;
         for name in self.nodes.expired(now) {
-            // A silence waiting for its live Lease read changes no zone's count yet: the zones
-            // are counted again when the read confirms it. At 15,000 nodes a count is
-            // milliseconds, and each silent node's read waited behind the others' counts.
+            // A silence waiting for its live Lease read changes no zone's count yet: the node is
+            // counted again when the read confirms it.
             if self.nodes.overdue(&name, now) {
-                self.zones.invalidate();
+                self.zones.recount(&name);
             }
             self.reconcile(&name, cx, out);
         }
@@ -420,7 +419,9 @@ impl NodeLifecycle {
         self.marks.retry_due(cx.index, now, |n| !judge.effectively_ready(n, now), out);
         if self.next_pass.is_some_and(|p| p <= now) {
             self.next_pass = Some(after(now, self.cfg.monitor_period));
-            self.zones.invalidate();
+            // The safety net: every node judged for the zones too (what is kept up as nodes
+            // change is checked against a full count in the tests).
+            self.zones.recount_all();
             self.reconcile_all(cx, out);
         }
         self.after_batch(cx, out);
@@ -441,7 +442,7 @@ impl NodeLifecycle {
             // A silence confirmed while the cache was behind may have been confirmed on a stale
             // view: each is read again.
             self.nodes.unconfirm_all();
-            self.zones.invalidate();
+            self.zones.recount_all();
             self.reconcile_all(cx, out);
         }
         if self.zones.is_dirty() {
@@ -653,26 +654,32 @@ impl NodeLifecycle {
         }
     }
 
-    /// Zone states from the counted nodes' effective Ready ([`Zones::update`]); entering the
-    /// all-zones outage removes the Ready-derived NoExecute taints, leaving it gives every node a
-    /// fresh grace period. Every node in the cache counts (`--node-selector` only limits what is
-    /// written), and every node's zone has a tainter.
+    /// Zone states from the counted nodes' effective Ready ([`Zones::update`]: the nodes whose
+    /// place may have changed are judged again); entering the all-zones outage removes the
+    /// Ready-derived NoExecute taints, leaving it gives every node a fresh grace period. Every
+    /// node in the cache counts (`--node-selector` only limits what is written), and every
+    /// node's zone has a tainter.
     fn update_zones(&mut self, cx: Ctx<'_>, out: &mut Vec<Action>) {
-        let judge = self.judge();
-        let mut ready_by_zone: HashMap<&str, Vec<bool>> = HashMap::new();
-        for node in cx.index.nodes.values() {
-            if !self.nodes.contains(&node.name) {
-                continue;
-            }
-            let counted = ready_by_zone.entry(node.zone.as_str()).or_default();
-            if !node.exclude_disruption {
-                counted.push(judge.effectively_ready(node, cx.now));
-            }
-        }
-        match self.zones.update(&ready_by_zone, cx.now) {
+        let (index, now) = (cx.index, cx.now);
+        let judge =
+            Judge { cfg: &self.cfg, managed: &self.managed, nodes: &self.nodes, outage: self.zones.all_disrupted() };
+        let place = |name: &str| {
+            let node = index.nodes.get(name).filter(|n| judge.nodes.contains(&n.name))?;
+            let ready = (!node.exclude_disruption).then(|| judge.effectively_ready(node, now));
+            Some(Place { zone: node.zone.clone(), ready })
+        };
+        let outage = self.zones.update(index.nodes.keys().map(String::as_str), place, now);
+        #[cfg(test)]
+        assert!(
+            self.zones.places_match(index.nodes.keys().map(String::as_str), place),
+            "the zones' count kept as nodes changed differs from a count of every node"
+        );
+        match outage {
             Some(Outage::Entered) => self.reconcile_all(cx, out),
             Some(Outage::Left) => {
-                self.nodes.fresh_grace(cx.now, Probe::refresh);
+                self.nodes.fresh_grace(now, Probe::refresh);
+                // Every silent node is not any more: counted again.
+                self.zones.recount_all();
                 self.reconcile_all(cx, out);
             }
             None => {}

@@ -3,7 +3,7 @@
 //! waiting for a token, and the all-zones outage ("master disruption mode" upstream), when no
 //! NoExecute taint is added at all.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use jiff::Timestamp;
 
@@ -34,18 +34,57 @@ struct Zone {
     wake_at: Option<Timestamp>,
 }
 
+/// Where a registered node stands in its zone's count.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Place {
+    pub(super) zone: String,
+    /// Whether it is effectively Ready; `None` for an `exclude-disruption` node, which keeps its
+    /// zone's tainter but is not counted.
+    pub(super) ready: Option<bool>,
+}
+
+/// One zone's count, kept as its nodes' places change.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Count {
+    /// Registered nodes, counted or not.
+    members: usize,
+    ready: usize,
+    not_ready: usize,
+}
+
+impl Count {
+    fn add(&mut self, place: &Place, sign: bool) {
+        let step = |n: &mut usize| *n = if sign { *n + 1 } else { n.saturating_sub(1) };
+        step(&mut self.members);
+        match place.ready {
+            Some(true) => step(&mut self.ready),
+            Some(false) => step(&mut self.not_ready),
+            None => {}
+        }
+    }
+}
+
 /// Every node's zone, by zone key, with the queues and limiters of the NoExecute tainting.
 pub(super) struct Zones {
     zones: HashMap<String, Zone>,
+    /// Each registered node's place, and each zone's count of them: a node whose place may
+    /// have changed is judged again, not every node (at 15,000 nodes a pass over all of them
+    /// was milliseconds of the controller's one task for each node that went silent).
+    places: HashMap<String, Place>,
+    counts: HashMap<String, Count>,
+    /// Nodes whose place may have changed since the last [`Zones::update`].
+    stale: HashSet<String>,
+    /// Every node's place may have changed: the next update judges them all.
+    all_stale: bool,
     /// The zone whose queue holds each queued node.
     queued: HashMap<String, String>,
     /// Every zone is in FullDisruption ("master disruption mode" upstream).
     all_disrupted: bool,
     clock: SetClock,
-    /// A node's zone, exclusion or readiness may have changed: count again after the batch.
-    dirty: bool,
-    /// How many times the zones were counted (each count judges every node).
+    /// How many times every node was judged for the zones, and how many nodes were judged in
+    /// all (the tests count them).
     recounts: u64,
+    judged: u64,
     rates: Rates,
     /// `--unhealthy-zone-threshold`.
     threshold: f64,
@@ -74,8 +113,12 @@ impl Zones {
             queued: HashMap::new(),
             all_disrupted: false,
             clock: SetClock::default(),
-            dirty: false,
+            places: HashMap::new(),
+            counts: HashMap::new(),
+            stale: HashSet::new(),
+            all_stale: false,
             recounts: 0,
+            judged: 0,
             rates,
             threshold,
         }
@@ -97,20 +140,69 @@ impl Zones {
         v
     }
 
-    /// Something the zone states are counted from may have changed: [`Zones::update`] after the
-    /// batch.
-    pub(super) fn invalidate(&mut self) {
-        self.dirty = true;
+    /// `name`'s zone, exclusion or readiness may have changed (or it came or went):
+    /// [`Zones::update`] after the batch judges it again.
+    pub(super) fn recount(&mut self, name: &str) {
+        if !self.all_stale && !self.stale.contains(name) {
+            self.stale.insert(name.to_owned());
+        }
+    }
+
+    /// Every node's place may have changed (a fresh grace period for all, a pass of the safety
+    /// net): [`Zones::update`] after the batch judges every node.
+    pub(super) fn recount_all(&mut self) {
+        self.all_stale = true;
+        self.stale.clear();
     }
 
     pub(super) fn is_dirty(&self) -> bool {
-        self.dirty
+        self.all_stale || !self.stale.is_empty()
     }
 
-    /// How many times the zones were counted ([`Zones::update`]).
+    /// How many times every node was judged for the zones ([`Zones::update`]).
     #[cfg(test)]
     pub(super) fn recounts(&self) -> u64 {
         self.recounts
+    }
+
+    /// How many nodes were judged for the zones in all.
+    #[cfg(test)]
+    pub(super) fn judged(&self) -> u64 {
+        self.judged
+    }
+
+    /// Each node's place now, from `place` (`None`: not a registered node); the places kept.
+    #[cfg(test)]
+    pub(super) fn places_match<'n>(
+        &self,
+        names: impl Iterator<Item = &'n str>,
+        place: impl Fn(&str) -> Option<Place>,
+    ) -> bool {
+        let now: HashMap<String, Place> = names.filter_map(|n| place(n).map(|p| (n.to_owned(), p))).collect();
+        let mut counts: HashMap<String, Count> = HashMap::new();
+        for p in now.values() {
+            counts.entry(p.zone.clone()).or_default().add(p, true);
+        }
+        let kept: HashMap<&String, &Count> = self.counts.iter().filter(|(_, c)| c.members > 0).collect();
+        now == self.places && kept == counts.iter().collect::<HashMap<_, _>>()
+    }
+
+    fn set_place(&mut self, name: &str, place: Option<Place>) {
+        let old = match &place {
+            Some(p) => self.places.insert(name.to_owned(), p.clone()),
+            None => self.places.remove(name),
+        };
+        if old == place {
+            return;
+        }
+        if let Some(o) = &old
+            && let Some(c) = self.counts.get_mut(&o.zone)
+        {
+            c.add(o, false);
+        }
+        if let Some(p) = &place {
+            self.counts.entry(p.zone.clone()).or_default().add(p, true);
+        }
     }
 
     /// Whether `name` waits in `zone`'s queue for its first NoExecute taint.
@@ -137,18 +229,41 @@ impl Zones {
         }
     }
 
-    /// Zone states from the counted nodes' effective Ready (`ready_by_zone`: every node's zone,
-    /// with the readiness of its counted nodes); limiter rates follow; entering and leaving the
+    /// Zone states from the counted nodes' effective Ready: the stale nodes' places (or, after
+    /// [`Zones::recount_all`], those of every node in `names`) are judged again by `place`
+    /// (`None`: not a registered node); limiter rates follow; entering and leaving the
     /// all-zones outage.
-    pub(super) fn update(&mut self, ready_by_zone: &HashMap<&str, Vec<bool>>, now: Timestamp) -> Option<Outage> {
-        self.dirty = false;
-        self.recounts += 1;
-        let computed: HashMap<String, (usize, usize, ZoneState)> = ready_by_zone
+    pub(super) fn update<'n>(
+        &mut self,
+        names: impl Iterator<Item = &'n str>,
+        place: impl Fn(&str) -> Option<Place>,
+        now: Timestamp,
+    ) -> Option<Outage> {
+        if std::mem::take(&mut self.all_stale) {
+            self.recounts += 1;
+            self.places.clear();
+            self.counts.clear();
+            for name in names {
+                self.judged += 1;
+                if let Some(p) = place(name) {
+                    self.set_place(name, Some(p));
+                }
+            }
+        } else {
+            for name in std::mem::take(&mut self.stale) {
+                self.judged += 1;
+                self.set_place(&name, place(&name));
+            }
+        }
+        self.counts.retain(|_, c| c.members > 0);
+        let computed: HashMap<String, (usize, usize, ZoneState)> = self
+            .counts
             .iter()
-            .map(|(z, ready)| {
-                let (unhealthy, state) = zone::compute_zone_state(ready.iter().copied(), self.threshold);
-                let state = if ready.is_empty() { ZoneState::Initial } else { state };
-                ((*z).to_owned(), (ready.len(), unhealthy, state))
+            .map(|(z, c)| {
+                let size = c.ready + c.not_ready;
+                let state =
+                    if size == 0 { ZoneState::Initial } else { zone::zone_state(c.ready, c.not_ready, self.threshold) };
+                (z.clone(), (size, c.not_ready, state))
             })
             .collect();
         // Zones that no longer have nodes.
@@ -266,7 +381,7 @@ impl Zones {
             z.limiter = z.limiter.rebuilt(self.clock.clone());
             z.wake_at = None;
         }
-        self.dirty = true;
+        self.recount_all();
     }
 
     /// When a queue's limiter has a token again.
