@@ -279,6 +279,7 @@ fn spawn(
         brakes_shown: None,
         terminating_counted: None,
         nodes_changed: true,
+        nodes_counted: None,
         lease_holds: 0,
         lease_cache: LeaseCacheShown { note: rt.ready_note("lease cache"), published, shown: None },
         stall_armed: stall.armed,
