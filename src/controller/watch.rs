@@ -66,9 +66,11 @@ pub(crate) struct Watched<K: Resource> {
 /// How long the Lease watch lets renewals gather after one arrived, once its list is in: at
 /// 375 renewals a second (15,000 nodes) each one woke the watch, the connection and the
 /// controller task, and the two worker threads' parking and waking was 30 % of the settled
-/// steady state's CPU. A renewal seen 50 ms late moves nothing: a node is only judged silent
-/// when its grace period (tens of seconds) has run out, and by default only after a live read
-/// of its Lease.
+/// steady state's CPU. A renewal read late moves its node's deadline later by as much, which
+/// the detection delay shows at its median (25 ms of 36, counted from the renewal's answer).
+/// 10 ms was measured too (2026-12-06, 15,000 nodes, 5 minutes settled): median detection 12 ms,
+/// p99 unchanged (0.12 s), and the steady CPU back where it was without a linger (0.057 cores
+/// against 0.031): the saving needs the long pause.
 pub(crate) const LEASE_LINGER: Duration = Duration::from_millis(50);
 
 /// After a linger, the watch reads on until nothing has come for this long.
