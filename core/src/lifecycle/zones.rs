@@ -188,6 +188,9 @@ impl Zones {
     }
 
     fn set_place(&mut self, name: &str, place: Option<Place>) {
+        if self.places.get(name) == place.as_ref() {
+            return;
+        }
         let old = match &place {
             Some(p) => self.places.insert(name.to_owned(), p.clone()),
             None => self.places.remove(name),
