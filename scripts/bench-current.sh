@@ -25,11 +25,11 @@ link $R/fast-path-matrix/runs/1000-*.json $R/fast-path-matrix/runs/lifecycle-*.j
 # 15,000 × 30: 2026-12-05's interleaved rounds (build d65633c): ours over HTTP/1.1 and HTTP/2
 # (two runs each), kube-controller-manager at our budget and at its defaults and the HTTP/1.1
 # floor (one each). The lifecycle workload at 15,000 nodes, Leases every 40 s, its window opened
-# once the nodes' registration taints were gone: ours at b3b3bcc and 051cf8f (2026-12-06, the
-# Lease linger and unpaced removals), kube-controller-manager at our budget (2026-12-05 and -06)
-# and the detection floor (the runs
-# from before the bench waited for the taints, in lifecycle/unsettled, and ours before b3b3bcc, in
-# lifecycle/paced-removals, are not on the page: docs/bench/README.md says why).
+# once the nodes' registration taints were gone: ours at 5b12b6b (2026-12-06, two runs),
+# kube-controller-manager at our budget (2026-12-05 and -06, three runs) and the detection floor
+# (the runs from before the bench waited for the taints, in lifecycle/unsettled, ours before
+# b3b3bcc, in lifecycle/paced-removals, and ours' earlier builds of 2026-12-06, in
+# lifecycle/earlier-builds, are not on the page: docs/bench/README.md says why).
 link $R/scale-15000/rounds/*.json $R/scale-15000/lifecycle/*.json
 "$BENCH" compare --runs "$runs" --out docs/bench \
   --command "scripts/bench-current.sh (reports: $R/fast-path-costs/5000-rounds-2, $R/fast-path-matrix/runs and $R/scale-15000; docs/bench/README.md says which runs are from which set)"
