@@ -31,24 +31,11 @@ pub enum ZoneState {
     FullDisruption,
 }
 
-/// Upstream's `ComputeZoneState`: from the Ready status of the counted nodes of one zone
-/// (`true` = Ready=True; anything else, missing included, is not ready). Returns the number of
-/// not-ready nodes and the state: FullDisruption when none is ready and at least one is not;
-/// PartialDisruption when more than 2 are not ready and they are at least `unhealthy_threshold`
-/// of the zone; otherwise Normal.
-pub fn compute_zone_state(ready: impl IntoIterator<Item = bool>, unhealthy_threshold: f64) -> (usize, ZoneState) {
-    let (mut ready_n, mut not_ready) = (0usize, 0usize);
-    for r in ready {
-        if r {
-            ready_n += 1;
-        } else {
-            not_ready += 1;
-        }
-    }
-    (not_ready, zone_state(ready_n, not_ready, unhealthy_threshold))
-}
-
-/// [`compute_zone_state`]'s state from the counts: `ready` nodes Ready=True, `not_ready` not.
+/// Upstream's `ComputeZoneState`, from the counts of the counted nodes of one zone: `ready` with
+/// Ready=True, `not_ready` with anything else (missing included). FullDisruption when none is
+/// ready and at least one is not; PartialDisruption when more than 2 are not ready and they are
+/// at least `unhealthy_threshold` of the zone; otherwise Normal. (Upstream also returns the
+/// not-ready count, which the caller has.)
 pub fn zone_state(ready: usize, not_ready: usize, unhealthy_threshold: f64) -> ZoneState {
     if ready == 0 && not_ready > 0 {
         ZoneState::FullDisruption
@@ -103,9 +90,7 @@ mod tests {
 
     #[test]
     fn zone_states() {
-        let st = |ready: usize, not: usize| {
-            compute_zone_state(std::iter::repeat_n(true, ready).chain(std::iter::repeat_n(false, not)), 0.55)
-        };
+        let st = |ready: usize, not: usize| (not, zone_state(ready, not, 0.55));
         #[rustfmt::skip]
         let cases = [
             ((0, 0), (0, ZoneState::Normal)),

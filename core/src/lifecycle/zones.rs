@@ -195,9 +195,6 @@ impl Zones {
             Some(p) => self.places.insert(name.to_owned(), p.clone()),
             None => self.places.remove(name),
         };
-        if old == place {
-            return;
-        }
         if let Some(o) = &old
             && let Some(c) = self.counts.get_mut(&o.zone)
         {
