@@ -46,15 +46,17 @@ pub(super) struct Task {
     /// kube-controller-manager's controllers seen writing: their Warning events.
     pub(super) second_writers: second_writers::SecondWriters,
     /// The pause the brakes' gauges were last set for (None before the first turn). The held
-    /// and fenced nodes are recounted over every node only when it changes or, at most once per
-    /// [`NODE_GAUGES_EVERY`], when `nodes_changed` (a count per turn was 5.6 % of the 5,000-node
-    /// storm's CPU, and a count per node event 23 % of the controller's samples while 1,500 of
-    /// 15,000 nodes went silent, each count holding up the silent nodes' reads and writes).
+    /// and fenced nodes are recounted over every node only when it changes or when
+    /// `nodes_changed`, then at most once per [`NODE_GAUGES_SPACING`] times the last count's own
+    /// length, and at least once per [`NODE_GAUGES_EVERY`] (a count per turn was 5.6 % of the
+    /// 5,000-node storm's CPU, and a count per node event 23 % of the controller's samples while
+    /// 1,500 of 15,000 nodes went silent; in a small cluster a count is microseconds, and the
+    /// gauges follow every change).
     pub(super) brakes_shown: Option<Pause>,
     /// A turn since the last count saw a node event.
     pub(super) nodes_changed: bool,
-    /// When the held and fenced nodes were last counted.
-    pub(super) nodes_counted: Option<jiff::Timestamp>,
+    /// When the held and fenced nodes were last counted, and how long that count took.
+    pub(super) nodes_counted: Option<(jiff::Timestamp, std::time::Duration)>,
     /// The Lease cache holds the state had counted at the last look.
     pub(super) lease_holds: u64,
     pub(super) lease_cache: LeaseCacheShown,
@@ -68,9 +70,13 @@ pub(super) struct Task {
 /// How often `nlc_pods_terminating_on_not_ready_nodes` is recounted (its alert waits 15 min).
 const TERMINATING_COUNT_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// How often, at most, node events have the held and fenced nodes recounted (gauges, scraped
+/// The longest node events wait for the held and fenced nodes to be recounted (gauges, scraped
 /// every 15 s or so).
 const NODE_GAUGES_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Between two counts of the held and fenced nodes prompted by node events, at least this many
+/// times the last count's length: counting takes at most about 1 % of the task's time.
+const NODE_GAUGES_SPACING: u32 = 100;
 
 /// Where the Lease cache's state is shown besides the metrics: `/readyz?verbose`, and the
 /// leader's Lease for `status`.
@@ -232,15 +238,18 @@ impl Task {
         self.update_may_write();
         let pause = self.state.pause();
         let now = self.clock.now();
-        let count_due =
-            self.nodes_counted.is_none_or(|at| now < at || now >= nlc_core::time::after(at, NODE_GAUGES_EVERY));
+        let count_due = self.nodes_counted.is_none_or(|(at, took)| {
+            let spacing = took.saturating_mul(NODE_GAUGES_SPACING).min(NODE_GAUGES_EVERY);
+            now < at || now >= nlc_core::time::after(at, spacing)
+        });
         if (self.nodes_changed && count_due) || self.brakes_shown != Some(pause) {
+            let started = crate::clock::Stopwatch::start();
             let nodes = self.state.cache.index.nodes.values();
             let (held, legacy) =
                 nodes.fold((0, 0), |(h, l), n| (h + usize::from(n.on_hold), l + usize::from(n.legacy_hold)));
             self.metrics.brakes.set(pause, held, legacy);
             self.show_fences();
-            self.nodes_counted = Some(now);
+            self.nodes_counted = Some((now, started.elapsed()));
             self.nodes_changed = false;
         }
         self.brakes_shown = Some(pause);
