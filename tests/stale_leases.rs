@@ -254,6 +254,21 @@ async fn a_lease_watch_frozen_mid_flight_is_started_again_within_half_the_grace_
             wait_node(&s, n, Duration::from_secs(30), |n| taint_of(n, NOT_READY, "NoSchedule").is_none()).await;
         assert!(lifted.is_some(), "{}", c.logs());
     }
+    // Only a watch under way is frozen: one whose request reaches the proxy after the rule goes
+    // through. Ready says the Lease list is in, not that the watch after it has been sent (on a
+    // server without streaming lists the list and the watch are two requests), and on a loaded
+    // machine the nodes were seen Ready first (a CI run of v1.33 froze nothing): wait for two
+    // renewals read on the watch.
+    let lease_events = || async {
+        let m = c.metrics().await;
+        metric(&m, "nlc_watch_events_total{resource=\"leases\"}").unwrap_or(0.0)
+    };
+    let listed = lease_events().await;
+    let waited = std::time::Instant::now();
+    while lease_events().await < listed + 2.0 {
+        assert!(waited.elapsed() < Duration::from_secs(15), "no renewal read on the Lease watch:\n{}", c.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let frozen =
         proxy.add(Rule::new("GET", &["/namespaces/kube-node-lease/leases", "watch=true"], Fault::FreezeUnderWay));
     let started = std::time::Instant::now();
