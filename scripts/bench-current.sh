@@ -22,10 +22,11 @@ link $R/fast-path-costs/5000-rounds-2/*.json
 link $R/fast-path-matrix/runs/5000-kcm-default-*.json
 # 1,000 × 30 and the lifecycle workload: the 2026-12-02 matrix (build ac9e984).
 link $R/fast-path-matrix/runs/1000-*.json $R/fast-path-matrix/runs/lifecycle-*.json
-# 15,000 × 30: 2026-12-05's interleaved rounds (build d65633c): ours over HTTP/1.1 and HTTP/2
-# (two runs each), kube-controller-manager at our budget and at its defaults and the HTTP/1.1
-# floor (one each). The lifecycle workload at 15,000 nodes, Leases every 40 s, its window opened
-# once the nodes' registration taints were gone: ours at 5b12b6b (2026-12-06, two runs),
+# 15,000 × 30: three interleaved rounds, 2026-12-05 (build d65633c) and 2026-12-06 (33c0738): ours
+# over HTTP/1.1 and HTTP/2 and the HTTP/1.1 floor (three runs each), kube-controller-manager at
+# our budget (three) and at its defaults (two); a run the harness failed is in rounds/failed.
+# The lifecycle workload at 15,000 nodes, Leases every 40 s, its window opened once the nodes'
+# registration taints were gone: ours at 5b12b6b (2026-12-06, two runs),
 # kube-controller-manager at our budget (2026-12-05 and -06, three runs) and the detection floor
 # (the runs from before the bench waited for the taints, in lifecycle/unsettled, ours before
 # b3b3bcc, in lifecycle/paced-removals, and ours' earlier builds of 2026-12-06, in
