@@ -254,11 +254,11 @@ async fn a_lease_watch_frozen_mid_flight_is_started_again_within_half_the_grace_
             wait_node(&s, n, Duration::from_secs(30), |n| taint_of(n, NOT_READY, "NoSchedule").is_none()).await;
         assert!(lifted.is_some(), "{}", c.logs());
     }
-    // Only a watch under way is frozen: one whose request reaches the proxy after the rule goes
-    // through. Ready says the Lease list is in, not that the watch after it has been sent (on a
-    // server without streaming lists the list and the watch are two requests), and on a loaded
-    // machine the nodes were seen Ready first (a CI run of v1.33 froze nothing): wait for two
-    // renewals read on the watch.
+    // FreezeUnderWay freezes only answers already under way; a watch whose request reaches the
+    // proxy after the rule goes through. Ready says the Lease list is in, not that the watch after
+    // it has reached the proxy (against a server without streaming lists they are two requests):
+    // a cold CI run against v1.33 froze nothing, its renewals flowing with no stall counted. So
+    // two renewals are read on the watch first.
     let lease_events = || async {
         let m = c.metrics().await;
         metric(&m, "nlc_watch_events_total{resource=\"leases\"}").unwrap_or(0.0)
