@@ -577,14 +577,14 @@ async fn a_node_back_is_untainted_ahead_of_paced_taint_writes() {
     assert!(queued >= 3, "only {queued} taints still to add: the writes were not queued, nothing was shown");
 }
 
-/// The Lease watch hands renewals to the controller in batches of 50 ms, and must still read
-/// them as fast as they come: a first version (which paused its reading instead) read one event
-/// per pause, fell seconds behind at 100 renewals a second, and judged silences from renewals
-/// seen late (at 1,000 nodes it marked the silent nodes 12 to 16 s after their grace ran out).
+/// The Lease watch lets renewals gather for 50 ms before it reads on, and must still read them
+/// as fast as they come: a first version read one event per pause, fell seconds behind at 100
+/// renewals a second, and judged silences from renewals seen late (at 1,000 nodes it marked
+/// the silent nodes 12 to 16 s after their grace ran out).
 #[tokio::test]
-async fn the_lease_watch_keeps_up_with_renewals_while_it_batches_them() {
+async fn the_lease_watch_keeps_up_with_renewals_while_it_lingers() {
     let env = shared();
-    let s = Scope::new(env, "lc-batch").await;
+    let s = Scope::new(env, "lc-linger").await;
     let mut nodes = vec![];
     for _ in 0..80 {
         nodes.push(make_node(&s, "z1", json!([])).await);

@@ -336,12 +336,8 @@ impl World {
         w.input(Input::Lease(WatchEvent::Init));
         for (name, renewed) in leases {
             w.rv += 1;
-            let lease = SlimLease {
-                name: name.into(),
-                renew_time: Some(ts(renewed)),
-                resource_version: w.rv.to_string(),
-                seen: None,
-            };
+            let lease =
+                SlimLease { name: name.into(), renew_time: Some(ts(renewed)), resource_version: w.rv.to_string() };
             w.live_leases.insert(name.into(), lease.clone());
             w.input(Input::Lease(WatchEvent::InitApply(lease)));
         }
@@ -508,12 +504,7 @@ impl World {
     /// watch); the renewal, for the watch to deliver later.
     pub fn renew_lease_unwatched(&mut self, name: &str) -> SlimLease {
         self.rv += 1;
-        let lease = SlimLease {
-            name: name.into(),
-            renew_time: Some(self.now),
-            resource_version: self.rv.to_string(),
-            seen: None,
-        };
+        let lease = SlimLease { name: name.into(), renew_time: Some(self.now), resource_version: self.rv.to_string() };
         self.live_leases.insert(name.into(), lease.clone());
         lease
     }

@@ -96,7 +96,7 @@ impl Probe {
         if renewed {
             self.lease_renew = lease.renew_time;
             self.lease_version = Some(lease.resource_version.clone());
-            self.at = self.at.max(lease.heard_at(now));
+            self.at = self.at.max(now);
         }
         renewed
     }
@@ -247,32 +247,7 @@ mod tests {
     }
 
     fn lease(renewed: i64, rv: &str) -> SlimLease {
-        SlimLease { name: "n".into(), renew_time: Some(ts(renewed)), resource_version: rv.into(), seen: None }
-    }
-
-    /// A renewal counts from when the watch read it, not from when the controller took it in
-    /// (the Lease watch hands renewals over in batches): up to a second earlier. A stamp older
-    /// than that, or later than now (the clock stepped between the read and the handling), is
-    /// not trusted, and the grace period counts from now.
-    #[test]
-    fn a_renewal_counts_from_when_the_watch_read_it() {
-        let n = node(vec![cond("Ready", "True", Some(0))]);
-        let seen = |rv: &str, at: Timestamp| SlimLease { seen: Some(at), ..lease(1, rv) };
-        let ms = |ms: i64| ts(0) + jiff::SignedDuration::from_millis(ms);
-        let mut p = Probe::new(&n, None, ts(0));
-        assert!(p.observe_lease(Some(&seen("1", ms(39_950))), ts(40)));
-        assert_eq!(p.deadline(GRACE), ms(89_950), "read 50 ms before it was taken in");
-        assert!(p.observe_lease(Some(&seen("2", ms(99_000))), ts(100)));
-        assert_eq!(p.deadline(GRACE), ms(149_000), "a second earlier is still trusted");
-        assert!(p.observe_lease(Some(&seen("3", ms(198_999))), ts(200)));
-        assert_eq!(p.deadline(GRACE), ts(250), "more than a second earlier: from now");
-        assert!(p.observe_lease(Some(&seen("4", ts(301))), ts(300)));
-        assert_eq!(p.deadline(GRACE), ts(350), "read after now (a clock step): from now");
-        // Never earlier than a heartbeat already heard.
-        assert!(p.observe_lease(Some(&seen("5", ms(349_500))), ts(350)));
-        assert!(p.observe_node(&node(vec![cond("Ready", "True", Some(1))]), ts(350)));
-        assert!(p.observe_lease(Some(&seen("6", ms(349_900))), ms(350_100)));
-        assert_eq!(p.deadline(GRACE), ts(400));
+        SlimLease { name: "n".into(), renew_time: Some(ts(renewed)), resource_version: rv.into() }
     }
 
     /// Times past jiff's range read as one clamped value: a kubelet that writes them (Go takes

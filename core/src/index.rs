@@ -350,31 +350,12 @@ impl From<&Pod> for SlimPod {
 
 /// A node's Lease, reduced to its heartbeat: its `renewTime`, and its `resourceVersion`, which
 /// tells a renewal from a repeat (a `renewTime` past jiff's range reads clamped, the same for
-/// every renewal) and is what the live Lease check compares (docs/spec.md §3); and when this
-/// controller's watch read it, where that is earlier than when the decisions take it in.
+/// every renewal) and is what the live Lease check compares (docs/spec.md §3).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlimLease {
     pub name: String,
     pub renew_time: Option<Timestamp>,
     pub resource_version: String,
-    /// When the watch read this version (by the controller's clock). The Lease watch hands its
-    /// renewals over in batches (to spare the CPU of a wake-up for each of hundreds a second),
-    /// so the controller task may take one in up to [`SEEN_TRUSTED`] later; a node's grace
-    /// period counts from here. `None`: from when the controller takes it in.
-    pub seen: Option<Timestamp>,
-}
-
-/// How much earlier than the controller's `now` a Lease's [`SlimLease::seen`] may be and still
-/// be used: a batch is handed over within 50 ms of its first renewal. An older or a later one
-/// (a clock step between the read and the handling) is not trusted, and `now` is used.
-pub const SEEN_TRUSTED: jiff::SignedDuration = jiff::SignedDuration::from_secs(1);
-
-impl SlimLease {
-    /// When this version was heard, by the controller's clock at `now`: [`SlimLease::seen`]
-    /// if it is trusted, else `now`.
-    pub fn heard_at(&self, now: Timestamp) -> Timestamp {
-        self.seen.filter(|s| *s <= now && now.duration_since(*s) <= SEEN_TRUSTED).unwrap_or(now)
-    }
 }
 
 impl From<&Lease> for SlimLease {
@@ -383,7 +364,6 @@ impl From<&Lease> for SlimLease {
             name: l.metadata.name.clone().unwrap_or_default(),
             renew_time: l.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0),
             resource_version: l.metadata.resource_version.clone().unwrap_or_default(),
-            seen: None,
         }
     }
 }

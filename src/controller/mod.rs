@@ -347,7 +347,7 @@ fn spawn_watches(
             format,
             resource: "nodes",
             stall: Some(node_stall),
-            batch: None,
+            linger: None,
         },
         move |n: &WireNode| {
             w.node(&n.0);
@@ -366,7 +366,7 @@ fn spawn_watches(
             format,
             resource: "pods",
             stall: None,
-            batch: None,
+            linger: None,
         },
         move |p: &WirePod| {
             w.pod(&p.0);
@@ -392,23 +392,18 @@ fn spawn_watches(
         });
         return;
     }
-    // On a thread of its own, with a connection of its own: each renewal is read as it comes and
-    // stamped with the time it was read, and the controller task is handed them in batches
-    // (watch::LEASE_BATCH), so that their hundreds a second do not wake the main runtime.
-    let clock = SystemClock::shared();
-    let config = all();
-    rt.spawn_on_own_thread("watch-leases", move |client| {
-        let leases = watch::Watched {
-            api: Api::<WireLease>::namespaced(client, NODE_LEASE_NAMESPACE),
-            config,
-            format,
-            resource: "leases",
-            stall: Some(stall),
-            batch: Some(watch::LEASE_BATCH),
-        };
-        let lease = move |l: &WireLease| SlimLease { seen: Some(clock.now()), ..SlimLease::from(&l.0) };
-        watch::run(leases, lease, Input::Lease, t, m)
-    });
+    let api = Api::<WireLease>::namespaced(client, NODE_LEASE_NAMESPACE);
+    let lease = |l: &WireLease| SlimLease::from(&l.0);
+    let leases = watch::Watched {
+        api,
+        config: all(),
+        format,
+        resource: "leases",
+        stall: Some(stall),
+        linger: Some(watch::LEASE_LINGER),
+    };
+    let leases = watch::run(leases, lease, Input::Lease, t, m);
+    spawn_until_shutdown(rt, "watch-leases", leases);
 }
 
 fn spawn_until_shutdown(rt: &mut Runtime, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {

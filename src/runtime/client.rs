@@ -116,48 +116,19 @@ where
 
 /// The client, and the clock skew its answers measure.
 pub async fn client_with_skew(args: &ClientArgs) -> Result<(kube::Client, Skew)> {
-    let maker = Maker::new(args).await?;
-    Ok((maker.build()?, maker.skew.clone()))
-}
-
-/// What builds the API client: its configuration as loaded once, and the skew its answers
-/// measure (shared by every client it builds). A client's connections and its request queue run
-/// on the async runtime it is built in: [`Maker::build`] on another thread's runtime gives a
-/// watch a connection that never wakes the main runtime's threads.
-#[derive(Clone)]
-pub struct Maker {
-    config: kube::Config,
-    skew: Skew,
-    http2: bool,
-}
-
-impl Maker {
-    pub async fn new(args: &ClientArgs) -> Result<Self> {
-        let mut config = config(args).await?;
-        // kube-rs retries 429/503/504 transparently (up to 15 times, honouring Retry-After). That
-        // would hide a PodDisruptionBudget's 429 from the eviction logic for minutes; our executor
-        // and watches retry with their own backoff instead.
-        config.default_retry = false;
-        config
-            .headers
-            .push((axum::http::header::USER_AGENT, axum::http::HeaderValue::from_static(crate::FIELD_MANAGER)));
-        Ok(Self { config, skew: Skew::default(), http2: args.api_http2 })
+    let mut config = config(args).await?;
+    // kube-rs retries 429/503/504 transparently (up to 15 times, honouring Retry-After). That
+    // would hide a PodDisruptionBudget's 429 from the eviction logic for minutes; our executor
+    // and watches retry with their own backoff instead.
+    config.default_retry = false;
+    config.headers.push((axum::http::header::USER_AGENT, axum::http::HeaderValue::from_static(crate::FIELD_MANAGER)));
+    let skew = Skew::default();
+    // Through an HTTP proxy (the kubeconfig's proxy-url), kube's own stack, which speaks to it.
+    if config.proxy_url.is_some() && !args.api_http2 {
+        let builder = kube::client::ClientBuilder::try_from(config)?;
+        return Ok((builder.with_layer(&SkewLayer(skew.clone())).build(), skew));
     }
-
-    /// A client with connections of its own; called within the async runtime it will run on.
-    pub fn build(&self) -> Result<kube::Client> {
-        let config = self.config.clone();
-        // Through an HTTP proxy (the kubeconfig's proxy-url), kube's own stack, which speaks to it.
-        if config.proxy_url.is_some() && !self.http2 {
-            let builder = kube::client::ClientBuilder::try_from(config)?;
-            return Ok(builder.with_layer(&SkewLayer(self.skew.clone())).build());
-        }
-        custom_client(config, &self.skew, self.http2)
-    }
-
-    pub fn skew(&self) -> &Skew {
-        &self.skew
-    }
+    Ok((custom_client(config, &skew, args.api_http2)?, skew))
 }
 
 /// TCP keep-alive on every API connection: idle this long, then a probe this often, and the

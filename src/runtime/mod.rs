@@ -72,8 +72,6 @@ pub(crate) struct Runtime {
     watch_metrics: watch::WatchMetrics,
     http_metrics: http::HttpMetrics,
     skew: client::Skew,
-    /// Builds more clients like `client` (a watch on a thread of its own).
-    maker: client::Maker,
     /// `/configz`'s document.
     configz: Arc<str>,
 }
@@ -83,8 +81,7 @@ impl Runtime {
     /// answers `configz`.
     pub(crate) async fn build(client: &ClientArgs, admin: &AdminArgs, configz: &configz::Configz) -> Result<Self> {
         raise_open_files_limit();
-        let maker = client::Maker::new(client).await?;
-        let (client, skew) = (maker.build()?, maker.skew().clone());
+        let (client, skew) = client::client_with_skew(client).await?;
         let mut registry = Registry::default();
         let tls = metrics_tls(admin, &client, &mut registry)?;
         let metrics_listener = bind("--metrics-bind-address", admin.metrics_bind_address).await?;
@@ -126,7 +123,6 @@ impl Runtime {
             watch_metrics,
             http_metrics,
             skew,
-            maker,
             configz: configz.document().into(),
         })
     }
@@ -210,50 +206,6 @@ impl Runtime {
                 _ = stop.signaled() => Ok(()),
                 r = task => r,
             }
-        });
-    }
-
-    /// Runs `task` until shutdown on a thread of its own, in an async runtime of one thread, with
-    /// a client of its own (built there, so its connection is read there too): a watch that
-    /// reads hundreds of events a second there wakes only that thread, not the two workers of
-    /// the main runtime, which tokio wakes in turn for each event (the Lease watch at 15,000
-    /// nodes). It fails like any task: an error, or a panic, fails the process.
-    pub(crate) fn spawn_on_own_thread<F, Fut>(&mut self, name: &'static str, task: F)
-    where
-        F: FnOnce(kube::Client) -> Fut + Send + 'static,
-        Fut: Future<Output = ()> + 'static,
-    {
-        let maker = self.maker.clone();
-        // Dropped when the task below ends (at shutdown): the thread's runtime then stops.
-        let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
-        let (done_tx, done) = tokio::sync::oneshot::channel::<Result<()>>();
-        let span = tracing::info_span!("task", task = name);
-        let thread = std::thread::Builder::new().name(name.to_owned()).spawn(move || {
-            let _entered = span.enter();
-            let run = || -> Result<()> {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|source| Error::Io { what: format!("the runtime of {name}"), source })?;
-                rt.block_on(async move {
-                    let client = maker.build()?;
-                    tokio::select! {
-                        () = task(client) => {}
-                        _ = cancelled => {}
-                    }
-                    Ok(())
-                })
-            };
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
-                .unwrap_or_else(|panic| Err(Error::Panicked { task: name, message: panic_message(&*panic) }));
-            let _ = done_tx.send(result);
-        });
-        self.spawn_until_shutdown(name, async move {
-            let _cancel = cancel;
-            thread.map_err(|source| Error::Io { what: format!("the thread of {name}"), source })?;
-            done.await.unwrap_or_else(|_| {
-                Err(Error::Panicked { task: name, message: "its thread ended without a word".to_owned() })
-            })
         });
     }
 

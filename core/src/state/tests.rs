@@ -140,8 +140,7 @@ fn shadow_mode_goes_on_as_if_its_writes_were_carried_out_and_repeats_none() {
     for s in 1..=300 {
         let now = ts(f64::from(s));
         for n in ["n1", "n2", "n3"] {
-            let lease =
-                SlimLease { name: n.into(), renew_time: Some(now), resource_version: format!("{s}"), seen: None };
+            let lease = SlimLease { name: n.into(), renew_time: Some(now), resource_version: format!("{s}") };
             state.handle(Input::Lease(WatchEvent::Apply(lease)), now, &mut out);
         }
         state.after_batch(now, &mut out);
