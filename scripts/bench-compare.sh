@@ -45,6 +45,9 @@
 # LC_SIZES ("1000"; "" for none), LC_RUNS (3), LC_CONFIGS (ours kcm-budget kcm-default floor),
 # LC_PERIOD (10), LC_STEADY (600),
 # OUT (docs/bench), RAW (where the JSON reports go; default under the cache directory).
+# A report already in RAW is kept (a comparison stopped midway goes on where it stopped). A run the
+# harness fails (an observer or the floor behind in the window) is kept in RAW/failed and run once
+# more; a second failure stops the comparison.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZES=${SIZES-1000}
@@ -64,6 +67,26 @@ RAW=${RAW:-${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-controller/bench-compa
 T=${CARGO_TARGET_DIR:-target}/release
 mkdir -p "$RAW" "$OUT"
 log() { printf 'bench-compare: %s\n' "$*" >&2; }
+
+# One run of `bench "$@"` into $1.json. A run whose harness failed it (an observer or the floor
+# behind in the window, a controller that exited) is kept in $RAW/failed/ and run once more on a
+# fresh control plane; a second failure ends the comparison.
+measure() {
+  local name=$1 attempt
+  shift
+  for attempt in 1 2; do
+    if "$T/bench" "$@" >"$name.json.tmp" 2>"$name.log"; then
+      mv "$name.json.tmp" "$name.json"
+      return 0
+    fi
+    mkdir -p "$RAW/failed"
+    mv "$name.log" "$RAW/failed/$(basename "$name")-attempt$attempt.log"
+    rm -f "$name.json.tmp"
+    log "failed (attempt $attempt): see $RAW/failed/$(basename "$name")-attempt$attempt.log"
+    tail -3 "$RAW/failed/$(basename "$name")-attempt$attempt.log" | cut -c1-300 >&2
+  done
+  exit 1
+}
 
 for size in $SIZES; do
   for run in $(seq 1 "$RUNS"); do
@@ -87,9 +110,7 @@ for size in $SIZES; do
       name="$RAW/$size${LEASE_PERIOD:+-leases$LEASE_PERIOD}-$config-$run"
       if [[ -s $name.json ]]; then log "$name.json exists, kept"; continue; fi
       log "$size nodes, $config, run $run${LEASE_PERIOD:+, Leases renewed every $LEASE_PERIOD s}"
-      "$T/bench" eviction --nodes "$size" --pods 30 --target "$TARGET" "${leases[@]}" "${args[@]}" >"$name.json.tmp" 2>"$name.log" \
-        || { log "failed: see $name.log"; tail -5 "$name.log" >&2; exit 1; }
-      mv "$name.json.tmp" "$name.json"
+      measure "$name" eviction --nodes "$size" --pods 30 --target "$TARGET" "${leases[@]}" "${args[@]}"
     done
   done
 done
@@ -107,9 +128,7 @@ for size in $LC_SIZES; do
       name="$RAW/lifecycle-$size-$config-$run"
       if [[ -s $name.json ]]; then log "$name.json exists, kept"; continue; fi
       log "lifecycle: $size nodes, $config, run $run"
-      "$T/bench" lifecycle --nodes "$size" --stop $((size / 10)) --lease-period "$LC_PERIOD" --steady "$LC_STEADY" "${args[@]}" \
-        >"$name.json.tmp" 2>"$name.log" || { log "failed: see $name.log"; tail -5 "$name.log" >&2; exit 1; }
-      mv "$name.json.tmp" "$name.json"
+      measure "$name" lifecycle --nodes "$size" --stop $((size / 10)) --lease-period "$LC_PERIOD" --steady "$LC_STEADY" "${args[@]}"
     done
   done
 done

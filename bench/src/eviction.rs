@@ -61,7 +61,9 @@ pub struct EvictionArgs {
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
     pub lease_period: Option<u64>,
     /// The most the deletion watcher may lag in the measured window (its canary, written once a
-    /// second: seen minus written); past it the run fails, its figures being the watcher's.
+    /// second: seen minus written), and the floor's node watch (the last target node's taint
+    /// read, minus the bench's taint patches answered); past it the run fails, its figures being
+    /// the observer's.
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     pub observer_max_lag: f64,
     /// The harness's own test: start the deletion watcher this much later.
@@ -71,6 +73,10 @@ pub struct EvictionArgs {
     /// initial list (the run must then fail).
     #[arg(long, hide = true)]
     pub observer_no_wait: bool,
+    /// The harness's own test: start the floor's node watch this much later (the run must then
+    /// fail: it reads the taints late).
+    #[arg(long, value_name = "SECS", default_value_t = 0, hide = true, requires = "floor")]
+    pub floor_late: u64,
     #[command(flatten)]
     pub under_test: UnderTest,
 }
@@ -187,7 +193,12 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
             false => None,
         };
         let counts = Arc::new(Mutex::new(FloorCounts::default()));
-        let task = tokio::spawn(floor::run(floor_client, args.floor_wire, plan.clone(), HOUR, counts.clone()));
+        let floor = floor::run(floor_client, args.floor_wire, plan.clone(), HOUR, counts.clone());
+        let late = Duration::from_secs(args.floor_late);
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(late).await;
+            floor.await
+        });
         // The same pause as a controller gets to list everything.
         tokio::time::sleep(Duration::from_secs(15)).await;
         let waited = open_window(&deletions, args).await?;
@@ -216,6 +227,18 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
             api_server,
             ..Usage::default()
         };
+        // The floor is an observer too: one that read a target node's taint late (busy
+        // decoding) measured itself, and its run is no floor.
+        let floor_lag =
+            usage.floor.and_then(|c| c.last_taint_seen).map(|at| at.duration_since(taint.done).as_secs_f64());
+        let health = health.and_then(|()| match floor_lag {
+            Some(lag) if lag <= args.observer_max_lag => Ok(()),
+            Some(lag) => Err(anyhow::anyhow!(
+                "the floor's node watch read the last target node's taint {lag:.2}s after the taint patches were answered (bound {}s)",
+                args.observer_max_lag
+            )),
+            None => Err(anyhow::anyhow!("the floor's node watch never read a target node's taint")),
+        });
         return verdict(report(args, &plan, &targets, &seen, &taint, &usage), health);
     }
     let (mut ctl, ready_s) = start_listed(cp, &args.under_test, args.lease_period.is_some()).await?;
@@ -442,6 +465,8 @@ fn report(
         "controller_peak_rss_mb": usage.peak_rss_mb, "controller_rss_idle_mb": usage.rss_idle_mb,
         "controller_cpu_s_during_storm": usage.cpu_s, "controller_ready_s": usage.ready_s,
         "floor_deleted": usage.floor.map(|c| c.deleted), "floor_failed": usage.floor.map(|c| c.failed),
+        // When the floor read the last target taint, after the bench's patches were answered.
+        "floor_taint_seen_after_patches_s": usage.floor.and_then(|c| c.last_taint_seen).map(|at| at.duration_since(taint.done).as_secs_f64()),
         "controller_lateness_timed_s": histogram_quantiles(metrics, "nlc_eviction_lateness_seconds", "kind=\"timed\""),
         "controller_lateness_immediate_s": histogram_quantiles(metrics, "nlc_eviction_lateness_seconds", "kind=\"immediate\""),
         "controller_fire_lateness_s": histogram_quantiles(metrics, "nlc_eviction_fire_lateness_seconds", ""),

@@ -2,7 +2,8 @@
 //! kube-controller-manager as the evictor (built with the control plane, on every supported
 //! version; the floor streams its list, which 1.33 refuses), a deletion watcher made to start
 //! late is waited for before the measured window opens and the report says how long; the same
-//! watcher with the window opened regardless is caught, and the run fails loudly.
+//! watcher with the window opened regardless is caught, and the run fails loudly; and so is a
+//! floor whose node watch reads the taints late.
 
 use std::process::Command;
 
@@ -42,6 +43,26 @@ fn a_window_opened_before_the_observer_listed_fails_loudly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the bench measured itself and passed:\n{stderr}");
     assert!(stderr.contains("had not finished its initial list when the measured window opened"), "{stderr}");
+}
+
+/// The eviction floor is an observer too: one whose node watch reads the taints late (made to
+/// start 25 s late here, after the taint) measured itself, and the run fails loudly, with its
+/// report. The floor streams its list, which 1.33 refuses unless its WatchList gate is on: there
+/// the bench must say so and fail.
+#[test]
+fn a_floor_that_reads_the_taints_late_fails_loudly() {
+    let out = Command::new(BENCH)
+        .args(["eviction", "--floor", "--nodes", "6", "--pods", "6", "--target", "3", "--floor-late", "25"])
+        .output()
+        .expect("the bench binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the floor read the taints 25 s late and the run passed:\n{stderr}");
+    if stderr.contains("kube-apiserver v1.33.") {
+        assert!(stderr.contains("the floor streams"), "1.33 refused the floor's list without saying so:\n{stderr}");
+        return;
+    }
+    assert!(stderr.contains("the floor's node watch read the last target node's taint"), "{stderr}");
+    assert!(stderr.contains("\"floor_taint_seen_after_patches_s\""), "no report printed:\n{stderr}");
 }
 
 /// The detection floor (`bench lifecycle --floor`) runs no controller: at each silent node's
