@@ -227,8 +227,8 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
             api_server,
             ..Usage::default()
         };
-        // The floor is an observer too: one that read a target node's taint late (busy
-        // decoding) measured itself, and its run is no floor.
+        // The floor is an observer too: one that read a target node's taint late (busy, or its
+        // watch behind) measured itself, and its run is no floor.
         let floor_lag =
             usage.floor.and_then(|c| c.last_taint_seen).map(|at| at.duration_since(taint.done).as_secs_f64());
         let health = health.and_then(|()| match floor_lag {
