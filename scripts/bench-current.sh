@@ -24,7 +24,8 @@ link $R/fast-path-matrix/runs/5000-kcm-default-*.json
 link $R/fast-path-matrix/runs/1000-*.json $R/fast-path-matrix/runs/lifecycle-*.json
 # 15,000 × 30: three interleaved rounds, 2026-12-05 (build d65633c) and 2026-12-06 (33c0738): ours
 # over HTTP/1.1 and HTTP/2 and the HTTP/1.1 floor (three runs each), kube-controller-manager at
-# our budget (three) and at its defaults (two); a run the harness failed is in rounds/failed.
+# our budget and at its defaults (three each; its third at defaults 2026-12-06 at 86f9eaa's
+# bench); the runs the harness failed are in rounds/failed.
 # The lifecycle workload at 15,000 nodes, Leases every 40 s, its window opened once the nodes'
 # registration taints were gone: ours at 5b12b6b (2026-12-06, two runs),
 # kube-controller-manager at our budget (2026-12-05 and -06, three runs) and the detection floor
