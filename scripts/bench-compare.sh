@@ -72,18 +72,19 @@ log() { printf 'bench-compare: %s\n' "$*" >&2; }
 # behind in the window, a controller that exited) is kept in $RAW/failed/ and run once more on a
 # fresh control plane; a second failure ends the comparison.
 measure() {
-  local name=$1 attempt
+  local name=$1 attempt kept
   shift
   for attempt in 1 2; do
     if "$T/bench" "$@" >"$name.json.tmp" 2>"$name.log"; then
       mv "$name.json.tmp" "$name.json"
       return 0
     fi
+    kept="$RAW/failed/$(basename "$name")-attempt$attempt.log"
     mkdir -p "$RAW/failed"
-    mv "$name.log" "$RAW/failed/$(basename "$name")-attempt$attempt.log"
+    mv "$name.log" "$kept"
     rm -f "$name.json.tmp"
-    log "failed (attempt $attempt): see $RAW/failed/$(basename "$name")-attempt$attempt.log"
-    tail -3 "$RAW/failed/$(basename "$name")-attempt$attempt.log" | cut -c1-300 >&2
+    log "failed (attempt $attempt): see $kept"
+    tail -3 "$kept" | cut -c1-300 >&2
   done
   exit 1
 }

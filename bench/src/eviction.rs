@@ -229,8 +229,7 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
         };
         // The floor is an observer too: one that read a target node's taint late (busy, or its
         // watch behind) measured itself, and its run is no floor.
-        let floor_lag =
-            usage.floor.and_then(|c| c.last_taint_seen).map(|at| at.duration_since(taint.done).as_secs_f64());
+        let floor_lag = usage.floor.and_then(|c| c.taint_seen_after(taint.done));
         let health = health.and_then(|()| match floor_lag {
             Some(lag) if lag <= args.observer_max_lag => Ok(()),
             Some(lag) => Err(anyhow::anyhow!(
@@ -466,7 +465,7 @@ fn report(
         "controller_cpu_s_during_storm": usage.cpu_s, "controller_ready_s": usage.ready_s,
         "floor_deleted": usage.floor.map(|c| c.deleted), "floor_failed": usage.floor.map(|c| c.failed),
         // When the floor read the last target taint, after the bench's patches were answered.
-        "floor_taint_seen_after_patches_s": usage.floor.and_then(|c| c.last_taint_seen).map(|at| at.duration_since(taint.done).as_secs_f64()),
+        "floor_taint_seen_after_patches_s": usage.floor.and_then(|c| c.taint_seen_after(taint.done)),
         "controller_lateness_timed_s": histogram_quantiles(metrics, "nlc_eviction_lateness_seconds", "kind=\"timed\""),
         "controller_lateness_immediate_s": histogram_quantiles(metrics, "nlc_eviction_lateness_seconds", "kind=\"immediate\""),
         "controller_fire_lateness_s": histogram_quantiles(metrics, "nlc_eviction_fire_lateness_seconds", ""),

@@ -79,6 +79,14 @@ pub struct FloorCounts {
     pub last_taint_seen: Option<Timestamp>,
 }
 
+impl FloorCounts {
+    /// How long after `patched` (the bench's taint patches answered) the floor read the last
+    /// target taint, seconds; `None` if it read none.
+    pub fn taint_seen_after(&self, patched: Timestamp) -> Option<f64> {
+        self.last_taint_seen.map(|at| at.duration_since(patched).as_secs_f64())
+    }
+}
+
 /// The floor's client, for its list and its writes alike: the controller's own
 /// (`runtime::client::client_with_skew`, the admin kubeconfig), so that `http2` speaks HTTP/2 as
 /// `--api-http2` does, with the same settings. Like the controller's, it retries nothing by
