@@ -487,8 +487,11 @@ struct Health {
     /// Lists begun when the window opened.
     lists_at_open: Option<u64>,
     errors: u64,
-    /// The canary's lag (seen minus written), seconds, in the window.
-    lags: Vec<f64>,
+    /// The canary's writes in the window, by the time each carried: when the API server's
+    /// answer came back.
+    answered: HashMap<String, Timestamp>,
+    /// The same writes: when the watcher first saw each.
+    canary_seen: HashMap<String, Timestamp>,
     /// Streamed (`sendInitialEvents`) or paged (an API server without WatchList).
     streaming: bool,
 }
@@ -573,11 +576,11 @@ impl Deletions {
                         };
                         if p.metadata.name.as_deref() == Some(CANARY) {
                             let written = p.metadata.annotations.as_ref().and_then(|a| a.get(CANARY_WRITTEN));
-                            if let Some(at) = written.and_then(|w| w.parse::<Timestamp>().ok())
+                            if let Some(w) = written
                                 && let Ok(mut h) = health.lock()
                                 && h.lists_at_open.is_some()
                             {
-                                h.lags.push(now.duration_since(at).as_secs_f64());
+                                h.canary_seen.entry(w.clone()).or_insert(now);
                             }
                             continue;
                         }
@@ -623,21 +626,31 @@ impl Deletions {
             h.lists_at_open = Some(h.lists);
         }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), NS);
+        let answered = |health: &Mutex<Health>, written: String| {
+            if let Ok(mut h) = health.lock() {
+                h.answered.insert(written, Timestamp::now());
+            }
+        };
+        let written = Timestamp::now().to_string();
         let canary: Pod = serde_json::from_value(json!({
-            "metadata": {"name": CANARY, "annotations": {CANARY_WRITTEN: Timestamp::now().to_string()}},
+            "metadata": {"name": CANARY, "annotations": {CANARY_WRITTEN: written}},
             "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
         }))?;
         match pods.create(&PostParams::default(), &canary).await {
-            Ok(_) => {}
+            Ok(_) => answered(&self.health, written),
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
+        let health = self.health.clone();
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tick.tick().await;
-                let patch = json!({"metadata": {"annotations": {CANARY_WRITTEN: Timestamp::now().to_string()}}});
-                let _ = pods.patch(CANARY, &PatchParams::default(), &Patch::Merge(&patch)).await;
+                let written = Timestamp::now().to_string();
+                let patch = json!({"metadata": {"annotations": {CANARY_WRITTEN: &written}}});
+                if pods.patch(CANARY, &PatchParams::default(), &Patch::Merge(&patch)).await.is_ok() {
+                    answered(&health, written);
+                }
             }
         });
         if let Ok(mut c) = self.canary.lock() {
@@ -659,8 +672,9 @@ impl Deletions {
             return (serde_json::Value::Null, Err(anyhow::anyhow!("the deletion watcher's health is poisoned")));
         };
         let relists = h.lists.saturating_sub(h.lists_at_open.unwrap_or(h.lists));
-        let mut lags = h.lags.clone();
+        let (mut lags, mut answers) = canary_lags(&h.answered, &h.canary_seen, Timestamp::now());
         lags.sort_by(f64::total_cmp);
+        answers.sort_by(f64::total_cmp);
         let max = lags.last().copied();
         let report = json!({
             "initial_list_s": *self.synced.borrow(),
@@ -668,10 +682,11 @@ impl Deletions {
             "relists_in_window": relists,
             "errors": h.errors,
             "canary_lag_s": {"n": lags.len(), "p50": percentile(&lags, 50.0), "p99": percentile(&lags, 99.0), "max": max},
+            "canary_answer_s": {"n": answers.len(), "p50": percentile(&answers, 50.0), "p99": percentile(&answers, 99.0), "max": answers.last()},
         });
         let verdict = if relists > 0 {
             Err(anyhow::anyhow!("the deletion watcher listed again {relists} time(s) in the measured window: {report}"))
-        } else if lags.is_empty() {
+        } else if h.canary_seen.is_empty() {
             Err(anyhow::anyhow!("the deletion watcher never saw its canary in the measured window: {report}"))
         } else if max.is_some_and(|m| m > max_lag.as_secs_f64()) {
             Err(anyhow::anyhow!("the deletion watcher lagged more than {max_lag:?} in the measured window: {report}"))
@@ -680,6 +695,28 @@ impl Deletions {
         };
         (report, verdict)
     }
+}
+
+/// The deletion watcher's lag at each canary write the API server answered in the window: from
+/// the answer to the watcher's first sight of it (none when the watch event came first; `closed`
+/// for one not seen by the window's end, a lower bound), and the time each write took to be
+/// answered, which is the API server's and not the watcher's. A write is known by the time it
+/// carried; seconds.
+fn canary_lags(
+    answered: &HashMap<String, Timestamp>,
+    seen: &HashMap<String, Timestamp>,
+    closed: Timestamp,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut lags = Vec::with_capacity(answered.len());
+    let mut answers = Vec::with_capacity(answered.len());
+    for (written, at) in answered {
+        let seen = seen.get(written).copied().unwrap_or(closed);
+        lags.push(seen.duration_since(*at).as_secs_f64().max(0.0));
+        if let Ok(sent) = written.parse::<Timestamp>() {
+            answers.push(at.duration_since(sent).as_secs_f64());
+        }
+    }
+    (lags, answers)
 }
 
 impl Drop for Deletions {
@@ -731,6 +768,29 @@ mod tests {
         assert!(percentile(&[], 50.0).is_nan());
         assert_eq!(percentile(&[1.0, 2.0, 3.0], 50.0), 2.0);
         assert_eq!(percentile(&[1.0, 2.0, 3.0], 99.0), 3.0);
+    }
+
+    #[test]
+    fn the_canary_lag_counts_from_the_answer_not_the_send() {
+        let t = |s: &str| s.parse::<Timestamp>().expect("valid");
+        let sent = ["2026-12-06T17:00:00Z", "2026-12-06T17:00:01Z", "2026-12-06T17:00:02Z"];
+        // The first answered 1.5 s after it was sent (a busy API server) and seen 0.1 s after;
+        // the second seen before its answer came back; the third never seen before the close.
+        let answered = HashMap::from([
+            (sent[0].to_string(), t("2026-12-06T17:00:01.5Z")),
+            (sent[1].to_string(), t("2026-12-06T17:00:01.2Z")),
+            (sent[2].to_string(), t("2026-12-06T17:00:02.1Z")),
+        ]);
+        let seen = HashMap::from([
+            (sent[0].to_string(), t("2026-12-06T17:00:01.6Z")),
+            (sent[1].to_string(), t("2026-12-06T17:00:01.1Z")),
+        ]);
+        let (mut lags, mut answers) = canary_lags(&answered, &seen, t("2026-12-06T17:00:04.1Z"));
+        lags.sort_by(f64::total_cmp);
+        answers.sort_by(f64::total_cmp);
+        let close = |a: &[f64], b: &[f64]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9);
+        assert!(close(&lags, &[0.0, 0.1, 2.0]), "{lags:?}");
+        assert!(close(&answers, &[0.1, 0.2, 1.5]), "{answers:?}");
     }
 
     #[test]
