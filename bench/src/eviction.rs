@@ -193,14 +193,17 @@ pub async fn run(cp: &ControlPlane, args: &EvictionArgs) -> Result<serde_json::V
             false => None,
         };
         let counts = Arc::new(Mutex::new(FloorCounts::default()));
-        let floor = floor::run(floor_client, args.floor_wire, plan.clone(), HOUR, counts.clone());
+        let prepare_started = Instant::now();
+        let floor = floor::prepare(floor_client, args.floor_wire, plan.clone(), HOUR, counts.clone()).await?;
+        let prepared_s = counts.lock().ok().and_then(|c| c.prepared_s).unwrap_or_default();
+        eprintln!("bench: the floor listed the pods' UIDs and its node watch listed the nodes in {prepared_s:.2}s");
         let late = Duration::from_secs(args.floor_late);
         let task = tokio::spawn(async move {
             tokio::time::sleep(late).await;
-            floor.await
+            floor.run().await
         });
-        // The same pause as a controller gets to list everything.
-        tokio::time::sleep(Duration::from_secs(15)).await;
+        // At least the pause a controller gets to list everything.
+        tokio::time::sleep(Duration::from_secs(15).saturating_sub(prepare_started.elapsed())).await;
         let waited = open_window(&deletions, args).await?;
         let cpu = CpuSampler::start(cp, None);
         let api0 = api_server_counters(&client).await;
@@ -466,6 +469,8 @@ fn report(
         "floor_deleted": usage.floor.map(|c| c.deleted), "floor_failed": usage.floor.map(|c| c.failed),
         // When the floor read the last target taint, after the bench's patches were answered.
         "floor_taint_seen_after_patches_s": usage.floor.and_then(|c| c.taint_seen_after(taint.done)),
+        // How long the floor listed before the window (the pods' UIDs, its node watch's list).
+        "floor_prepared_s": usage.floor.and_then(|c| c.prepared_s),
         "controller_lateness_timed_s": histogram_quantiles(metrics, "nlc_eviction_lateness_seconds", "kind=\"timed\""),
         "controller_lateness_immediate_s": histogram_quantiles(metrics, "nlc_eviction_lateness_seconds", "kind=\"immediate\""),
         "controller_fire_lateness_s": histogram_quantiles(metrics, "nlc_eviction_fire_lateness_seconds", ""),

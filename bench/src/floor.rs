@@ -77,6 +77,9 @@ pub struct FloorCounts {
     /// When the floor's node watch read the last of the target nodes' taints: long after the
     /// bench's taint patches were answered, the floor was behind, and is no floor.
     pub last_taint_seen: Option<Timestamp>,
+    /// Seconds [`prepare`] took: the pods' UIDs listed and the node watch's initial list in,
+    /// before the measured window.
+    pub prepared_s: Option<f64>,
 }
 
 impl FloorCounts {
@@ -202,15 +205,30 @@ pub async fn watch_pods(client: kube::Client) -> Result<tokio::task::JoinHandle<
     }))
 }
 
-/// Runs the floor until aborted: evicts every planned pod whose `tolerationSeconds` is not
-/// `spare` (those tolerate for the whole benchmark) when its node's taint says so.
-pub async fn run(
+/// The floor, listed and watching, before the measured window: [`prepare`] then [`Floor::run`].
+pub struct Floor {
+    /// The target pods by node: (name, UID, `tolerationSeconds`).
+    by_node: HashMap<String, Vec<(String, String, Option<i64>)>>,
+    writes: LeanClient,
+    permits: Arc<Semaphore>,
+    counts: Arc<std::sync::Mutex<FloorCounts>>,
+    events: futures::stream::BoxStream<'static, Result<watcher::Event<Node>, watcher::Error>>,
+}
+
+/// Everything the floor needs before it can evict, done before the measured window opens as
+/// every observer's initial list is: the pods' UIDs (one list of their metadata) and its node
+/// watch's initial list. Until 2026-12-06 these ran after a fixed 15 s pause; at 15,000 x 30 the
+/// list of 450,000 pods sometimes ran into the window, and the floor read the target taints 2.6 to
+/// 12.7 s late, decoding that list meanwhile. Every planned pod whose `tolerationSeconds` is not
+/// `spare` (those tolerate for the whole benchmark) is a target.
+pub async fn prepare(
     client: kube::Client,
     wire: Wire,
     plan: PodPlan,
     spare: i64,
     counts: Arc<std::sync::Mutex<FloorCounts>>,
-) -> Result<()> {
+) -> Result<Floor> {
+    let started = Instant::now();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let uids: HashMap<String, String> = pods
         .list_metadata(&ListParams::default())
@@ -228,23 +246,48 @@ pub async fn run(
             by_node.entry(node).or_default().push((name, uid.clone(), secs));
         }
     }
-    let permits = Arc::new(Semaphore::new(CONCURRENCY));
     let format = match wire {
         Wire::Json => Format::Json,
         Wire::Protobuf => Format::Protobuf,
     };
     let writes = LeanClient::new(client.clone(), format);
-    // kube-runtime's watcher of whole JSON Nodes. The controller's own node watch (its decoder,
-    // protobuf, a streaming list) was tried here (2026-12-06, 15,000 x 30, twice) and read the
-    // last target taint 2.6 and 12.7 s late: kept out, its cause not found. Either way, a floor
-    // that reads the taints late fails its run (eviction.rs).
+    // kube-runtime's watcher of whole JSON Nodes, its initial list streamed. The controller's own
+    // node watch (its decoder, protobuf) was tried here (2026-12-06, 15,000 x 30, twice) while
+    // the list above still ran into the window: read the last target taint 2.6 and 12.7 s late.
     let nodes: Api<Node> = Api::all(client);
-    let mut events = watcher(nodes, watcher::Config::default()).boxed();
-    while let Some(ev) = events.next().await {
-        let (Ok(watcher::Event::Apply(node)) | Ok(watcher::Event::InitApply(node))) = ev else { continue };
-        let Some(added) = taint_added(&node) else { continue };
-        let Some(list) = node.metadata.name.as_ref().and_then(|n| by_node.remove(n)) else { continue };
-        if let Ok(mut c) = counts.lock() {
+    let events = watcher(nodes, watcher::Config::default().streaming_lists()).boxed();
+    let mut floor = Floor { by_node, writes, permits: Arc::new(Semaphore::new(CONCURRENCY)), counts, events };
+    loop {
+        match floor.events.next().await {
+            Some(Ok(watcher::Event::InitDone)) => break,
+            Some(Ok(watcher::Event::InitApply(node))) => floor.on_node(&node),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(e).context("the floor's node watch, listing"),
+            None => bail!("the floor's node watch ended before its initial list"),
+        }
+    }
+    if let Ok(mut c) = floor.counts.lock() {
+        c.prepared_s = Some(started.elapsed().as_secs_f64());
+    }
+    Ok(floor)
+}
+
+impl Floor {
+    /// Runs the floor until aborted: evicts every target pod when its node's taint says so.
+    pub async fn run(mut self) {
+        while let Some(ev) = self.events.next().await {
+            if let Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) = ev {
+                self.on_node(&node);
+            }
+        }
+    }
+
+    /// A node seen: if it carries the benchmark's taint, its target pods' evictions, each at
+    /// its deadline.
+    fn on_node(&mut self, node: &Node) {
+        let Some(added) = taint_added(node) else { return };
+        let Some(list) = node.metadata.name.as_ref().and_then(|n| self.by_node.remove(n)) else { return };
+        if let Ok(mut c) = self.counts.lock() {
             c.last_taint_seen = Some(Timestamp::now());
         }
         for (name, uid, secs) in list {
@@ -252,7 +295,7 @@ pub async fn run(
                 .map(|s| (added + Duration::from_secs(s.max(0) as u64)).duration_since(Timestamp::now()))
                 .and_then(|d| Duration::try_from(d).ok())
                 .unwrap_or_default();
-            let (writes, permits, counts) = (writes.clone(), permits.clone(), counts.clone());
+            let (writes, permits, counts) = (self.writes.clone(), self.permits.clone(), self.counts.clone());
             tokio::spawn(async move {
                 tokio::time::sleep(wait).await;
                 let Ok(_permit) = permits.acquire().await else { return };
@@ -263,7 +306,6 @@ pub async fn run(
             });
         }
     }
-    Ok(())
 }
 
 /// The benchmark taint's `timeAdded` on `node`, if it is there.
