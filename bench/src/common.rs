@@ -2,7 +2,7 @@
 //! from /proc and reading its /metrics), the objects they create (namespace, nodes with Leases,
 //! pods, taints), the deletion watcher, and the statistics (percentiles, histogram quantiles).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -489,9 +489,11 @@ struct Health {
     errors: u64,
     /// The canary's writes in the window, by the time each carried: when the API server's
     /// answer came back.
-    answered: HashMap<String, Timestamp>,
+    answered: BTreeMap<Timestamp, Timestamp>,
     /// The same writes: when the watcher first saw each.
-    canary_seen: HashMap<String, Timestamp>,
+    canary_seen: BTreeMap<Timestamp, Timestamp>,
+    /// The longest the bench's own runtime was late to wake a task in the window, seconds.
+    stall_max_s: f64,
     /// Streamed (`sendInitialEvents`) or paged (an API server without WatchList).
     streaming: bool,
 }
@@ -501,10 +503,14 @@ struct Health {
 /// initial list must be in before the measured window opens ([`Deletions::open_window`] fails
 /// otherwise; [`Deletions::synced`] waits and says how long), it lists by streaming
 /// (`sendInitialEvents`, served from the watch cache; in pages of 10,000 on an API server that
-/// refuses it), and in the window its re-lists are counted and its lag is measured with a
-/// canary, an unbound pod the bench writes once a second with the time it wrote it: the
-/// deletions it reports are late by that much. [`Deletions::close_window`] fails the run on a
-/// re-list or a lag past the limit.
+/// refuses it), and in the window its re-lists are counted and its lag is measured two ways.
+/// A canary, an unbound pod the bench writes once a second with the time it wrote it, times
+/// the watch itself: from the write's answer to the watcher's sight of it (the stream's
+/// backlog, in the API server or in this process). A probe that wakes every 50 ms times this
+/// process: a runtime that is late to wake it (starved of CPU, or a worker held) is as late to
+/// record a deletion, and late alike to record the canary's answer and its sight, which the
+/// canary cannot see. [`Deletions::close_window`] fails the run on a re-list, or either past
+/// the limit.
 pub struct Deletions {
     pub seen: Seen,
     client: kube::Client,
@@ -512,7 +518,8 @@ pub struct Deletions {
     health: Arc<Mutex<Health>>,
     synced: tokio::sync::watch::Receiver<Option<f64>>,
     task: tokio::task::JoinHandle<()>,
-    canary: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The canary's writer and the stall probe, from the window's opening.
+    probes: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Deletions {
@@ -576,11 +583,11 @@ impl Deletions {
                         };
                         if p.metadata.name.as_deref() == Some(CANARY) {
                             let written = p.metadata.annotations.as_ref().and_then(|a| a.get(CANARY_WRITTEN));
-                            if let Some(w) = written
+                            if let Some(w) = written.and_then(|w| w.parse::<Timestamp>().ok())
                                 && let Ok(mut h) = health.lock()
                                 && h.lists_at_open.is_some()
                             {
-                                h.canary_seen.entry(w.clone()).or_insert(now);
+                                h.canary_seen.entry(w).or_insert(now);
                             }
                             continue;
                         }
@@ -596,7 +603,7 @@ impl Deletions {
                 }
             })
         };
-        Self { seen, client: client.clone(), started, health, synced, task, canary: Mutex::new(None) }
+        Self { seen, client: client.clone(), started, health, synced, task, probes: Mutex::default() }
     }
 
     /// Waits for its initial list, at most `limit`: the seconds from its start to the list's
@@ -626,14 +633,14 @@ impl Deletions {
             h.lists_at_open = Some(h.lists);
         }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), NS);
-        let answered = |health: &Mutex<Health>, written: String| {
+        let answered = |health: &Mutex<Health>, written: Timestamp| {
             if let Ok(mut h) = health.lock() {
                 h.answered.insert(written, Timestamp::now());
             }
         };
-        let written = Timestamp::now().to_string();
+        let written = Timestamp::now();
         let canary: Pod = serde_json::from_value(json!({
-            "metadata": {"name": CANARY, "annotations": {CANARY_WRITTEN: written}},
+            "metadata": {"name": CANARY, "annotations": {CANARY_WRITTEN: written.to_string()}},
             "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
         }))?;
         match pods.create(&PostParams::default(), &canary).await {
@@ -642,32 +649,40 @@ impl Deletions {
             Err(e) => return Err(e.into()),
         }
         let health = self.health.clone();
-        let task = tokio::spawn(async move {
+        let writer = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tick.tick().await;
-                let written = Timestamp::now().to_string();
-                let patch = json!({"metadata": {"annotations": {CANARY_WRITTEN: &written}}});
+                let written = Timestamp::now();
+                let patch = json!({"metadata": {"annotations": {CANARY_WRITTEN: written.to_string()}}});
                 if pods.patch(CANARY, &PatchParams::default(), &Patch::Merge(&patch)).await.is_ok() {
                     answered(&health, written);
                 }
             }
         });
-        if let Ok(mut c) = self.canary.lock() {
-            *c = Some(task);
+        let health = self.health.clone();
+        let stall = tokio::spawn(async move {
+            const TICK: Duration = Duration::from_millis(50);
+            loop {
+                let due = tokio::time::Instant::now() + TICK;
+                tokio::time::sleep_until(due).await;
+                let late = due.elapsed().as_secs_f64();
+                if let Ok(mut h) = health.lock() {
+                    h.stall_max_s = h.stall_max_s.max(late);
+                }
+            }
+        });
+        if let Ok(mut p) = self.probes.lock() {
+            p.extend([writer, stall]);
         }
         Ok(())
     }
 
-    /// Closes the window: the watcher's health for the report, and an error when it re-listed
-    /// or lagged more than `max_lag` in the window (the deletions it saw are then late by its
-    /// own doing).
+    /// Closes the window: the watcher's health for the report, and an error when it re-listed,
+    /// or it or this process lagged more than `max_lag` in the window (the deletions it saw are
+    /// then late by the bench's own doing).
     pub fn close_window(&self, max_lag: Duration) -> (serde_json::Value, Result<()>) {
-        if let Ok(mut c) = self.canary.lock()
-            && let Some(t) = c.take()
-        {
-            t.abort();
-        }
+        self.stop_probes();
         let Ok(h) = self.health.lock() else {
             return (serde_json::Value::Null, Err(anyhow::anyhow!("the deletion watcher's health is poisoned")));
         };
@@ -683,38 +698,52 @@ impl Deletions {
             "errors": h.errors,
             "canary_lag_s": {"n": lags.len(), "p50": percentile(&lags, 50.0), "p99": percentile(&lags, 99.0), "max": max},
             "canary_answer_s": {"n": answers.len(), "p50": percentile(&answers, 50.0), "p99": percentile(&answers, 99.0), "max": answers.last()},
+            "canary_seen": h.canary_seen.len(),
+            "bench_stall_max_s": h.stall_max_s,
         });
         let verdict = if relists > 0 {
             Err(anyhow::anyhow!("the deletion watcher listed again {relists} time(s) in the measured window: {report}"))
-        } else if h.canary_seen.is_empty() {
+        } else if h.canary_seen.is_empty() || lags.is_empty() {
             Err(anyhow::anyhow!("the deletion watcher never saw its canary in the measured window: {report}"))
         } else if max.is_some_and(|m| m > max_lag.as_secs_f64()) {
             Err(anyhow::anyhow!("the deletion watcher lagged more than {max_lag:?} in the measured window: {report}"))
+        } else if h.stall_max_s > max_lag.as_secs_f64() {
+            Err(anyhow::anyhow!(
+                "the bench's own runtime stalled {:.2} s in the measured window (what it timed then is late by as much): {report}",
+                h.stall_max_s
+            ))
         } else {
             Ok(())
         };
         (report, verdict)
     }
+
+    fn stop_probes(&self) {
+        if let Ok(mut p) = self.probes.lock() {
+            for t in p.drain(..) {
+                t.abort();
+            }
+        }
+    }
 }
 
-/// The deletion watcher's lag at each canary write the API server answered in the window: from
-/// the answer to the watcher's first sight of it (none when the watch event came first; `closed`
-/// for one not seen by the window's end, a lower bound), and the time each write took to be
-/// answered, which is the API server's and not the watcher's. A write is known by the time it
-/// carried; seconds.
+/// The deletion watcher's lag at each canary write the API server answered in the window, from
+/// the answer to the watcher's first sight of it or of a later write (a re-list shows only the
+/// latest; none when the watch event came first; for a write with no sight by the window's end,
+/// to `closed`), and the time each write took to be answered, which is the API server's (and
+/// this process's) and not the watcher's. Writes are known by the time each carried, which
+/// orders them; seconds.
 fn canary_lags(
-    answered: &HashMap<String, Timestamp>,
-    seen: &HashMap<String, Timestamp>,
+    answered: &BTreeMap<Timestamp, Timestamp>,
+    seen: &BTreeMap<Timestamp, Timestamp>,
     closed: Timestamp,
 ) -> (Vec<f64>, Vec<f64>) {
     let mut lags = Vec::with_capacity(answered.len());
     let mut answers = Vec::with_capacity(answered.len());
     for (written, at) in answered {
-        let seen = seen.get(written).copied().unwrap_or(closed);
-        lags.push(seen.duration_since(*at).as_secs_f64().max(0.0));
-        if let Ok(sent) = written.parse::<Timestamp>() {
-            answers.push(at.duration_since(sent).as_secs_f64());
-        }
+        let sight = seen.range(*written..).map(|(_, s)| *s).min().unwrap_or(closed);
+        lags.push(sight.duration_since(*at).as_secs_f64().max(0.0));
+        answers.push(at.duration_since(*written).as_secs_f64());
     }
     (lags, answers)
 }
@@ -722,11 +751,7 @@ fn canary_lags(
 impl Drop for Deletions {
     fn drop(&mut self) {
         self.task.abort();
-        if let Ok(mut c) = self.canary.lock()
-            && let Some(t) = c.take()
-        {
-            t.abort();
-        }
+        self.stop_probes();
     }
 }
 
@@ -773,24 +798,26 @@ mod tests {
     #[test]
     fn the_canary_lag_counts_from_the_answer_not_the_send() {
         let t = |s: &str| s.parse::<Timestamp>().expect("valid");
-        let sent = ["2026-12-06T17:00:00Z", "2026-12-06T17:00:01Z", "2026-12-06T17:00:02Z"];
-        // The first answered 1.5 s after it was sent (a busy API server) and seen 0.1 s after;
-        // the second seen before its answer came back; the third never seen before the close.
-        let answered = HashMap::from([
-            (sent[0].to_string(), t("2026-12-06T17:00:01.5Z")),
-            (sent[1].to_string(), t("2026-12-06T17:00:01.2Z")),
-            (sent[2].to_string(), t("2026-12-06T17:00:02.1Z")),
+        let at = |s: &str| t(&format!("2026-12-06T17:00:{s}Z"));
+        // Written every 2 s, each once the last was answered. The first answered 1.5 s after it
+        // was sent (a busy API server), seen 0.1 s after its answer; the second seen before its
+        // answer came back; the third never seen by itself (a re-list showed only the fourth),
+        // so it counts to the fourth's sight, 2.4 s after its answer; the fourth seen 0.4 s
+        // after its answer; the fifth not seen by the close, 2 s after its answer.
+        let answered = BTreeMap::from([
+            (at("00"), at("01.5")),
+            (at("02"), at("02.2")),
+            (at("04"), at("04.1")),
+            (at("06"), at("06.1")),
+            (at("08"), at("08.1")),
         ]);
-        let seen = HashMap::from([
-            (sent[0].to_string(), t("2026-12-06T17:00:01.6Z")),
-            (sent[1].to_string(), t("2026-12-06T17:00:01.1Z")),
-        ]);
-        let (mut lags, mut answers) = canary_lags(&answered, &seen, t("2026-12-06T17:00:04.1Z"));
+        let seen = BTreeMap::from([(at("00"), at("01.6")), (at("02"), at("02.1")), (at("06"), at("06.5"))]);
+        let (mut lags, mut answers) = canary_lags(&answered, &seen, at("10.1"));
         lags.sort_by(f64::total_cmp);
         answers.sort_by(f64::total_cmp);
         let close = |a: &[f64], b: &[f64]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9);
-        assert!(close(&lags, &[0.0, 0.1, 2.0]), "{lags:?}");
-        assert!(close(&answers, &[0.1, 0.2, 1.5]), "{answers:?}");
+        assert!(close(&lags, &[0.0, 0.1, 0.4, 2.0, 2.4]), "{lags:?}");
+        assert!(close(&answers, &[0.1, 0.1, 0.1, 0.2, 1.5]), "{answers:?}");
     }
 
     #[test]

@@ -73,8 +73,9 @@ pub struct EvictionArgs {
     /// initial list (the run must then fail).
     #[arg(long, hide = true)]
     pub observer_no_wait: bool,
-    /// The harness's own test: start the floor's node watch this much later (the run must then
-    /// fail: it reads the taints late).
+    /// The harness's own test: read the floor's node watch this much later (its initial list is
+    /// in on time; the events after it wait, and the run must then fail: it reads the taints
+    /// late).
     #[arg(long, value_name = "SECS", default_value_t = 0, hide = true, requires = "floor")]
     pub floor_late: u64,
     #[command(flatten)]

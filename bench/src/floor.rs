@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Resource;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::core::Request;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt as _, watcher};
 use nlc_core::wire::{WirePod, proto};
 use node_lifecycle_controller::runtime::args::ClientArgs;
 use node_lifecycle_controller::runtime::client::{Skew, client_with_skew};
@@ -217,10 +217,9 @@ pub struct Floor {
 
 /// Everything the floor needs before it can evict, done before the measured window opens as
 /// every observer's initial list is: the pods' UIDs (one list of their metadata) and its node
-/// watch's initial list. Until 2026-12-06 these ran after a fixed 15 s pause; at 15,000 x 30 the
-/// list of 450,000 pods sometimes ran into the window, and the floor read the target taints 2.6 to
-/// 12.7 s late, decoding that list meanwhile. Every planned pod whose `tolerationSeconds` is not
-/// `spare` (those tolerate for the whole benchmark) is a target.
+/// watch's initial list. Until 2026-12-06 these ran after a fixed 15 s pause, and nothing made
+/// sure they were done when the window opened. Every planned pod whose `tolerationSeconds` is
+/// not `spare` (those tolerate for the whole benchmark) is a target.
 pub async fn prepare(
     client: kube::Client,
     wire: Wire,
@@ -252,10 +251,10 @@ pub async fn prepare(
     };
     let writes = LeanClient::new(client.clone(), format);
     // kube-runtime's watcher of whole JSON Nodes, its initial list streamed. The controller's own
-    // node watch (its decoder, protobuf) was tried here (2026-12-06, 15,000 x 30, twice) while
-    // the list above still ran into the window: read the last target taint 2.6 and 12.7 s late.
+    // node watch (its decoder, protobuf) was tried here (2026-12-06, 15,000 x 30, twice, before
+    // this list was waited for): read the last target taint 2.6 and 12.7 s late.
     let nodes: Api<Node> = Api::all(client);
-    let events = watcher(nodes, watcher::Config::default().streaming_lists()).boxed();
+    let events = watcher(nodes, watcher::Config::default().streaming_lists()).default_backoff().boxed();
     let mut floor = Floor { by_node, writes, permits: Arc::new(Semaphore::new(CONCURRENCY)), counts, events };
     loop {
         match floor.events.next().await {

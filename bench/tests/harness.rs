@@ -30,7 +30,9 @@ fn a_late_observer_is_waited_for_and_reported() {
     // Started 20 s late, the window due 15 s after the controller started: it waited about 5 s.
     assert!(listed >= 20.0 && waited >= 3.0, "{observer}");
     assert_eq!(observer["relists_in_window"], 0, "{observer}");
+    assert!(observer["canary_seen"].as_u64().is_some_and(|n| n >= 5), "{observer}");
     assert!(observer["canary_lag_s"]["n"].as_u64().is_some_and(|n| n >= 5), "{observer}");
+    assert!(observer["bench_stall_max_s"].as_f64().is_some_and(|s| s < 5.0), "{observer}");
     assert!(observer["canary_lag_s"]["max"].as_f64().is_some_and(|m| m < 5.0), "{observer}");
     assert_eq!(report["missing"], 0, "{report}");
     let p99 = report["immediate_after_taint_s"]["p99"].as_f64().unwrap_or(f64::NAN);
@@ -45,8 +47,9 @@ fn a_window_opened_before_the_observer_listed_fails_loudly() {
     assert!(stderr.contains("had not finished its initial list when the measured window opened"), "{stderr}");
 }
 
-/// The eviction floor is an observer too: one whose node watch reads the taints late (made to
-/// start 25 s late here, after the taint) measured itself, and the run fails loudly, with its
+/// The eviction floor is an observer too: one whose node watch reads the taints late (its
+/// events left unread for 25 s here, past the taint; its initial list was in on time) measured
+/// itself, and the run fails loudly, with its
 /// report. The floor streams its list, which 1.33 refuses unless its WatchList gate is on: there
 /// the bench must say so and fail.
 #[test]
