@@ -47,7 +47,8 @@
 # OUT (docs/bench), RAW (where the JSON reports go; default under the cache directory).
 # A report already in RAW is kept (a comparison stopped midway goes on where it stopped). A run the
 # harness fails (an observer or the floor behind in the window) is kept in RAW/failed and run once
-# more; a second failure stops the comparison.
+# more; after a second failure the comparison goes on without it, and the page ends with a list of
+# such runs and why each failed (run again, the comparison retries only those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZES=${SIZES-1000}
@@ -66,11 +67,13 @@ OUT=${OUT:-docs/bench}
 RAW=${RAW:-${XDG_CACHE_HOME:-$HOME/.cache}/node-lifecycle-controller/bench-compare/$(date -u +%Y%m%dT%H%M%SZ)}
 T=${CARGO_TARGET_DIR:-target}/release
 mkdir -p "$RAW" "$OUT"
+rm -f "$RAW/failed/summary.md" # written again: the runs that failed before are retried
 log() { printf 'bench-compare: %s\n' "$*" >&2; }
 
 # One run of `bench "$@"` into $1.json. A run whose harness failed it (an observer or the floor
 # behind in the window, a controller that exited) is kept in $RAW/failed/ and run once more on a
-# fresh control plane; a second failure ends the comparison.
+# fresh control plane. After a second failure the comparison goes on without that run: the
+# reason is added to $RAW/failed/summary.md, which the page ends with, and returns 1.
 measure() {
   local name=$1 attempt kept
   shift
@@ -86,7 +89,19 @@ measure() {
     log "failed (attempt $attempt): see $kept"
     tail -3 "$kept" | cut -c1-300 >&2
   done
-  exit 1
+  {
+    printf -- '- `%s`, twice:' "$(basename "$name")"
+    for attempt in 1 2; do
+      kept="$RAW/failed/$(basename "$name")-attempt$attempt.log"
+      # The error's words without the report it carries, and the observer's lags if it had any.
+      printf ' (%s) %s' "$attempt" "$(grep -m1 '^Error:' "$kept" | sed 's/^Error: //; s/: {.*//' | cut -c1-200)"
+      grep -o '"canary_lag_s":{[^}]*}' "$kept" | head -1 | sed 's/^/ `/; s/$/`/' | tr -d '\n'
+      printf ';'
+    done
+    printf '\n'
+  } >>"$RAW/failed/summary.md"
+  log "failed twice: not on the page; the reason is added to its end"
+  return 1
 }
 
 for size in $SIZES; do
@@ -111,7 +126,7 @@ for size in $SIZES; do
       name="$RAW/$size${LEASE_PERIOD:+-leases$LEASE_PERIOD}-$config-$run"
       if [[ -s $name.json ]]; then log "$name.json exists, kept"; continue; fi
       log "$size nodes, $config, run $run${LEASE_PERIOD:+, Leases renewed every $LEASE_PERIOD s}"
-      measure "$name" eviction --nodes "$size" --pods 30 --target "$TARGET" "${leases[@]}" "${args[@]}"
+      measure "$name" eviction --nodes "$size" --pods 30 --target "$TARGET" "${leases[@]}" "${args[@]}" || true
     done
   done
 done
@@ -129,13 +144,21 @@ for size in $LC_SIZES; do
       name="$RAW/lifecycle-$size-$config-$run"
       if [[ -s $name.json ]]; then log "$name.json exists, kept"; continue; fi
       log "lifecycle: $size nodes, $config, run $run"
-      measure "$name" lifecycle --nodes "$size" --stop $((size / 10)) --lease-period "$LC_PERIOD" --steady "$LC_STEADY" "${args[@]}"
+      measure "$name" lifecycle --nodes "$size" --stop $((size / 10)) --lease-period "$LC_PERIOD" --steady "$LC_STEADY" "${args[@]}" || true
     done
   done
 done
 
 "$T/bench" compare --runs "$RAW" --out "$OUT" \
   --command "make bench-compare SIZES=\"$SIZES\" RUNS=$RUNS TARGET=$TARGET${LEASE_PERIOD:+ LEASE_PERIOD=$LEASE_PERIOD} LC_SIZES=\"$LC_SIZES\" LC_RUNS=$LC_RUNS LC_PERIOD=$LC_PERIOD LC_STEADY=$LC_STEADY (reports: $RAW)"
+if [[ -s $RAW/failed/summary.md ]]; then
+  {
+    printf '\n### Runs the harness failed twice (not in the tables)\n\n'
+    printf 'Each was run twice on a fresh control plane; both logs are in `%s/failed/`.\n\n' "$RAW"
+    cat "$RAW/failed/summary.md"
+  } >>"$OUT/compare.md"
+  log "$(wc -l <"$RAW/failed/summary.md") run(s) failed the harness twice: listed at the end of $OUT/compare.md"
+fi
 if ! command -v rsvg-convert >/dev/null && [[ $(id -u) -eq 0 ]]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends librsvg2-bin >&2 || true
 fi
