@@ -61,9 +61,10 @@ pub struct EvictionArgs {
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
     pub lease_period: Option<u64>,
     /// The most the deletion watcher may lag in the measured window (its canary, written once a
-    /// second: seen minus the write's answer; the answer's own time is reported, not judged), and the floor's node watch (the last target node's taint
-    /// read, minus the bench's taint patches answered); past it the run fails, its figures being
-    /// the observer's.
+    /// second: seen minus the write's answer, the answer's own time reported and not judged; and
+    /// the bench's stall probe), and the floor's node watch (the last target node's taint read,
+    /// minus the bench's taint patches answered); past it the run fails, its figures being the
+    /// observer's.
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     pub observer_max_lag: f64,
     /// The harness's own test: start the deletion watcher this much later.
