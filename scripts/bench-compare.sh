@@ -75,7 +75,7 @@ log() { printf 'bench-compare: %s\n' "$*" >&2; }
 # fresh control plane. After a second failure the comparison goes on without that run: the
 # reason is added to $RAW/failed/summary.md, which the page ends with, and returns 1.
 measure() {
-  local name=$1 attempt kept
+  local name=$1 attempt kept logs=()
   shift
   for attempt in 1 2; do
     if "$T/bench" "$@" >"$name.json.tmp" 2>"$name.log"; then
@@ -88,11 +88,12 @@ measure() {
     rm -f "$name.json.tmp"
     log "failed (attempt $attempt): see $kept"
     tail -3 "$kept" | cut -c1-300 >&2
+    logs+=("$kept")
   done
   {
     printf -- '- `%s`, twice:' "$(basename "$name")"
     for attempt in 1 2; do
-      kept="$RAW/failed/$(basename "$name")-attempt$attempt.log"
+      kept=${logs[attempt - 1]}
       # The error's words without the report it carries, and the observer's lags if it had any.
       printf ' (%s) %s' "$attempt" "$(grep -m1 '^Error:' "$kept" | sed 's/^Error: //; s/: {.*//' | cut -c1-200)"
       grep -o '"canary_lag_s":{[^}]*}' "$kept" | head -1 | sed 's/^/ `/; s/$/`/' | tr -d '\n'

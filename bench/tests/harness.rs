@@ -49,9 +49,8 @@ fn a_window_opened_before_the_observer_listed_fails_loudly() {
 
 /// The eviction floor is an observer too: one whose node watch reads the taints late (its
 /// events left unread for 25 s here, past the taint; its initial list was in on time) measured
-/// itself, and the run fails loudly, with its
-/// report. The floor streams its list, which 1.33 refuses unless its WatchList gate is on: there
-/// the bench must say so and fail.
+/// itself, and the run fails loudly, with its report. The floor streams its list, which 1.33
+/// refuses unless its WatchList gate is on: there the bench must say so and fail.
 #[test]
 fn a_floor_that_reads_the_taints_late_fails_loudly() {
     let out = Command::new(BENCH)
