@@ -296,7 +296,7 @@ pub(crate) async fn cluster_state(
             Pause::None
         }
     };
-    let mut state = State::new(Some(TaintEviction::new(eviction)), lifecycle.map(NodeLifecycle::new));
+    let mut state = State::new(Some(TaintEviction::new(eviction)), lifecycle.map(NodeLifecycle::for_reports));
     let all = Selector::default();
     let mut inputs = vec![Input::Node(WatchEvent::Init)];
     inputs.extend(nodes.items.iter().map(|n| Input::Node(WatchEvent::InitApply(SlimNode::new(n, &all)))));

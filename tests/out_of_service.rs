@@ -306,7 +306,7 @@ async fn an_operator_fences_a_node_with_the_fence_command_and_withdraws_it() {
 async fn the_pause_stops_the_fence_until_it_lifts() {
     let env = shared();
     let s = Scope::new(env, "oos-pause").await;
-    let off = make_node(&s, "z1", json!([shutdown_taint()])).await;
+    let off = make_node(&s, "z1", json!([])).await;
     let (_, kubelets) = with_live_neighbours(&s, "z1", &[&off], 3).await;
     let pause: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(s.client.clone(), &s.ns);
     let cm =
@@ -335,6 +335,8 @@ async fn the_pause_stops_the_fence_until_it_lifts() {
     wait_node(&s, &off, Duration::from_secs(15), |n| ready_of(n).is_some_and(|c| c.status == "Unknown"))
         .await
         .unwrap_or_else(|| panic!("{off} never Unknown:\n{}", c.logs()));
+    // The cloud says it is off (its taint comes once the node is not Ready).
+    add_shutdown_taint(&s, &off).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(!fenced(&node_now(&s, &off).await), "fenced while paused:\n{}", c.logs());
 
@@ -351,12 +353,15 @@ async fn the_pause_stops_the_fence_until_it_lifts() {
 async fn shadow_mode_decides_the_fence_and_writes_nothing() {
     let env = shared();
     let s = Scope::new(env, "oos-dry").await;
-    let off = make_node(&s, "z1", json!([shutdown_taint()])).await;
+    let off = make_node(&s, "z1", json!([])).await;
     let (_, kubelets) = with_live_neighbours(&s, "z1", &[&off], 3).await;
     let c =
         Controller::start(env, &s.scope, &flags(&["--dry-run", "--fence-on", "cloud-shutdown", "--fence-delay", "1s"]))
             .await;
     kubelets.stop(&off);
+    // Shadow mode writes no condition: wait out the grace period, then the cloud's taint.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    add_shutdown_taint(&s, &off).await;
     let decided = eventually(Duration::from_secs(20), || async {
         c.logs().lines().any(|l| l.contains("dry run: not carried out") && l.contains(OOS)).then_some(())
     })
@@ -364,4 +369,155 @@ async fn shadow_mode_decides_the_fence_and_writes_nothing() {
     assert!(decided.is_some(), "shadow mode never decided the fence:\n{}", c.logs());
     let node = node_now(&s, &off).await;
     assert!(!fenced(&node) && mark(&node).is_none(), "shadow mode fenced:\n{}", c.logs());
+}
+
+/// Adds the cloud's shutdown taint to `node`'s taints as they are now (as a cloud controller
+/// manager does once the node is not Ready and the cloud says the instance is off).
+async fn add_shutdown_taint(s: &Scope, node: &str) {
+    let mut taints: Vec<serde_json::Value> = node_now(s, node)
+        .await
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .iter()
+        .map(|t| serde_json::to_value(t).expect("taint"))
+        .collect();
+    taints.push(shutdown_taint());
+    s.set_taints(node, json!(taints)).await;
+}
+
+/// Issue 64, 1: a heartbeating node that posts `Ready=False` is alive, whatever its signals say.
+/// After a stop/start the cloud's shutdown taint stays on a booting node until it posts
+/// `Ready=True` (cloud-provider's `MonitorNodes`), and an operator's request can be older than
+/// the boot: neither fences it, however long it stays not `Ready`, and its pod stays.
+#[tokio::test]
+async fn a_heartbeating_node_posting_ready_false_is_never_fenced() {
+    let env = shared();
+    let s = Scope::new(env, "oos-alive").await;
+    let booting = make_node(&s, "z1", json!([shutdown_taint()])).await;
+    let requested = make_node(&s, "z1", json!([])).await;
+    let (_, _kubelets) = with_live_neighbours(&s, "z1", &[&booting, &requested], 4).await;
+    for n in [&booting, &requested] {
+        set_condition(&s, n, "Ready", "False").await;
+        s.pod(&format!("on-{n}"), n, json!([]), json!({})).await;
+    }
+    let c = Controller::start(
+        env,
+        &s.scope,
+        &flags(&["--fence-on", "cloud-shutdown,operator", "--fence-delay", "2s", "--node-eviction-rate", "100"]),
+    )
+    .await;
+    // Not Ready: the operator asks for a fence (no --force needed on a node that is not Ready).
+    let said = cli(env, &["fence", &requested, "--reason", "it looks off"]);
+    assert!(said.contains("fence requested"), "{said}");
+    wait_node(&s, &booting, Duration::from_secs(15), |n| taint_of(n, NOT_READY, "NoExecute").is_some())
+        .await
+        .unwrap_or_else(|| panic!("never tainted not-ready:\n{}", c.logs()));
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        for n in [&booting, &requested] {
+            let node = node_now(&s, n).await;
+            assert!(!fenced(&node), "{n}, heartbeating with Ready=False, fenced:\n{}", c.logs());
+            assert_eq!(ready_of(&node).map(|c| c.status).as_deref(), Some("False"));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    for n in [&booting, &requested] {
+        let pod = pod_now(&s, &format!("on-{n}")).await.expect("the pod");
+        assert!(pod.metadata.deletion_timestamp.is_none(), "{n}'s pod deleted:\n{}", c.logs());
+    }
+}
+
+/// Issue 64, 2: `fence NODE` on a `Ready` node is refused without `--force`; a request is spent by
+/// its fence (the unfence of a repaired node clears it in the same write), so a partition later
+/// is silence alone, and no fence.
+#[tokio::test]
+async fn an_operator_request_is_spent_by_its_fence() {
+    let env = shared();
+    let s = Scope::new(env, "oos-spent").await;
+    let target = make_node(&s, "z1", json!([])).await;
+    let (_, kubelets) = with_live_neighbours(&s, "z1", &[&target], 3).await;
+    let c = Controller::start(env, &s.scope, &flags(&["--fence-on", "operator", "--fence-delay", "1s"])).await;
+    let out = std::process::Command::new(BIN)
+        .args(["fence", "--kubeconfig"])
+        .arg(&env.kubeconfig)
+        .arg(&target)
+        .output()
+        .expect("fence");
+    assert!(!out.status.success(), "fence on a Ready node accepted");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--force"), "{}", String::from_utf8_lossy(&out.stderr));
+    let node = node_now(&s, &target).await;
+    assert!(node.metadata.labels.as_ref().is_none_or(|l| !l.contains_key(nlc_core::fence::FENCE_REQUEST_LABEL)));
+
+    // Off: silent; requested; fenced.
+    kubelets.stop(&target);
+    wait_node(&s, &target, Duration::from_secs(15), |n| ready_of(n).is_some_and(|c| c.status == "Unknown"))
+        .await
+        .unwrap_or_else(|| panic!("never Unknown:\n{}", c.logs()));
+    cli(env, &["fence", &target, "--reason", "powered off at the PDU"]);
+    wait_node(&s, &target, Duration::from_secs(20), fenced)
+        .await
+        .unwrap_or_else(|| panic!("never fenced:\n{}", c.logs()));
+    // Repaired: back, Ready; the unfence spends the request.
+    kubelets.resume(&target);
+    set_condition(&s, &target, "Ready", "True").await;
+    let (node, _) = wait_node(&s, &target, Duration::from_secs(30), |n| !fenced(n))
+        .await
+        .unwrap_or_else(|| panic!("never unfenced:\n{}", c.logs()));
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    assert!(!labels.contains_key(nlc_core::fence::FENCE_REQUEST_LABEL), "the request stayed: {labels:?}");
+    assert!(!labels.contains_key(FENCED_LABEL));
+    let annotations = node.metadata.annotations.clone().unwrap_or_default();
+    assert!(!annotations.contains_key(nlc_core::fence::FENCE_REQUEST_ANNOTATION), "{annotations:?}");
+    // A partition, later: silence alone, never a fence.
+    kubelets.stop(&target);
+    wait_node(&s, &target, Duration::from_secs(15), |n| ready_of(n).is_some_and(|c| c.status == "Unknown"))
+        .await
+        .unwrap_or_else(|| panic!("never Unknown again:\n{}", c.logs()));
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(!fenced(&node_now(&s, &target).await), "fenced again on silence alone:\n{}", c.logs());
+}
+
+/// Issue 64, 3: a fence's write that conflicts is decided again on the node as it is now, not
+/// re-applied. The fence's PATCH is delayed 3 s by the loopback fault proxy; meanwhile the node
+/// renews its Lease and posts `Ready=True`: never `out-of-service` on a Ready node.
+#[tokio::test]
+async fn a_fence_write_that_conflicts_is_decided_again() {
+    use nlc_testenv::fault::{Fault, FaultProxy, Rule};
+    let env = shared();
+    let s = Scope::new(env, "oos-409").await;
+    let target = make_node(&s, "z1", json!([])).await;
+    let (_, kubelets) = with_live_neighbours(&s, "z1", &[&target], 3).await;
+    let proxy = FaultProxy::start(env).await.expect("proxy");
+    let kubeconfig = proxy.kubeconfig(env).expect("kubeconfig");
+    let c = Controller::start_with_kubeconfig(
+        &kubeconfig,
+        env,
+        &s.scope,
+        &flags(&["--fence-on", "operator", "--fence-delay", "2s", "--node-eviction-rate", "100"]),
+    )
+    .await;
+    kubelets.stop(&target);
+    wait_node(&s, &target, Duration::from_secs(20), |n| taint_of(n, UNREACHABLE, "NoExecute").is_some())
+        .await
+        .unwrap_or_else(|| panic!("never tainted:\n{}", c.logs()));
+    // Every write of the node's object (not its status) from now on takes 3 s to reach the API server.
+    let delay =
+        proxy.add(Rule::new("PATCH", &[&format!("/api/v1/nodes/{target}?")], Fault::Delay(Duration::from_secs(3))));
+    cli(env, &["fence", &target, "--reason", "looks off"]);
+    eventually_every(Duration::from_secs(15), Duration::from_millis(50), || async { (delay.hits() > 0).then_some(()) })
+        .await
+        .unwrap_or_else(|| panic!("the fence was never written:\n{}", c.logs()));
+    // While it is on its way: the kubelet is back.
+    kubelets.resume(&target);
+    set_condition(&s, &target, "Ready", "True").await;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(15) {
+        let node = node_now(&s, &target).await;
+        let ready = ready_of(&node).is_some_and(|c| c.status == "True");
+        assert!(!(ready && fenced(&node)), "out-of-service on a Ready node:\n{}", c.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!fenced(&node_now(&s, &target).await), "{}", c.logs());
+    proxy.clear();
 }

@@ -193,8 +193,57 @@ pub struct SetTaints {
     /// `node_collector_evictions_total{zone}`.
     pub counted_zone: Option<String>,
     /// The mark of a fence of ours, set or cleared in the same request as the taints
-    /// ([`crate::fence::FENCED_LABEL`]).
+    /// ([`crate::fence::FENCED_LABEL`]); clearing it also spends the operator's request
+    /// ([`crate::fence::FENCE_REQUEST_LABEL`] and its annotation).
     pub fence_mark: Option<crate::fence::FenceMark>,
+    /// A fence is applied only if the node's Lease, read live right before the write, is the
+    /// one it was decided on.
+    pub lease_guard: Option<LeaseGuard>,
+}
+
+/// The precondition of a fence ([`SetTaints::lease_guard`]): the node's Lease, read live right
+/// before the write, is at `cached` (its resourceVersion; `None`: there was no Lease). Anything
+/// else (renewed, created, a failed read) writes nothing and answers
+/// [`NodeWriteResult::LeaseMoved`]: the kubelet may be alive, and the fence is decided again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseGuard {
+    pub cached: Option<String>,
+}
+
+impl SetTaints {
+    /// Whether the write adds or removes `out-of-service`, or sets or clears our fence's mark:
+    /// such a write is never re-applied to a node that changed under it (a conflict goes back
+    /// to be decided again on the node as it is now).
+    /// `node` as this write leaves it (the API server's merge: the change applied to its
+    /// taints, the fence's mark set or cleared, a cleared mark spending the request), or `None`
+    /// when it changes nothing. Shadow mode, `whatif` and the tests' fake API server all apply a
+    /// write through it, so that a fence they only simulate reads as ours.
+    pub fn applied_to(&self, node: &SlimNode, now: jiff::Timestamp) -> Option<SlimNode> {
+        let next = crate::taints::apply_changes(&node.taints, &self.add, &self.remove, now);
+        if next.is_none() && self.fence_mark.is_none() {
+            return None;
+        }
+        let mut n = node.clone();
+        if let Some(next) = next {
+            n.taints = next;
+        }
+        match self.fence_mark {
+            Some(crate::fence::FenceMark::Set(s)) => n.fence.fenced_by = Some(s.as_str().to_owned()),
+            Some(crate::fence::FenceMark::Clear) => {
+                n.fence.fenced_by = None;
+                n.fence.request = None;
+            }
+            None => {}
+        }
+        Some(n)
+    }
+
+    pub fn fences(&self) -> bool {
+        let oos = crate::taints::keys::OUT_OF_SERVICE;
+        self.fence_mark.is_some()
+            || self.add.iter().any(|a| a.id.key == oos)
+            || self.remove.iter().any(|r| r.key == oos)
+    }
 }
 
 impl SetTaints {
@@ -410,6 +459,9 @@ pub enum NodeWriteResult {
     Conflict(Option<Box<SlimNode>>),
     NotFound,
     Failed(String),
+    /// A fence's [`LeaseGuard`] did not hold (the Lease was renewed, or could not be read):
+    /// nothing was written.
+    LeaseMoved,
     /// Dry run: nothing was written; the node as it would be had the write been made (same
     /// resourceVersion, so the cluster's next real update replaces it).
     Simulated(Box<SlimNode>),

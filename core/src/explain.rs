@@ -231,7 +231,8 @@ fn with_policies(
 fn fence_line(node: &Node, taints: &[Taint], terminating: bool) -> Option<String> {
     use crate::fence::{FENCE_REQUEST_LABEL, NodeFence, Signal};
     let name = node.metadata.name.as_deref().unwrap_or_default();
-    let marks = NodeFence::new(node.metadata.labels.as_ref());
+    // As the controller reads them: a request written through `nodes/status` is none.
+    let marks: NodeFence = crate::index::SlimNode::from(node).fence;
     let pod_gc = "kube-controller-manager's pod GC force-deletes the pod once it is terminating, and the attach-detach controller detaches its volumes";
     if crate::fence::out_of_service(taints) {
         let whose = match &marks.fenced_by {
@@ -259,7 +260,7 @@ fn fence_line(node: &Node, taints: &[Taint], terminating: bool) -> Option<String
                 Signal::Operator => format!("an operator's fence request ({FENCE_REQUEST_LABEL})"),
             };
             Some(format!(
-                "awaiting the fence: the node is not Ready and carries {what}; with --fence-on={s} this controller fences it after --fence-delay, and then {pod_gc}"
+                "awaiting the fence: the node is not Ready and carries {what}; with --fence-on={s} this controller fences it once it has been silent (no heartbeat for the grace period, confirmed by a live read of its Lease) for --fence-delay, never while its kubelet heartbeats, and only if no heartbeat came after the signal (a request: made during this failure); then {pod_gc}"
             ))
         }
         (None, true) => Some(format!(

@@ -126,26 +126,78 @@ pub enum FenceMark {
 /// What a node's labels say of fencing (its taints, the other half, stay on the node).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeFence {
-    /// An operator asked for a fence ([`FENCE_REQUEST_LABEL`]).
-    pub requested: bool,
+    /// An operator asked for a fence ([`FENCE_REQUEST_LABEL`]); `None` also for a request
+    /// written through `nodes/status` ([`crate::operator_labels`]).
+    pub request: Option<Request>,
     /// [`FENCED_LABEL`]'s value: the `out-of-service` taint is ours, applied on this signal.
     pub fenced_by: Option<String>,
 }
 
+/// An operator's fence request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// When the API server recorded the write that set the label (its `managedFields` entry);
+    /// `None` when no entry says, and such a request never counts ([`Request::counts`]).
+    pub at: Option<jiff::Timestamp>,
+}
+
+impl Request {
+    /// Whether the request was made during the node's current failure: no earlier than
+    /// `grace` before the node's not-`Ready` spell began (`spell`, the earliest of its `Ready`
+    /// condition's transition and its not-ready/unreachable taints' `timeAdded`). A node goes
+    /// `Unknown` a grace period after its last heartbeat, so a request made after the node
+    /// went off but before it was marked counts; one from before (a request left on a node
+    /// that was never fenced, a fence asked for a node that was still running) does not, even
+    /// after a restart of this controller. Both times are written by the API server or a
+    /// controller, never by the kubelet being judged.
+    pub fn counts(self, spell: Option<jiff::Timestamp>, grace: Duration) -> bool {
+        match (self.at, spell) {
+            (Some(at), Some(spell)) => crate::time::after(at, grace) >= spell,
+            _ => false,
+        }
+    }
+}
+
 impl NodeFence {
-    pub fn new(labels: Option<&std::collections::BTreeMap<String, String>>) -> Self {
+    /// From a node's labels (as the controller trusts them) and the API server's time of the
+    /// write that set the request label.
+    pub fn new(
+        labels: Option<&std::collections::BTreeMap<String, String>>,
+        request_at: Option<jiff::Timestamp>,
+    ) -> Self {
         Self {
-            requested: labels.is_some_and(|l| l.contains_key(FENCE_REQUEST_LABEL)),
+            request: labels.is_some_and(|l| l.contains_key(FENCE_REQUEST_LABEL)).then_some(Request { at: request_at }),
             fenced_by: labels.and_then(|l| l.get(FENCED_LABEL)).cloned(),
         }
     }
 
-    /// The first signal of `on` (in its order) the node shows, with these labels and `taints`.
+    /// The first signal of `on` (in its order) the node shows, with these labels and `taints`
+    /// (whether it is fresh enough to count is node lifecycle's to judge).
     pub fn signal(&self, on: &[Signal], taints: &[Taint]) -> Option<Signal> {
         on.iter().copied().find(|s| match s {
             Signal::CloudShutdown => taints.iter().any(|t| t.key == CLOUD_SHUTDOWN),
-            Signal::Operator => self.requested,
+            Signal::Operator => self.request.is_some(),
         })
+    }
+}
+
+/// Why a signal a node shows does not count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stale {
+    /// The node heartbeat after this process first saw the signal: it was alive after it (a
+    /// cloud's shutdown taint stays on a node that boots again until it is `Ready`).
+    HeardSince,
+    /// An operator's request made before the node's current failure began, or of no known time
+    /// ([`Request::counts`]).
+    OlderThanFailure,
+}
+
+impl Stale {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::HeardSince => "the node heartbeat since it was seen",
+            Self::OlderThanFailure => "made before the node's current failure",
+        }
     }
 }
 
@@ -154,6 +206,10 @@ impl NodeFence {
 pub enum Standing {
     /// Not `Ready`, no signal: its terminating pods wait for one (or for a person).
     AwaitingSignal,
+    /// A signal is shown but does not count ([`Stale`]): no fence comes of it.
+    Stale { signal: Signal, why: Stale },
+    /// An operator's request that would count once the node is silent (it is not yet).
+    Armed,
     /// A signal seen since `since`, waiting out `--fence-delay`, or held by a brake.
     Pending { signal: Signal, since: jiff::Timestamp },
     /// `out-of-service` is on it: ours (with the signal), or a person's.
@@ -172,15 +228,29 @@ mod tests {
     #[test]
     fn signals_are_read_from_labels_and_taints_in_the_order_they_are_accepted() {
         let labels = BTreeMap::from([(FENCE_REQUEST_LABEL.to_owned(), "alice".to_owned())]);
-        let (both, shut) = (NodeFence::new(Some(&labels)), [taint(CLOUD_SHUTDOWN)]);
+        let (both, shut) = (NodeFence::new(Some(&labels), None), [taint(CLOUD_SHUTDOWN)]);
         assert_eq!(both.signal(&[], &shut), None, "fencing is off by default");
         assert_eq!(both.signal(&[Signal::Operator, Signal::CloudShutdown], &shut), Some(Signal::Operator));
         assert_eq!(both.signal(&[Signal::CloudShutdown], &shut), Some(Signal::CloudShutdown));
-        let none = NodeFence::new(None);
+        let none = NodeFence::new(None, None);
         let silent = [taint("node.kubernetes.io/unreachable")];
         assert_eq!(none.signal(&[Signal::Operator, Signal::CloudShutdown], &silent), None, "silence is no signal");
-        let ours = NodeFence::new(Some(&BTreeMap::from([(FENCED_LABEL.to_owned(), "operator".to_owned())])));
+        let ours = NodeFence::new(Some(&BTreeMap::from([(FENCED_LABEL.to_owned(), "operator".to_owned())])), None);
         assert_eq!(ours.fenced_by.as_deref(), Some("operator"));
+    }
+
+    #[test]
+    fn a_request_counts_only_if_made_during_the_current_failure() {
+        let t = |s: i64| jiff::Timestamp::from_second(1_800_000_000 + s).expect("t");
+        let grace = Duration::from_secs(50);
+        let at = |s| Request { at: Some(t(s)) };
+        // Marked Unknown at +50: the node went off at about 0.
+        assert!(at(10).counts(Some(t(50)), grace), "made after it went off, before it was marked");
+        assert!(at(0).counts(Some(t(50)), grace));
+        assert!(!at(-1).counts(Some(t(50)), grace), "made while it still ran");
+        assert!(!at(-30 * 86_400).counts(Some(t(50)), grace), "a request left from weeks ago");
+        assert!(!at(10).counts(None, grace), "a node that is Ready has no spell");
+        assert!(!Request { at: None }.counts(Some(t(50)), grace), "a request of no known time");
     }
 
     #[test]

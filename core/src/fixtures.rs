@@ -157,8 +157,9 @@ impl NodeBuilder {
     }
 
     /// Labelled with an operator's fence request.
-    pub fn fence_requested(mut self) -> Self {
-        self.0.fence.requested = true;
+    /// An operator's fence request, recorded by the API server at `at` seconds.
+    pub fn fence_requested(mut self, at: f64) -> Self {
+        self.0.fence.request = Some(crate::fence::Request { at: Some(ts(at)) });
         self
     }
 
@@ -377,25 +378,21 @@ impl World {
                     }
                 }
                 Action::SetTaints(w) => {
-                    let mut n = self.node(&w.node).clone();
-                    let marked = match w.fence_mark {
-                        Some(crate::fence::FenceMark::Set(s)) => Some(Some(s.as_str().to_owned())),
-                        Some(crate::fence::FenceMark::Clear) => Some(None),
-                        None => None,
-                    };
-                    let next = crate::taints::apply_changes(&n.taints, &w.add, &w.remove, self.now);
-                    let next = next.or_else(|| marked.is_some().then(|| n.taints.clone()));
-                    match next {
-                        Some(next) => {
-                            n.taints = next;
-                            if let Some(by) = marked {
-                                n.fence.fenced_by = by;
+                    let guard_fails = w.lease_guard.as_ref().is_some_and(|g| {
+                        g.cached.as_deref() != self.live_leases.get(&w.node).map(|l| l.resource_version.as_str())
+                    });
+                    if guard_fails {
+                        Some((w.node.clone(), NodeWriteResult::LeaseMoved))
+                    } else {
+                        // The same merge as shadow mode's ([`SetTaints::applied_to`]).
+                        match w.applied_to(self.node(&w.node), self.now) {
+                            Some(mut n) => {
+                                self.rv += 1;
+                                n.resource_version = self.rv.to_string();
+                                Some((w.node.clone(), NodeWriteResult::Done(Some(Box::new(n)))))
                             }
-                            self.rv += 1;
-                            n.resource_version = self.rv.to_string();
-                            Some((w.node.clone(), NodeWriteResult::Done(Some(Box::new(n)))))
+                            None => Some((w.node.clone(), NodeWriteResult::Done(None))),
                         }
-                        None => Some((w.node.clone(), NodeWriteResult::Done(None))),
                     }
                 }
                 Action::CheckLease(c) => {

@@ -41,6 +41,10 @@ pub struct Probe {
     lease_renew: Option<Timestamp>,
     /// The resourceVersion of the Lease last seen.
     lease_version: Option<String>,
+    /// How many heartbeats this process has seen of the node: a signal that it is off counts
+    /// only while none came after it was first seen (docs/spec.md §15). A count, not a time, so
+    /// that a step of the wall clock cannot reorder the two.
+    pub beats: u64,
 }
 
 impl Probe {
@@ -54,6 +58,7 @@ impl Probe {
             has_ready: ready.is_some(),
             lease_renew: lease.and_then(|l| l.renew_time),
             lease_version: lease.map(|l| l.resource_version.clone()),
+            beats: 0,
         }
     }
 
@@ -67,6 +72,7 @@ impl Probe {
         self.ready_heartbeat = heartbeat;
         if beat {
             self.at = self.at.max(now);
+            self.beats += 1;
         }
         beat
     }
@@ -97,6 +103,7 @@ impl Probe {
             self.lease_renew = lease.renew_time;
             self.lease_version = Some(lease.resource_version.clone());
             self.at = self.at.max(now);
+            self.beats += 1;
         }
         renewed
     }

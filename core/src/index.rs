@@ -88,7 +88,11 @@ impl SlimNode {
 
 impl From<&Node> for SlimNode {
     fn from(n: &Node) -> Self {
-        let labels = n.metadata.labels.as_ref();
+        // The operator labels a `nodes/status` write set are read as absent.
+        let writes = crate::operator_labels::writes(n.metadata.managed_fields.as_ref());
+        let trusted = crate::operator_labels::trusted(n.metadata.labels.as_ref(), &writes);
+        let labels = trusted.as_deref();
+        let request_at = crate::operator_labels::write_of(&writes, crate::fence::FENCE_REQUEST_LABEL).at;
         let spec = n.spec.as_ref();
         Self {
             name: n.metadata.name.clone().unwrap_or_default(),
@@ -99,7 +103,7 @@ impl From<&Node> for SlimNode {
             exclude_disruption: labels.is_some_and(|l| l.contains_key(zone::EXCLUDE_DISRUPTION_LABEL)),
             on_hold: labels.is_some_and(|l| l.contains_key(crate::brakes::HOLD_LABEL)),
             legacy_hold: labels.is_some_and(|l| l.contains_key(crate::brakes::LEGACY_HOLD_LABEL)),
-            fence: crate::fence::NodeFence::new(labels),
+            fence: crate::fence::NodeFence::new(labels, request_at),
             lever: crate::extend::Lever::from_labels(labels),
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             taints: spec.iter().flat_map(|s| s.taints.iter().flatten()).map(Taint::from).collect(),

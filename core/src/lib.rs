@@ -29,6 +29,8 @@
 //! - [`lifecycle`]: the node lifecycle controller's decisions.
 //! - [`extend`]: the incident lever: eviction deadlines of some nodes moved later for a while.
 //! - [`fence`]: fencing a node confirmed off: the signals, the labels, the `out-of-service` taint.
+//! - [`operator_labels`]: the labels only an operator may set, and the writes through
+//!   `nodes/status` that are ignored.
 //! - [`state`]: inputs in, actions out: the whole controller task, testable on a fake clock.
 //! - [`default_tolerations`], [`admission`]: the DefaultTolerationSeconds rule and its
 //!   admission review.
@@ -69,6 +71,7 @@ pub mod index;
 pub mod labels;
 pub mod leader;
 pub mod lifecycle;
+pub mod operator_labels;
 pub mod policy;
 pub mod rules;
 pub mod second_writers;

@@ -279,7 +279,7 @@ impl State {
         self.pause = pause;
         if was && !self.is_active() {
             self.eviction = self.eviction.take().map(|e| TaintEviction::new(e.config().clone()));
-            self.lifecycle = self.lifecycle.take().map(|l| NodeLifecycle::new(l.config().clone()));
+            self.lifecycle = self.lifecycle.take().map(NodeLifecycle::afresh);
         } else if !was && self.is_active() {
             self.resume(now, out);
         } else if self.is_active() {
@@ -496,10 +496,10 @@ impl State {
                 })
             }
             Action::SetTaints(w) => {
-                let mut node = self.cache.index.nodes.get(&w.node)?.clone();
-                if let Some(next) = crate::taints::apply_changes(&node.taints, &w.add, &w.remove, now) {
-                    node.taints = next;
-                }
+                let cached = self.cache.index.nodes.get(&w.node)?;
+                // Shadow mode reads nothing: the cached Lease stands for the live one, so a
+                // guard holds.
+                let node = w.applied_to(cached, now).unwrap_or_else(|| cached.clone());
                 Some(Input::NodeWriteResult {
                     node: w.node.clone(),
                     result: NodeWriteResult::Simulated(Box::new(node)),

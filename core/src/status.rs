@@ -153,8 +153,10 @@ pub struct NodeRow {
     pub taints: Vec<String>,
     /// Pods bound to it that are being deleted (only its kubelet, or a fence, can finish them).
     pub terminating: usize,
-    /// Where it stands on fencing (docs/spec.md §15): `awaiting a signal`, `pending (SIGNAL)`,
-    /// `fenced (SIGNAL)`, `fenced (not ours)`, with `, stuck` past `--fence-max-duration`.
+    /// Where it stands on fencing (docs/spec.md §15): `awaiting a signal`, `fence requested
+    /// (...)` (an operator's request that would count), `not fenced: SIGNAL does not count
+    /// (why)`, `pending (SIGNAL)`, `fenced (SIGNAL)`, `fenced (not ours)`, with `, stuck` past
+    /// `--fence-max-duration`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fence: Option<String>,
 }
@@ -193,6 +195,8 @@ fn fence_text(
     use crate::fence::Standing;
     Some(match lc.fence_standing(n, index, now)? {
         Standing::AwaitingSignal => "awaiting a signal".to_owned(),
+        Standing::Stale { signal, why } => format!("not fenced: {signal} does not count ({})", why.as_str()),
+        Standing::Armed => "fence requested (applies once the node is silent)".to_owned(),
         Standing::Pending { signal, .. } => format!("pending ({signal})"),
         Standing::Fenced { by: None } => "fenced (not ours)".to_owned(),
         Standing::Fenced { by: Some(by) } => {
@@ -466,8 +470,10 @@ mod tests {
         nodes: impl IntoIterator<Item = crate::index::SlimNode>,
         pods: impl IntoIterator<Item = crate::index::SlimPod>,
     ) -> State {
-        let mut state =
-            State::new(Some(TaintEviction::new(Default::default())), Some(NodeLifecycle::new(lifecycle_config())));
+        let mut state = State::new(
+            Some(TaintEviction::new(Default::default())),
+            Some(NodeLifecycle::for_reports(lifecycle_config())),
+        );
         let inputs = [initial_list(Input::Node, nodes), initial_list(Input::Pod, pods), initial_list(Input::Lease, [])];
         let mut out = vec![];
         for i in inputs.into_iter().flatten() {

@@ -92,6 +92,13 @@ pub struct Config {
 const RETRY_BASE: Duration = Duration::from_millis(500);
 const RETRY_CAP: Duration = Duration::from_secs(30);
 
+/// How long after a silent node's kubelet is heard from again a taint standing for its silence
+/// is still held (`plan`'s Gate): a kubelet alive enough to renew its Lease posts `Ready` within
+/// its status period (10 s) of seeing itself `Unknown`; one that has not by then leaves the
+/// condition `Unknown` as it is, and the taint right (held for ever, it was the chaos bench's 139
+/// missed evictions after a controller restart).
+const RETURN_HOLD: Duration = Duration::from_secs(20);
+
 /// How many nodes the periodic pass judges at a time: between two slices the controller's one
 /// task takes what came meanwhile (a Lease read's answer, a write's result, a deadline). At
 /// 15,000 nodes the whole pass held the task for 130–150 ms every 5 s, and the silent nodes whose
@@ -112,9 +119,13 @@ pub struct NodeLifecycle {
     /// first), [`PASS_SLICE`] at a time.
     pass: Option<(Timestamp, Vec<String>)>,
     synced: bool,
-    /// When this process began judging nodes (its caches synced while leading): a managed taint
-    /// added before it was inherited ([`crate::ctx::Gate`]).
+    /// When this process began judging nodes (its caches synced while leading): the taints of a
+    /// node it has not heard from are held for [`RETURN_HOLD`] from then (`plan`'s Gate), and
+    /// the gate is asked again when that ends (`None` once it has).
     judging_since: Option<Timestamp>,
+    start_hold: Option<Timestamp>,
+    /// Built for a report ([`NodeLifecycle::for_reports`]): no start hold.
+    reports: bool,
     /// Fences waiting out their delay or a brake.
     fences: Fences,
     /// The operator paused evictions: no new fence either (docs/spec.md §11, §15).
@@ -144,9 +155,24 @@ impl NodeLifecycle {
             pass: None,
             synced: false,
             judging_since: None,
+            start_hold: None,
+            reports: false,
             fences: Fences::default(),
             evictions_paused: false,
         }
+    }
+
+    /// For `status` and `whatif`, which read the cluster into a state of their own: as the
+    /// running leader judges it, which has long since heard from its nodes (no hold at the start
+    /// of judging, `plan`'s Gate).
+    pub fn for_reports(cfg: Config) -> Self {
+        Self { reports: true, ..Self::new(cfg) }
+    }
+
+    /// The same controller, its decisions dropped (a pause of everything): judged afresh when
+    /// it resumes.
+    pub fn afresh(self) -> Self {
+        Self { reports: self.reports, ..Self::new(self.cfg) }
     }
 
     pub fn config(&self) -> &Config {
@@ -184,7 +210,10 @@ impl NodeLifecycle {
             return;
         }
         self.synced = true;
-        self.judging_since = Some(cx.now);
+        if !self.reports {
+            self.judging_since = Some(cx.now);
+            self.start_hold = Some(after(cx.now, RETURN_HOLD));
+        }
         let mut names: Vec<&String> = cx.index.nodes.keys().collect();
         names.sort();
         for name in names {
@@ -277,9 +306,17 @@ impl NodeLifecycle {
 
     /// A node Lease was created or renewed.
     pub fn lease_changed(&mut self, name: &str, cx: Ctx<'_>, out: &mut Vec<Action>) {
-        if self.nodes.observe_lease(cx.index.leases.get(name), cx.now) {
-            self.zones.recount(name);
-            self.reconcile(name, cx, out);
+        match self.nodes.observe_lease(cx.index.leases.get(name), cx.now) {
+            Some(true) => {
+                self.zones.recount(name);
+                self.reconcile(name, cx, out);
+            }
+            // A fenced node heard from (after a restart, the first heartbeat is what makes it
+            // back, docs/spec.md §15).
+            Some(false) if cx.index.nodes.get(name).is_some_and(|n| crate::fence::out_of_service(&n.taints)) => {
+                self.reconcile(name, cx, out);
+            }
+            _ => {}
         }
     }
 
@@ -375,6 +412,14 @@ impl NodeLifecycle {
     /// The executor's report on a node write.
     pub fn node_write_result(&mut self, name: &str, result: &NodeWriteResult, cx: Ctx<'_>, out: &mut Vec<Action>) {
         let Some(flipped_from_ready) = self.nodes.node_write_result(name, result, cx.index, cx.now) else { return };
+        if matches!(result, NodeWriteResult::LeaseMoved) {
+            // The kubelet may be alive: its silence is read again, and the delay starts again.
+            tracing::info!(
+                node = name,
+                "the node's Lease moved before its fence was written; nothing written, the fence is decided again"
+            );
+            self.fences.call_off(name);
+        }
         if flipped_from_ready && let Some(node) = cx.index.nodes.get(name) {
             out.push(Action::NodeEvent(NodeEvent {
                 node: name.to_owned(),
@@ -398,6 +443,7 @@ impl NodeLifecycle {
         self.zones.clock_stepped();
         self.pace.clock_stepped();
         self.nodes.fresh_grace(now, Probe::restart);
+        self.nodes.restart_holds(now);
         if self.next_pass.is_some() {
             self.next_pass = Some(after(now, self.cfg.monitor_period));
         }
@@ -423,6 +469,11 @@ impl NodeLifecycle {
         }
         for name in self.nodes.retries_due(now) {
             self.reconcile(&name, cx, out);
+        }
+        // A hold ended: the state asks the gate again after the batch (nothing to judge here).
+        let _ = self.nodes.returns_due(now);
+        if self.start_hold.is_some_and(|t| t <= now) {
+            self.start_hold = None;
         }
         for name in self.fences.due(now, self.cfg.fence.delay) {
             self.reconcile(&name, cx, out);
@@ -495,6 +546,7 @@ impl NodeLifecycle {
             zones,
             fences,
             self.pace.next_wakeup(),
+            self.start_hold,
             self.next_pass,
             pass,
         ]
@@ -573,11 +625,18 @@ impl NodeLifecycle {
         let plan = self.judge().plan(node, now);
         let (mut add, mut remove) = (plan.add_now, plan.remove);
         let step = self.fence_step(node, cx);
+        let mut lease_guard = None;
         match step {
-            Step::Apply(_) => add.push(TaintAdd {
-                value: crate::fence::OUT_OF_SERVICE_VALUE.to_owned(),
-                ..TaintAdd::new(crate::fence::taint_id())
-            }),
+            Step::Apply(_) => {
+                add.push(TaintAdd {
+                    value: crate::fence::OUT_OF_SERVICE_VALUE.to_owned(),
+                    ..TaintAdd::new(crate::fence::taint_id())
+                });
+                // One more live read of the Lease, right before the write (docs/spec.md §15).
+                lease_guard = Some(crate::action::LeaseGuard {
+                    cached: index.leases.get(name).map(|l| l.resource_version.clone()),
+                });
+            }
             Step::Remove => remove.extend(
                 crate::fence::out_of_service_taints(&node.taints)
                     .map(|t| TaintId::new(t.key.clone(), t.effect.clone())),
@@ -599,6 +658,7 @@ impl NodeLifecycle {
                 remove,
                 counted_zone: None,
                 fence_mark,
+                lease_guard,
             };
             // A paced write not let through waits in line, the node not busy meanwhile.
             let go = if write.paced() {
@@ -625,14 +685,23 @@ impl NodeLifecycle {
         if self.cfg.fence.on.is_empty() && !tainted && node.fence.fenced_by.is_none() {
             return Step::Nothing;
         }
-        let judge = self.judge();
-        let seen = Seen {
-            ready: judge.effective_status(node, "Ready", cx.now).map(str::to_owned),
+        let seen = self.seen(node, cx);
+        self.fences.step(&self.cfg.fence, node, &seen, cx.now)
+    }
+
+    /// What a node's fence is judged on ([`Seen`]).
+    fn seen(&self, node: &SlimNode, cx: Ctx<'_>) -> Seen {
+        let tainted = crate::fence::out_of_service(&node.taints);
+        Seen {
+            ready: self.judge().effective_status(node, "Ready", cx.now).map(str::to_owned),
             overdue: self.nodes.overdue(&node.name, cx.now),
+            cache_behind: self.hold.stale(cx.index.leases_read.as_deref()),
+            beats: self.nodes.get(&node.name).map_or(0, |st| st.probe.beats),
+            spell: not_ready_since(node),
+            grace: self.cfg.grace.monitor,
             terminating: if tainted { cx.index.pods_on(&node.name).filter(|p| p.terminating).count() } else { 0 },
             braked: node.on_hold || self.evictions_paused || self.zones.all_disrupted(),
-        };
-        self.fences.step(&self.cfg.fence, node, &seen, cx.now)
+        }
     }
 
     /// Where `node` stands on fencing (docs/spec.md §15), for `status` and `explain`: `None`
@@ -643,6 +712,13 @@ impl NodeLifecycle {
         }
         if let Some((since, signal)) = self.fences.pending(&node.name) {
             return Some(Standing::Pending { signal, since });
+        }
+        let cx = Ctx::new(index, now);
+        if let Some((signal, why)) = self.fences.stale(&self.cfg.fence, node, &self.seen(node, cx)) {
+            return Some(Standing::Stale { signal, why });
+        }
+        if self.cfg.fence.on.contains(&crate::fence::Signal::Operator) && node.fence.request.is_some() {
+            return Some(Standing::Armed);
         }
         let ready = self.judge().effective_status(node, "Ready", now) == Some(condition::TRUE);
         (!ready && index.pods_on(&node.name).any(|p| p.terminating)).then_some(Standing::AwaitingSignal)
@@ -755,9 +831,23 @@ impl NodeLifecycle {
                 remove: vec![],
                 counted_zone: Some(t.zone),
                 fence_mark: None,
+                lease_guard: None,
             }));
         }
     }
+}
+
+/// When `node`'s current not-`Ready` spell began, as its objects say (`None` while its `Ready`
+/// condition is `True`): the earliest of its `Ready` condition's transition and the `timeAdded`
+/// of its not-ready/unreachable taints (the swap between them keeps it: "not Ready since").
+fn not_ready_since(node: &SlimNode) -> Option<Timestamp> {
+    use crate::taints::keys::{NOT_READY, UNREACHABLE};
+    let ready = node.condition("Ready");
+    if ready.is_some_and(|c| c.status == condition::TRUE) {
+        return None;
+    }
+    let taints = node.taints.iter().filter(|t| t.key == NOT_READY || t.key == UNREACHABLE).filter_map(|t| t.time_added);
+    ready.and_then(|c| c.last_transition).into_iter().chain(taints).min().or(node.created)
 }
 
 /// Upstream's `reconcileNodeLabels` ([`crate::labels`]), for a node of ours: asked for when the node

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use jiff::Timestamp;
 
-use super::{RETRY_BASE, RETRY_CAP};
+use super::{RETRY_BASE, RETRY_CAP, RETURN_HOLD};
 use crate::action::NodeWriteResult;
 use crate::health::{Grace, Probe};
 use crate::index::{Index, SlimLease, SlimNode};
@@ -45,12 +45,25 @@ pub(super) struct NodeState {
     /// A write found the node gone (404) at this resourceVersion: nothing more is written until
     /// a newer object shows up (its delete event normally follows).
     pub(super) gone_rv: Option<String>,
+    /// When this process first heard from it, or first heard from it again after its grace
+    /// period ran out: the start of the hold on the taints of its silence (`plan`'s Gate).
+    pub(super) back_at: Option<Timestamp>,
 }
 
 impl NodeState {
     /// Mid-write or mid-read, or backing off after a failed one.
     pub(super) fn busy(&self, now: Timestamp) -> bool {
         self.writing || matches!(self.lease, LeaseCheck::Reading(_)) || self.retry_at.is_some_and(|at| at > now)
+    }
+
+    /// A heartbeat at `now` of a node whose grace period had run out (`was_overdue`) or not;
+    /// whether it starts a hold ([`NodeState::back_at`]).
+    fn beat(&mut self, was_overdue: bool, now: Timestamp) -> bool {
+        let starts = was_overdue || self.back_at.is_none();
+        if starts {
+            self.back_at = Some(now);
+        }
+        starts
     }
 
     /// A heartbeat: whatever a live read said about the silence before it is moot. Whether a
@@ -76,6 +89,9 @@ pub(super) struct Nodes {
     expiry: TimerQueue<String>,
     /// Per-node write backoff.
     retries: TimerQueue<String>,
+    /// When the holds on the taints of returned nodes end ([`NodeState::back_at`]): the gate is
+    /// asked again then.
+    returns: TimerQueue<String>,
 }
 
 impl Nodes {
@@ -88,6 +104,7 @@ impl Nodes {
             states: HashMap::new(),
             expiry: TimerQueue::default(),
             retries: TimerQueue::default(),
+            returns: TimerQueue::default(),
         }
     }
 
@@ -184,6 +201,7 @@ impl Nodes {
                 conflicts: 0,
                 retry_at: None,
                 gone_rv: None,
+                back_at: None,
             },
         );
     }
@@ -198,6 +216,9 @@ impl Nodes {
         if own_write {
             st.probe.observe_own_write(node);
         } else if st.probe.observe_node(node, now) {
+            if st.beat(was_overdue, now) {
+                self.returns.set(node.name.clone(), after(now, RETURN_HOLD));
+            }
             if st.heard() {
                 self.reading = self.reading.saturating_sub(1);
             }
@@ -210,24 +231,26 @@ impl Nodes {
         back
     }
 
-    /// A Lease renewal; whether it brought an overdue node back within its grace period.
-    pub(super) fn observe_lease(&mut self, lease: Option<&SlimLease>, now: Timestamp) -> bool {
-        let Some((name, st)) = lease.and_then(|l| self.states.get_mut(&l.name).map(|st| (&l.name, st))) else {
-            return false;
-        };
+    /// A Lease renewal (`None`: none); whether it brought an overdue node back within its grace
+    /// period.
+    pub(super) fn observe_lease(&mut self, lease: Option<&SlimLease>, now: Timestamp) -> Option<bool> {
+        let (name, st) = lease.and_then(|l| self.states.get_mut(&l.name).map(|st| (&l.name, st)))?;
         let was_overdue = st.probe.overdue(self.grace, now);
         if !st.probe.observe_lease(lease, now) {
-            return false;
+            return None;
         }
         // The timer is not moved on every renewal (500/s at 5,000 nodes): when it fires it
         // finds the new deadline and re-arms.
+        if st.beat(was_overdue, now) {
+            self.returns.set(name.clone(), after(now, RETURN_HOLD));
+        }
         if st.heard() {
             self.reading = self.reading.saturating_sub(1);
         }
         if was_overdue {
             self.expiry.set(name.clone(), st.probe.deadline(self.grace));
         }
-        was_overdue
+        Some(was_overdue)
     }
 
     /// A node is gone; whether it was registered.
@@ -235,6 +258,7 @@ impl Nodes {
         let name = name.to_owned();
         self.expiry.cancel(&name);
         self.retries.cancel(&name);
+        self.returns.cancel(&name);
         let removed = self.states.remove(&name);
         if removed.as_ref().is_some_and(|st| matches!(st.lease, LeaseCheck::Reading(_))) {
             self.reading = self.reading.saturating_sub(1);
@@ -275,6 +299,12 @@ impl Nodes {
                 }
             }
             NodeWriteResult::NotFound => st.gone_rv = index.nodes.get(name).map(|n| n.resource_version.clone()),
+            // A fence's Lease guard failed: the silence is read again before anything is judged.
+            NodeWriteResult::LeaseMoved => {
+                if st.lease == LeaseCheck::Confirmed {
+                    st.lease = LeaseCheck::Unread;
+                }
+            }
             NodeWriteResult::Conflict(None) | NodeWriteResult::Failed(_) => {
                 st.conflicts = 0;
                 st.failures = st.failures.saturating_add(1);
@@ -300,6 +330,11 @@ impl Nodes {
             expired.push(name);
         }
         expired
+    }
+
+    /// Whether the hold on a returned node's taints ended by `now` (the gate is asked again).
+    pub(super) fn returns_due(&mut self, now: Timestamp) -> bool {
+        !self.returns.due(now).is_empty()
     }
 
     /// Nodes whose write backoff is over.
@@ -335,8 +370,22 @@ impl Nodes {
         }
     }
 
+    /// The wall clock stepped: the holds of returned nodes, timed before the step, start again
+    /// from `now` (held a little longer, never released early or for the step's size).
+    pub(super) fn restart_holds(&mut self, now: Timestamp) {
+        for (name, st) in self.states.iter_mut() {
+            if st.back_at.is_some() {
+                st.back_at = Some(now);
+                self.returns.set(name.clone(), after(now, RETURN_HOLD));
+            }
+        }
+    }
+
     /// The next grace-period timer or write retry.
     pub(super) fn next_wakeup(&mut self) -> Option<Timestamp> {
-        [self.expiry.next_deadline(), self.retries.next_deadline()].into_iter().flatten().min()
+        [self.expiry.next_deadline(), self.retries.next_deadline(), self.returns.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }

@@ -6,7 +6,7 @@
 use jiff::Timestamp;
 
 use super::nodes::Nodes;
-use super::{Config, NodeLifecycle};
+use super::{Config, NodeLifecycle, RETURN_HOLD};
 use crate::condition;
 use crate::ctx::Gate;
 use crate::health::MONITORED_CONDITIONS;
@@ -96,18 +96,25 @@ impl Judge<'_> {
 }
 
 /// Node lifecycle stands behind a managed NoExecute taint only once it has judged the node in
-/// this process, from synced caches, and wants the taint there now. A taint inherited from before
-/// this process judged nodes (added before it, by an earlier controller, at a restart or a leader
-/// change) that stands for a silent kubelet (a rule on an `Unknown` status of a condition this
-/// controller sets `Unknown`) is not confirmed either while the kubelet has written a heartbeat
-/// after the taint was added (its Lease renewed since) and its grace period in this process has
-/// not run out: the `Unknown` condition is stale and the kubelet is alive. Upstream restarts the
-/// countdown in that case; here nothing is evicted for it until the node is silent for a whole
-/// grace period, or until one grace period of this process has passed with the condition still
-/// `Unknown` (the kubelet renews its Lease but posts no status: the taint is right, and held for
-/// ever it would be a missed eviction). A taint this process added is confirmed while it wants it, Lease or not, as
-/// upstream's is: a kubelet that renews its Lease but has not yet posted `Ready` leaves the
-/// condition `Unknown` and the taint on, and the countdown runs.
+/// this process, from synced caches, and wants the taint there now. A taint that stands for a
+/// silent kubelet (a rule on an `Unknown` status of a condition this controller sets `Unknown`)
+/// is not confirmed either while the node is not silent (its grace period run out and confirmed
+/// live) and:
+/// - this process heard from it less than [`RETURN_HOLD`] ago, for the first time since it began
+///   judging or since the node was last silent: the kubelet is back (a partition healed, a taint
+///   inherited at a restart or a leader change is stale), and its `Ready=True` is on its way. A
+///   partition that heals, or heals just before an evictions pause lifts, does not evict every
+///   past-due pod before the kubelet's next status post;
+/// - or this process has not heard from it and began judging less than [`RETURN_HOLD`] ago: a
+///   kubelet that is alive renews its Lease every 10 s, so within that time it is heard from (and
+///   held as above), or is most likely silent. A restart (or a leader change) mid-countdown of a
+///   node whose kubelet is dead evicts at the original deadline when that falls later.
+///
+/// Every time compared is this process's own (when it saw a heartbeat, when it began, now), never
+/// a kubelet's `renewTime` against a controller's `timeAdded` (as before): every heartbeat it sees
+/// came after the taints it had already seen. After the hold, a pod whose deadline passed goes if
+/// the taint is still wanted (the kubelet renews its Lease but posts no `Ready`: upstream evicts
+/// such a node's pods too).
 impl Gate for NodeLifecycle {
     fn confirmed(&self, node: &SlimNode, taint: &Taint, now: Timestamp) -> bool {
         if !self.managed.iter().any(|id| id.match_taint(taint)) {
@@ -122,20 +129,9 @@ impl Gate for NodeLifecycle {
                 && r.status == condition::UNKNOWN
                 && MONITORED_CONDITIONS.contains(&r.condition.as_str())
         });
-        // `timeAdded` keeps whole seconds: one added in this process's first second is its own.
-        let inherited = taint
-            .time_added
-            .zip(self.judging_since)
-            .is_some_and(|(added, since)| added.as_second() < since.as_second());
-        // Held for one grace period of this process at most: a kubelet alive enough to renew
-        // its Lease posts `Ready` within its status period (10 s) of seeing it `Unknown`; one
-        // that has not by then leaves the condition `Unknown` as it is, and the taint right.
-        let first_grace = self.judging_since.is_some_and(|since| now < after(since, self.cfg.grace.monitor));
         if silent_rule
-            && inherited
-            && first_grace
             && !self.nodes.overdue(&node.name, now)
-            && st.probe.written_heartbeat().zip(taint.time_added).is_some_and(|(beat, added)| beat > added)
+            && st.back_at.or(self.judging_since).is_some_and(|since| now < after(since, RETURN_HOLD))
         {
             return false;
         }

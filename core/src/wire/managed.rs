@@ -1,7 +1,10 @@
-//! An object's `managedFields`, reduced while parsed to what tells a second writer
-//! ([`crate::second_writers`]): the entries of kube-controller-manager that touch a node's taints or
-//! conditions, or a pod's `DisruptionTarget`, each kept with its time and a FieldsV1 tree of
-//! those paths only. Every other entry (nearly all of them) is skipped without allocating.
+//! An object's `managedFields`, reduced while parsed to what decides something: the entries of
+//! kube-controller-manager that touch a node's taints or conditions, or a pod's
+//! `DisruptionTarget` (they tell a second writer, [`crate::second_writers`]), and the entries of
+//! any manager that touch one of the labels only an operator may set
+//! ([`crate::operator_labels`]: whether it came through `status`, and when). Each is kept with
+//! its time, its subresource and a FieldsV1 tree of those paths only. Every other entry (nearly
+//! all of them) is skipped without allocating.
 //!
 //! Never a problem of its object: managedFields decide nothing here, so a field of an odd
 //! shape is read as absent, silently.
@@ -13,10 +16,11 @@ use serde::Deserializer;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::json;
 
+use crate::operator_labels::{LABEL_FIELDS, LABELS_PATH};
 use crate::second_writers::{CONDITIONS_PATH, DISRUPTION_TARGET_KEY, READY_KEY, TAINTS_PATH};
 use crate::upstream::UPSTREAM_MANAGER;
 
-/// The `managedFields` entries of kube-controller-manager that matter, or `None`.
+/// The `managedFields` entries that matter, or `None`.
 pub fn upstream_fields<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<ManagedFieldsEntry>>, D::Error> {
     d.deserialize_any(Entries)
 }
@@ -27,10 +31,13 @@ struct Touches {
     taints: bool,
     ready: bool,
     disruption_target: bool,
+    /// Bit `i`: the operator label `LABEL_FIELDS[i]`.
+    labels: u8,
 }
 
 impl Touches {
-    fn any(self) -> bool {
+    /// Whether it touches a path of kube-controller-manager's that tells a second writer.
+    fn upstream(self) -> bool {
         self.taints || self.ready || self.disruption_target
     }
 
@@ -39,11 +46,26 @@ impl Touches {
             taints: self.taints || o.taints,
             ready: self.ready || o.ready,
             disruption_target: self.disruption_target || o.disruption_target,
+            labels: self.labels | o.labels,
         }
     }
 
-    /// The FieldsV1 tree of these paths alone.
-    fn tree(self) -> serde_json::Value {
+    /// The FieldsV1 tree of these paths alone (kube-controller-manager's only for its entries).
+    fn tree(self, upstream: bool) -> serde_json::Value {
+        let mut tree = if upstream { self.upstream_tree() } else { serde_json::Map::new() };
+        if self.labels != 0 {
+            let labels: serde_json::Map<String, serde_json::Value> = LABEL_FIELDS
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| self.labels & (1 << i) != 0)
+                .map(|(_, f)| ((*f).to_owned(), json!({})))
+                .collect();
+            tree.insert(LABELS_PATH[0].to_owned(), json!({ LABELS_PATH[1]: labels }));
+        }
+        serde_json::Value::Object(tree)
+    }
+
+    fn upstream_tree(self) -> serde_json::Map<String, serde_json::Value> {
         let mut conditions = serde_json::Map::new();
         for (on, key) in [(self.ready, READY_KEY), (self.disruption_target, DISRUPTION_TARGET_KEY)] {
             if on {
@@ -57,7 +79,7 @@ impl Touches {
         if !conditions.is_empty() {
             tree.insert(CONDITIONS_PATH[0].to_owned(), json!({ CONDITIONS_PATH[1]: conditions }));
         }
-        serde_json::Value::Object(tree)
+        tree
     }
 }
 
@@ -148,7 +170,8 @@ impl<'de> Visitor<'de> for Entries {
     no_map!(None);
 }
 
-/// One entry: kept when kube-controller-manager's and touching one of the paths.
+/// One entry: kept when kube-controller-manager's and touching one of its paths, or touching an
+/// operator label.
 struct Entry;
 
 impl<'de> DeserializeSeed<'de> for Entry {
@@ -165,50 +188,62 @@ impl<'de> Visitor<'de> for Entry {
         f.write_str("a managedFields entry")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        const FIELDS: &[&str] = &["manager", "time", "fieldsV1"];
-        let (mut upstream, mut time, mut touches) = (false, None, Touches::default());
+        const FIELDS: &[&str] = &["manager", "time", "fieldsV1", "subresource"];
+        let (mut upstream, mut status, mut time, mut touches) = (false, false, None, Touches::default());
         while let Some(field) = map.next_key_seed(OneOf(FIELDS))? {
             match field {
                 Some(0) => upstream = map.next_value_seed(Is(UPSTREAM_MANAGER))?,
                 Some(1) => time = map.next_value_seed(TimeSeed)?,
                 Some(2) => touches = map.next_value_seed(Walk(Level::Top))?,
+                Some(3) => status = map.next_value_seed(Is("status"))?,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        Ok(kept(upstream, time, touches))
+        Ok(kept(upstream, status, time, touches))
     }
     otherwise_absent!(None);
     no_str!(None);
 }
 
-/// The entry kept, if kube-controller-manager's and touching one of the paths.
-fn kept(upstream: bool, time: Option<jiff::Timestamp>, touches: Touches) -> Option<ManagedFieldsEntry> {
-    (upstream && touches.any()).then(|| ManagedFieldsEntry {
-        manager: Some(UPSTREAM_MANAGER.to_owned()),
+/// The entry kept, if kube-controller-manager's and touching one of its paths, or touching an
+/// operator label (whoever's: its manager is not kept, only whether it came through `status`).
+fn kept(upstream: bool, status: bool, time: Option<jiff::Timestamp>, touches: Touches) -> Option<ManagedFieldsEntry> {
+    let upstream = upstream && touches.upstream();
+    (upstream || touches.labels != 0).then(|| ManagedFieldsEntry {
+        manager: upstream.then(|| UPSTREAM_MANAGER.to_owned()),
         time: time.map(Time),
         fields_type: Some("FieldsV1".to_owned()),
-        fields_v1: Some(FieldsV1(touches.tree())),
+        fields_v1: Some(FieldsV1(touches.tree(upstream))),
+        subresource: status.then(|| "status".to_owned()),
         ..ManagedFieldsEntry::default()
     })
 }
 
 /// The same entry from protobuf ([`super::proto_kinds`]): whether its `manager` is
-/// kube-controller-manager, its time, and its `FieldsV1.Raw`, which is the FieldsV1 JSON itself
-/// (apimachinery `pkg/apis/meta/v1/types.go`, `FieldsV1`), walked only for that manager. JSON
-/// that does not parse touches nothing.
-pub(crate) fn upstream_entry(
+/// kube-controller-manager, whether its `subresource` is `status`, its time, and its
+/// `FieldsV1.Raw`, which is the FieldsV1 JSON itself (apimachinery `pkg/apis/meta/v1/types.go`,
+/// `FieldsV1`). Only an entry that mentions an operator label's key, or kube-controller-manager's,
+/// is walked. JSON that does not parse touches nothing.
+pub(crate) fn entry(
     upstream: bool,
+    status: bool,
     time: Option<jiff::Timestamp>,
     fields_v1: &[u8],
 ) -> Option<ManagedFieldsEntry> {
-    if !upstream {
+    if !upstream && !mentions_labels(fields_v1) {
         return None;
     }
     let touches =
         Walk(Level::Top).deserialize(&mut serde_json::Deserializer::from_slice(fields_v1)).unwrap_or_default();
-    kept(upstream, time, touches)
+    kept(upstream, status, time, touches)
+}
+
+/// Whether the raw bytes hold the operator labels' common prefix at all (nearly no entry does).
+fn mentions_labels(raw: &[u8]) -> bool {
+    const PREFIX: &[u8] = b"node-restriction.kubernetes.io/node-lifecycle-controller-";
+    raw.windows(PREFIX.len()).any(|w| w == PREFIX)
 }
 
 /// A map key: its index in the list, or `None`.
@@ -287,6 +322,8 @@ enum Level {
     Spec,
     Status,
     Conditions,
+    Metadata,
+    Labels,
 }
 
 struct Walk(Level);
@@ -305,28 +342,37 @@ impl<'de> Visitor<'de> for Walk {
         f.write_str("a FieldsV1 tree")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        const TOP: &[&str] = &[TAINTS_PATH[0], CONDITIONS_PATH[0]];
+        const TOP: &[&str] = &[TAINTS_PATH[0], CONDITIONS_PATH[0], LABELS_PATH[0]];
         const SPEC: &[&str] = &[TAINTS_PATH[1]];
         const STATUS: &[&str] = &[CONDITIONS_PATH[1]];
         const CONDITIONS: &[&str] = &[READY_KEY, DISRUPTION_TARGET_KEY];
+        const METADATA: &[&str] = &[LABELS_PATH[1]];
         let keys = match self.0 {
             Level::Top => TOP,
             Level::Spec => SPEC,
             Level::Status => STATUS,
             Level::Conditions => CONDITIONS,
+            Level::Metadata => METADATA,
+            Level::Labels => &LABEL_FIELDS,
         };
         let mut t = Touches::default();
         while let Some(key) = map.next_key_seed(OneOf(keys))? {
             let found = match (self.0, key) {
                 (Level::Top, Some(0)) => map.next_value_seed(Walk(Level::Spec))?,
-                (Level::Top, Some(_)) => map.next_value_seed(Walk(Level::Status))?,
+                (Level::Top, Some(1)) => map.next_value_seed(Walk(Level::Status))?,
+                (Level::Top, Some(_)) => map.next_value_seed(Walk(Level::Metadata))?,
                 (Level::Status, Some(_)) => map.next_value_seed(Walk(Level::Conditions))?,
+                (Level::Metadata, Some(_)) => map.next_value_seed(Walk(Level::Labels))?,
                 (level, key) => {
                     map.next_value::<IgnoredAny>()?;
                     Touches {
                         taints: matches!((level, key), (Level::Spec, Some(_))),
                         ready: matches!((level, key), (Level::Conditions, Some(0))),
                         disruption_target: matches!((level, key), (Level::Conditions, Some(1))),
+                        labels: match (level, key) {
+                            (Level::Labels, Some(i)) => 1 << i,
+                            _ => 0,
+                        },
                     }
                 }
             };

@@ -199,15 +199,17 @@ fn meta(msg: &[u8]) -> Meta {
     m
 }
 
-/// A `ManagedFieldsEntry` (manager = 1, time = 4, fieldsV1 = 7 holding `raw = 1`), kept by
-/// [`managed::upstream_entry`]'s rule. Silent: an odd shape is absent, never a problem.
+/// A `ManagedFieldsEntry` (manager = 1, time = 4, fieldsV1 = 7 holding `raw = 1`,
+/// subresource = 8), kept by [`managed::entry`]'s rule. Silent: an odd shape is absent, never a
+/// problem.
 fn managed_entry(v: Value<'_>) -> Option<ManagedFieldsEntry> {
     let Value::Len(msg) = v else { return None };
-    let (mut upstream, mut at, mut fields) = (false, None, &[][..]);
+    let (mut upstream, mut status, mut at, mut fields) = (false, false, None, &[][..]);
     for field in Fields::new(msg) {
         let Ok((n, v)) = field else { break };
         match (n, v) {
             (1, v) => upstream = v == Value::Len(UPSTREAM_MANAGER.as_bytes()),
+            (8, v) => status = v == Value::Len(b"status"),
             (4, Value::Len(t)) => at = timestamp(t, false).ok().flatten(),
             (4, _) => at = None,
             (7, Value::Len(f)) => {
@@ -224,7 +226,7 @@ fn managed_entry(v: Value<'_>) -> Option<ManagedFieldsEntry> {
             _ => {}
         }
     }
-    managed::upstream_entry(upstream, at, fields)
+    managed::entry(upstream, status, at, fields)
 }
 
 /// `PodSpec`: nodeName = 10 (`omitempty`), tolerations = 22, filtered as the JSON path does,

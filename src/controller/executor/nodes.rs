@@ -13,7 +13,8 @@ use kube::Resource;
 use kube::api::{GetParams, Patch};
 use kube::core::Request;
 use nlc_core::action::{
-    AttachmentsRead, CheckAttachments, CheckLease, LeaseRead, NodeWriteResult, SetConditions, SetLabels, SetTaints,
+    AttachmentsRead, CheckAttachments, CheckLease, LeaseGuard, LeaseRead, NodeWriteResult, SetConditions, SetLabels,
+    SetTaints,
 };
 use nlc_core::fence::{self, FenceMark};
 use nlc_core::index::SlimNode;
@@ -187,7 +188,17 @@ impl Inner {
     /// again and the same change applied to its list, at most 5 times, as upstream's
     /// `AddOrUpdateTaintOnNode` retries on conflict (`UpdateTaintBackoff`, 5 steps): the one
     /// retry the executor makes itself. A fifth conflict goes back as [`NodeWriteResult::Conflict`].
+    /// Not so a write that fences or unfences ([`SetTaints::fences`]): it was decided on the node
+    /// as it was (silent, or back), so its first conflict goes back with the node read again,
+    /// to be decided afresh (a node that posted `Ready=True` meanwhile is never fenced). A fence
+    /// reads the node's Lease live first ([`nlc_core::action::LeaseGuard`]).
     async fn write_taints(&self, w: &SetTaints) -> NodeWriteResult {
+        if let Some(guard) = &w.lease_guard
+            && !self.lease_unchanged(&w.node, guard).await
+        {
+            return NodeWriteResult::LeaseMoved;
+        }
+        let attempts: u32 = if w.fences() { 1 } else { 5 };
         let mut current = w.current.clone();
         let mut rv = w.resource_version.clone();
         let mut fresh: Option<Box<SlimNode>> = None;
@@ -196,7 +207,7 @@ impl Inner {
             FenceMark::Set(signal) => serde_json::Value::from(signal.as_str()),
             FenceMark::Clear => serde_json::Value::Null,
         });
-        for attempt in 0..5u32 {
+        for attempt in 0..attempts {
             let next = taints::apply_changes(&current, &w.add, &w.remove, self.clock.now());
             let Some(next) = next.or_else(|| mark.is_some().then(|| current.clone())) else {
                 return NodeWriteResult::Done(fresh);
@@ -208,6 +219,11 @@ impl Inner {
             let mut patch = json!({"metadata": {"resourceVersion": rv}, "spec": {"taints": list}});
             if let Some(mark) = &mark {
                 patch["metadata"]["labels"] = json!({ fence::FENCED_LABEL: mark });
+                // Unfenced: the operator's request is spent with it (docs/spec.md §15).
+                if mark.is_null() {
+                    patch["metadata"]["labels"][fence::FENCE_REQUEST_LABEL] = serde_json::Value::Null;
+                    patch["metadata"]["annotations"] = json!({ fence::FENCE_REQUEST_ANNOTATION: null });
+                }
             }
             let req = nodes().patch(&w.node, &crate::patch_params(), &Patch::Merge(&patch));
             match self
@@ -233,8 +249,11 @@ impl Inner {
                     return NodeWriteResult::Failed(e);
                 }
             }
-            // Conflict: read the node as it is now and apply the change to that.
-            tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+            // Conflict: read the node as it is now and apply the change to that (a fence: hand it
+            // back to be decided again).
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+            }
             match self.read_node(&w.node).await {
                 Ok(Some(slim)) => {
                     current = slim.taints.clone();
@@ -246,6 +265,27 @@ impl Inner {
             }
         }
         NodeWriteResult::Conflict(fresh)
+    }
+
+    /// Whether `node`'s Lease, read live now, is the one `guard` names: renewed, created, gone
+    /// or unread, it is not, and the fence waits.
+    async fn lease_unchanged(&self, node: &str, guard: &LeaseGuard) -> bool {
+        let req = Request::new(Lease::url_path(&(), Some(NODE_LEASE_NAMESPACE))).get(node, &GetParams::default());
+        // The write's permit is held already: bounded in time alone.
+        let read = self.calls.read("get", "leases", node, self.lean.slim::<WireLease>(req));
+        let live = match tokio::time::timeout(self.cfg.write_timeout, read).await {
+            Ok(CallOutcome::Ok(WireLease(lease, _))) => Some(lease.metadata.resource_version.unwrap_or_default()),
+            Ok(CallOutcome::Gone) => None,
+            _ => {
+                tracing::warn!(node, "reading the node's Lease before its fence failed; not fenced now");
+                return false;
+            }
+        };
+        let same = live == guard.cached;
+        if !same {
+            tracing::info!(node, cached = ?guard.cached, ?live, "the node's Lease moved since its silence was confirmed; not fenced");
+        }
+        same
     }
 }
 
