@@ -72,7 +72,11 @@ pub async fn run(args: FenceArgs, undo: bool) -> Result<()> {
         let who = whoami(&client).await.unwrap_or_else(|| "unknown".to_owned());
         let at = SystemClock.now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
         let record = json!({"by": who, "at": at, "reason": reason}).to_string();
-        json!({"metadata": {"labels": {FENCE_REQUEST_LABEL: "requested"}, "annotations": {FENCE_REQUEST_ANNOTATION: record}}})
+        // A value of its own each time: the write always changes the label, so its managedFields
+        // entry is this command's, with the API server's time of this request (an unchanged value
+        // would leave it to whoever set it before, e.g. through nodes/status).
+        let value = format!("requested-{}", SystemClock.now().as_second());
+        json!({"metadata": {"labels": {FENCE_REQUEST_LABEL: value}, "annotations": {FENCE_REQUEST_ANNOTATION: record}}})
     };
     let params = kube::api::PatchParams { field_manager: Some(FENCE_FIELD_MANAGER.to_owned()), ..Default::default() };
     nodes.patch(&node, &params, &Patch::Merge(&patch)).await?;

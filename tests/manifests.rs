@@ -234,6 +234,81 @@ async fn the_node_write_policy_refuses_what_the_controller_does_not_manage() {
     patch(json!({"metadata": {"labels": {"beta.kubernetes.io/os": "linux"}}})).await.expect("the beta OS label too");
 }
 
+/// Issue 64, 4: the base's ValidatingAdmissionPolicy keeps the levers' labels operator-only: an
+/// identity allowed `patch nodes/status` cannot set them through the status subresource (which
+/// the Node status strategy would otherwise let through), one allowed `patch nodes` but outside
+/// the operators' groups cannot set them at all; `system:masters` can, and the controller's
+/// service account may mark its fence and spend a request (the restricted overlay's node-write
+/// policy lets it too).
+#[tokio::test]
+async fn the_operator_labels_policy_refuses_them_through_status_and_to_others() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let env = shared();
+    let admin = env.client().await;
+    apply_overlays(&admin).await;
+    let s = Scope::new(env, "op-labels").await;
+    // In a zone of its own: the other tests here judge the unlabelled nodes' zone.
+    let node = make_node(&s, "z1", json!([])).await;
+    let user = nlc_testenv::unique("agent");
+    let role: ClusterRole = serde_json::from_value(json!({"metadata": {"name": user},
+        "rules": [{"apiGroups": [""], "resources": ["nodes", "nodes/status"], "verbs": ["get", "patch"]}]}))
+    .expect("role");
+    Api::<ClusterRole>::all(admin.clone()).create(&Default::default(), &role).await.expect("role");
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({"metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}))
+    .expect("binding");
+    Api::<ClusterRoleBinding>::all(admin.clone()).create(&Default::default(), &binding).await.expect("binding");
+    let agent = nlc_testenv::client_from(&env.kubeconfig_for(&user, &["system:authenticated"]).expect("kubeconfig"))
+        .await
+        .expect("client");
+    let as_agent: Api<Node> = Api::all(agent);
+    let label = |i: usize| json!({"metadata": {"labels": {nlc_core::fence::FENCE_REQUEST_LABEL: format!("r{i}")}}});
+    let refused = |r: &Result<Node, kube::Error>, what: &str| matches!(r, Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains(what));
+    // Through the status subresource: refused once the API server has loaded the policy (and RBAC).
+    let tries = Cell::new(0);
+    let through_status = eventually_every(Duration::from_secs(15), Duration::from_millis(200), || async {
+        let i = tries.replace(tries.get() + 1);
+        let r = as_agent.patch_status(&node, &PatchParams::default(), &Patch::Merge(&label(i))).await;
+        refused(&r, "cannot be changed through nodes/status").then_some(())
+    })
+    .await;
+    assert!(through_status.is_some(), "a status write of the fence request was never refused");
+    let hold = json!({"metadata": {"labels": {"node-restriction.kubernetes.io/node-lifecycle-controller-hold": "x"}}});
+    let r = as_agent.patch_status(&node, &PatchParams::default(), &Patch::Merge(&hold)).await;
+    assert!(refused(&r, "nodes/status"), "the hold through status: {r:?}");
+    // Through the node itself, by someone outside the operators' groups: refused.
+    let r = as_agent.patch(&node, &PatchParams::default(), &Patch::Merge(&label(100))).await;
+    assert!(refused(&r, "only node-lifecycle-controller's operators"), "{r:?}");
+    // Any other label of theirs is theirs to set.
+    as_agent
+        .patch(&node, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"example.com/x": "y"}}})))
+        .await
+        .expect("another label");
+    // An operator (system:masters) may.
+    s.nodes().patch(&node, &PatchParams::default(), &Patch::Merge(&label(101))).await.expect("an operator's request");
+    // The controller marks its fence and spends the request (through both policies).
+    let as_controller: Api<Node> =
+        Api::all(nlc_testenv::client_from(&controller_kubeconfig(env)).await.expect("client"));
+    let mark = json!({"metadata": {"labels": {nlc_core::fence::FENCED_LABEL: "operator"}}});
+    as_controller.patch(&node, &PatchParams::default(), &Patch::Merge(&mark)).await.expect("the fence's mark");
+    let spend = json!({"metadata": {"labels": {nlc_core::fence::FENCED_LABEL: null, nlc_core::fence::FENCE_REQUEST_LABEL: null},
+        "annotations": {nlc_core::fence::FENCE_REQUEST_ANNOTATION: null}}});
+    as_controller
+        .patch(&node, &PatchParams::default(), &Patch::Merge(&spend))
+        .await
+        .expect("the unfence spends the request");
+    // But it may not make a request of its own (the node-write policy, loaded asynchronously).
+    let tries = Cell::new(102);
+    let own_request = eventually_every(Duration::from_secs(15), Duration::from_millis(200), || async {
+        let i = tries.replace(tries.get() + 1);
+        let r = as_controller.patch(&node, &PatchParams::default(), &Patch::Merge(&label(i))).await;
+        matches!(&r, Err(kube::Error::Api(e)) if e.code == 403).then_some(())
+    })
+    .await;
+    assert!(own_request.is_some(), "the controller's identity requested a fence");
+}
+
 /// The controller, as the rendered service account with exactly the rendered RBAC, elects itself,
 /// taints a failed node, evicts its pod and records events: no request is refused.
 #[tokio::test]

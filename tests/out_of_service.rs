@@ -521,3 +521,58 @@ async fn a_fence_write_that_conflicts_is_decided_again() {
     assert!(!fenced(&node_now(&s, &target).await), "{}", c.logs());
     proxy.clear();
 }
+
+/// Issue 64, 4: the operator labels are operator-only. NodeRestriction stops kubelets only, and
+/// the Node status strategy resets `spec`, not `metadata`: an identity allowed nothing but
+/// `patch nodes/status` (a CNI agent, node-problem-detector) can set a node's labels through the
+/// status subresource. The controller reads such a label as absent (its managedFields entry says
+/// `subresource: status`): a fence request set so fences nothing when the node goes silent, and a
+/// hold set so holds nothing. (The chart's ValidatingAdmissionPolicy refuses such writes in the
+/// first place: tests/manifests.rs.)
+#[tokio::test]
+async fn a_label_written_through_nodes_status_is_no_fence_request() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let env = shared();
+    let s = Scope::new(env, "oos-status").await;
+    let target = make_node(&s, "z1", json!([])).await;
+    let (_, kubelets) = with_live_neighbours(&s, "z1", &[&target], 3).await;
+    let admin = env.client().await;
+    let user = nlc_testenv::unique("npd");
+    let role: ClusterRole = serde_json::from_value(json!({"metadata": {"name": user},
+        "rules": [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["get", "patch"]}]}))
+    .expect("role");
+    Api::<ClusterRole>::all(admin.clone()).create(&Default::default(), &role).await.expect("role");
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({"metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}))
+    .expect("binding");
+    Api::<ClusterRoleBinding>::all(admin.clone()).create(&Default::default(), &binding).await.expect("binding");
+    let agent = nlc_testenv::client_from(&env.kubeconfig_for(&user, &["system:authenticated"]).expect("kubeconfig"))
+        .await
+        .expect("client");
+    let as_agent: Api<Node> = Api::all(agent);
+    let c = Controller::start(env, &s.scope, &flags(&["--fence-on", "operator", "--fence-delay", "1s"])).await;
+    kubelets.stop(&target);
+    wait_node(&s, &target, Duration::from_secs(15), |n| ready_of(n).is_some_and(|c| c.status == "Unknown"))
+        .await
+        .unwrap_or_else(|| panic!("never Unknown:\n{}", c.logs()));
+    // Through the status subresource, the agent's only permission: the API server takes it.
+    let label = json!({"metadata": {"labels": {nlc_core::fence::FENCE_REQUEST_LABEL: "requested"}}});
+    let written = eventually(Duration::from_secs(10), || async {
+        as_agent.patch_status(&target, &PatchParams::default(), &Patch::Merge(&label)).await.ok()
+    })
+    .await
+    .expect("the agent's status patch (RBAC takes a moment)");
+    assert!(
+        written.metadata.labels.as_ref().is_some_and(|l| l.contains_key(nlc_core::fence::FENCE_REQUEST_LABEL)),
+        "the status strategy kept the label: {:?}",
+        written.metadata.labels
+    );
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(!fenced(&node_now(&s, &target).await), "fenced on a request written through nodes/status:\n{}", c.logs());
+    // The same request through the node itself, by an operator, counts.
+    cli(env, &["fence", &target, "--reason", "confirmed off"]);
+    wait_node(&s, &target, Duration::from_secs(20), fenced)
+        .await
+        .unwrap_or_else(|| panic!("an operator's request never fenced:\n{}", c.logs()));
+}
