@@ -307,3 +307,36 @@ async fn without_namespaces_a_namespace_policy_decides_nothing_and_nothing_is_he
     assert!(c.logs().contains("may not list namespaces"), "{}", c.logs());
     let _ = policies_api(&s.client).delete(&name, &Default::default()).await;
 }
+
+/// Issue 64, 8: shadow mode writes nothing, our policies' statuses included: a `--dry-run`
+/// controller computes a policy's status (it decides with it) but never writes it. (The control
+/// plane is shared with the other tests here, whose controllers write every policy's status:
+/// the shadow controller's own requests are counted, through a loopback proxy.)
+#[tokio::test]
+async fn shadow_mode_writes_no_policy_status() {
+    use nlc_testenv::fault::{Fault, FaultProxy, Rule};
+    let env = shared();
+    let s = Scope::new(env, "policy-dry").await;
+    install_crd(&s.client).await;
+    let name = format!("{}-dry", s.ns);
+    let spec = |seconds: i64| json!({"podSelector": {"matchLabels": {"app": s.ns}}, "unreachable": {"tolerationSeconds": seconds}});
+    put_policy(&s.client, &name, spec(30)).await;
+    let proxy = FaultProxy::start(env).await.expect("proxy");
+    // Forwarded as they come; only counted.
+    let writes =
+        proxy.add(Rule::new("PATCH", &[&format!("/evictionpolicies/{name}/status")], Fault::Delay(Duration::ZERO)));
+    let kubeconfig = proxy.kubeconfig(env).expect("kubeconfig");
+    let dry = Controller::start_with_kubeconfig(&kubeconfig, env, &s.scope, &flags(&["--dry-run"])).await;
+    eventually(Duration::from_secs(10), || async { dry.logs().contains("eviction policies in force").then_some(()) })
+        .await
+        .unwrap_or_else(|| panic!("the policies were never read:\n{}", dry.logs()));
+    // Changed: a status to write for generation 2, once the shadow controller has read it.
+    put_policy(&s.client, &name, spec(40)).await;
+    eventually(Duration::from_secs(10), || async {
+        (dry.logs().matches("eviction policies in force").count() >= 2).then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("the change was never read:\n{}", dry.logs()));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(writes.hits(), 0, "shadow mode wrote a status:\n{}", dry.logs());
+}

@@ -633,3 +633,42 @@ async fn registration_taints_are_removed_at_once_whatever_the_pace() {
     });
     assert!(gone.await.is_some(), "registration taints waited for the pace:\n{}", c.logs());
 }
+
+/// Issue 64, 5: the hold on an inherited taint of silence counts from the kubelet's return, not
+/// from this process's start. A taint ten minutes old, the controller started, the node confirmed
+/// silent; its Lease resumes, and its `Ready=True` comes 7 s later: the pod whose deadline falls
+/// in between is kept (the hold used to end one grace period after the start, before the
+/// kubelet's status post, and evict every past-due pod). Upstream's scale: Lease at +45 s,
+/// `Ready` at +55 s, with a 50 s grace period.
+#[tokio::test]
+async fn a_partition_healing_after_a_restart_evicts_nobody_before_the_kubelet_posts_ready() {
+    let env = shared();
+    let s = Scope::new(env, "lc-heal").await;
+    let added = now_s() - jiff::SignedDuration::from_secs(600);
+    let healing = make_node(
+        &s,
+        "z1",
+        json!([no_execute(UNREACHABLE, added), {"key": UNREACHABLE, "effect": "NoSchedule", "timeAdded": added}]),
+    )
+    .await;
+    let (_, kubelets) = with_live_neighbours(&s, "z1", &[&healing], 3).await;
+    kubelets.stop(&healing);
+    set_condition(&s, &healing, "Ready", "Unknown").await;
+    // Bound now, tolerating unreachable for 9 s: due about 8 s after the controller starts.
+    s.pod("p", &healing, json!([toleration(UNREACHABLE, Some(9))]), json!({})).await;
+    let evictions = Evictions::watch(s.pods()).await;
+    let started = Instant::now();
+    let c = Controller::start(env, &s.scope, &flags(&[])).await;
+    tokio::time::sleep(Duration::from_secs(5).saturating_sub(started.elapsed())).await;
+    // The partition heals: the Lease first, the kubelet's status 7 s later.
+    kubelets.resume(&healing);
+    tokio::time::sleep(Duration::from_secs(12).saturating_sub(started.elapsed())).await;
+    assert!(evictions.at("p").is_none(), "evicted before the kubelet posted Ready:\n{}", c.logs());
+    set_condition(&s, &healing, "Ready", "True").await;
+    wait_node(&s, &healing, Duration::from_secs(10), |n| taint_of(n, UNREACHABLE, "NoExecute").is_none())
+        .await
+        .unwrap_or_else(|| panic!("the taint stayed:\n{}", c.logs()));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(evictions.at("p").is_none(), "evicted:\n{}", c.logs());
+    assert!(!s.deleted("p").await);
+}

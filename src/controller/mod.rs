@@ -69,6 +69,10 @@ pub async fn run(args: RunArgs, mut configz: crate::runtime::configz::Configz) -
     // The leader publishes what it runs with on its Lease, and the state of its Lease cache,
     // where `status` reads them.
     let (published, published_rx) = signal::channel(std::collections::BTreeMap::new());
+    // The write permission: this process leads (or there is no leader election), is not paused
+    // altogether, and not in shadow mode. Made here: the webhook, when it runs in this process,
+    // writes its rules' statuses only with it.
+    let (writes_tx, writes) = signal::channel(leader.is_none() && !cfg.dry_run);
     let leader = leader.map(|mut l| {
         l.annotations.insert(crate::runtime::configz::ANNOTATION.to_owned(), configz.document());
         l.live = Some(published_rx);
@@ -114,9 +118,10 @@ pub async fn run(args: RunArgs, mut configz: crate::runtime::configz::Configz) -
         "connected to the API server"
     );
     if let Some(webhook) = webhook {
-        crate::webhook::spawn(&mut rt, webhook).await?;
+        let status_writes = crate::runtime::own_status::StatusWrites::following(writes.clone());
+        crate::webhook::spawn(&mut rt, webhook, status_writes).await?;
     }
-    spawn(&mut rt, cfg, Placement { leader, namespace, published }, eviction, lifecycle);
+    spawn(&mut rt, cfg, Placement { leader, namespace, published, writes: (writes_tx, writes) }, eviction, lifecycle);
     rt.run().await
 }
 
@@ -132,6 +137,8 @@ struct Placement {
     leader: Option<(crate::runtime::leader::Config, std::os::unix::net::UnixListener)>,
     namespace: String,
     published: signal::Sender<std::collections::BTreeMap<String, String>>,
+    /// The write permission ([`run`]), its sender and a receiver.
+    writes: (signal::Sender<bool>, signal::Receiver<bool>),
 }
 
 /// How long a starting process waits for the API server to answer at all, and each try.
@@ -195,7 +202,7 @@ fn spawn(
         streaming_lists,
         max_clock_skew_compensation,
     } = cfg;
-    let Placement { leader, namespace, published } = placement;
+    let Placement { leader, namespace, published, writes: (writes_tx, writes) } = placement;
     let metrics = ControllerMetrics::register(rt);
     let second_writers =
         second_writers::SecondWriters::new(SystemClock.now(), second_writers::WriterMetrics::register(rt.registry()));
@@ -203,8 +210,6 @@ fn spawn(
     // Only the leader decides and writes; without leader election this process does from the
     // start (one replica).
     let (leading_tx, leading) = signal::channel(leader.is_none());
-    // The write permission: this process leads, is not paused altogether, and not in shadow mode.
-    let (writes_tx, writes) = signal::channel(leader.is_none() && !dry_run);
     let standby = leader.is_some();
     let clock = SystemClock::shared();
     let client = rt.client();
@@ -214,7 +219,7 @@ fn spawn(
         tx.clone(),
         clock.clone(),
         ExecutorConfig::new(&requests, &eviction.pacing, &lifecycle.pacing, instance),
-        writes,
+        writes.clone(),
         executor::ExecutorMetricSet {
             eviction: metrics.eviction.clone(),
             executor: metrics.executor.clone(),
@@ -245,7 +250,9 @@ fn spawn(
     spawn_until_shutdown(rt, "watch-pause", pause);
     let evicts = eviction.decisions.is_some();
     if evicts {
-        let policies = policies::run(rt.client(), tx.clone(), metrics.watch.clone(), metrics.policies.clone());
+        let status_writes = crate::runtime::own_status::StatusWrites::following(writes.clone());
+        let policies =
+            policies::run(rt.client(), tx.clone(), metrics.watch.clone(), metrics.policies.clone(), status_writes);
         spawn_until_shutdown(rt, "watch-policies", policies);
     }
     drop(tx);

@@ -119,6 +119,7 @@ pub(crate) async fn run(
     tx: mpsc::Sender<Input>,
     watch_metrics: WatchMetrics,
     metrics: PolicyMetrics,
+    mut writes: crate::runtime::own_status::StatusWrites,
 ) {
     let api: Api<EvictionPolicy> = Api::all(client.clone());
     // Until the CRD is there and readable, none is in force (said at once, so that evictions
@@ -237,9 +238,15 @@ pub(crate) async fn run(
                 Some(Item::Bookmark(_)) => false,
                 None => return,
             },
+            () = writes.granted() => {
+                if let Some(p) = &sent {
+                    write_statuses(&writes, &api, &seen.policies, p).await;
+                }
+                continue;
+            }
             _ = resync.tick() => {
                 match &sent {
-                    Some(p) => write_statuses(&api, &seen.policies, p).await,
+                    Some(p) => write_statuses(&writes, &api, &seen.policies, p).await,
                     None if started.elapsed() > Duration::from_secs(20) => tracing::warn!(
                         policies_read = seen.policies_known,
                         namespaces_read = seen.namespaces_known,
@@ -271,17 +278,22 @@ pub(crate) async fn run(
             }
             sent = Some(policies.clone());
         }
-        write_statuses(&api, &seen.policies, &policies).await;
+        write_statuses(&writes, &api, &seen.policies, &policies).await;
     }
 }
 
 /// Writes the statuses that differ from what they should be.
-async fn write_statuses(api: &Api<EvictionPolicy>, all: &BTreeMap<String, EvictionPolicy>, set: &Policies) {
+async fn write_statuses(
+    writes: &crate::runtime::own_status::StatusWrites,
+    api: &Api<EvictionPolicy>,
+    all: &BTreeMap<String, EvictionPolicy>,
+    set: &Policies,
+) {
     let now = crate::clock::SystemClock.now();
     for (name, p) in all {
         let want = set.status(name, p.metadata.generation, p.status.as_ref(), now);
         let rv = p.metadata.resource_version.as_deref();
-        crate::runtime::own_status::write(api, "EvictionPolicy", name, rv, p.status.as_ref(), &want).await;
+        crate::runtime::own_status::write(writes, api, "EvictionPolicy", name, rv, p.status.as_ref(), &want).await;
     }
 }
 

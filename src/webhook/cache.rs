@@ -281,6 +281,7 @@ pub(crate) async fn rules(
     synced: watch::Sender<bool>,
     metrics: WebhookMetrics,
     watch_metrics: WatchMetrics,
+    mut writes: crate::runtime::own_status::StatusWrites,
 ) {
     let api: Api<TolerationRule> = Api::all(client.clone());
     let watched: Api<Tolerant<TolerationRule>> = Api::all(client);
@@ -298,7 +299,13 @@ pub(crate) async fn rules(
             },
             _ = resync.tick() => {
                 if *synced.borrow() {
-                    publish(&api, &all, &knowledge, &metrics).await;
+                    publish(&writes, &api, &all, &knowledge, &metrics).await;
+                }
+                continue;
+            }
+            () = writes.granted() => {
+                if *synced.borrow() {
+                    publish(&writes, &api, &all, &knowledge, &metrics).await;
                 }
                 continue;
             }
@@ -318,7 +325,7 @@ pub(crate) async fn rules(
             // a status refused as written against an older version (409) is written again now
             // that the newer one is read, not at the next resync. Nothing is written when the
             // statuses are current.
-            publish(&api, &all, &knowledge, &metrics).await;
+            publish(&writes, &api, &all, &knowledge, &metrics).await;
             let _ = synced.send(true);
         }
     }
@@ -341,6 +348,7 @@ fn apply_rule_event(
 
 /// Checks every rule, hands the set to the handlers, and writes the statuses that changed.
 async fn publish(
+    writes: &crate::runtime::own_status::StatusWrites,
     api: &Api<TolerationRule>,
     all: &BTreeMap<String, TolerationRule>,
     knowledge: &Knowledge,
@@ -357,6 +365,6 @@ async fn publish(
         let want = set.status(name, rule.metadata.generation, rule.status.as_ref(), now);
         // Every webhook replica computes the same status (see `own_status::write`).
         let rv = rule.metadata.resource_version.as_deref();
-        crate::runtime::own_status::write(api, "TolerationRule", name, rv, rule.status.as_ref(), &want).await;
+        crate::runtime::own_status::write(writes, api, "TolerationRule", name, rv, rule.status.as_ref(), &want).await;
     }
 }

@@ -16,7 +16,13 @@ use metrics::WebhookMetrics;
 /// Adds the webhook to a runtime: its metrics, its readiness (the namespace cache and, when they
 /// are on, the toleration rules have synced) and its tasks. Binds its listener now, so that a
 /// bad address or certificate fails the start.
-pub(crate) async fn spawn(rt: &mut Runtime, cfg: server::Config) -> Result<()> {
+/// `status_writes`: whether its rules' statuses may be written (the controller's write permission
+/// when it runs inside the controller, always when on its own).
+pub(crate) async fn spawn(
+    rt: &mut Runtime,
+    cfg: server::Config,
+    status_writes: crate::runtime::own_status::StatusWrites,
+) -> Result<()> {
     let metrics = WebhookMetrics::register(rt.registry());
     let mut ready = vec![rt.readiness_check("webhook namespace cache")];
     if cfg.plugins.toleration_rules {
@@ -29,6 +35,7 @@ pub(crate) async fn spawn(rt: &mut Runtime, cfg: server::Config) -> Result<()> {
         watch: rt.watch_metrics(),
         stop: rt.shutdown(),
         ready,
+        status_writes,
     };
     for (name, task) in server::start(cfg, handles).await? {
         if name == "webhook" {
@@ -45,6 +52,6 @@ pub async fn run(cmd: WebhookCommand, configz: crate::runtime::configz::Configz)
     let WebhookCommand { client, admin, webhook } = cmd;
     let cfg = webhook.into_config()?;
     let mut rt = Runtime::build(&client, &admin, &configz).await?;
-    spawn(&mut rt, cfg).await?;
+    spawn(&mut rt, cfg, crate::runtime::own_status::StatusWrites::always()).await?;
     rt.run().await
 }

@@ -226,12 +226,14 @@ pub(crate) struct Handles {
     pub(crate) watch: WatchMetrics,
     pub(crate) stop: shutdown::Signal,
     pub(crate) ready: Vec<watch::Sender<bool>>,
+    /// Whether the rules' statuses may be written ([`crate::runtime::own_status`]).
+    pub(crate) status_writes: crate::runtime::own_status::StatusWrites,
 }
 
 /// Binds the listener (so that a bad address or certificate fails the start) and returns the
 /// webhook's tasks: the namespace watch, the rule watch when the rules are on, and the server.
 pub(crate) async fn start(cfg: Config, h: Handles) -> Result<Vec<(&'static str, BoxFuture<'static, Result<()>>)>> {
-    let Handles { client, metrics, http, watch: watch_metrics, stop, ready } = h;
+    let Handles { client, metrics, http, watch: watch_metrics, stop, ready, status_writes } = h;
     let knowledge: Arc<Knowledge> = Arc::default();
     let mut senders = ready.into_iter();
     let mut receivers: Vec<watch::Receiver<bool>> = Vec::new();
@@ -252,7 +254,7 @@ pub(crate) async fn start(cfg: Config, h: Handles) -> Result<Vec<(&'static str, 
         && let Some(tx) = senders.next()
     {
         receivers.push(tx.subscribe());
-        let w = cache::rules(client.clone(), knowledge.clone(), tx, metrics.clone(), watch_metrics);
+        let w = cache::rules(client.clone(), knowledge.clone(), tx, metrics.clone(), watch_metrics, status_writes);
         tasks.push((
             "webhook-rules",
             async move {

@@ -156,3 +156,42 @@ fn shadow_mode_goes_on_as_if_its_writes_were_carried_out_and_repeats_none() {
     assert_eq!(count(&|a| matches!(a, Action::EvictPod(e) if e.name == "p")), 1, "{log:?}");
     assert_eq!(count(&|a| matches!(a, Action::SetConditions(w) if w.node != "n0")), 0, "{log:?}");
 }
+
+/// Issue 64, 8: shadow mode simulates a fence as the API server would answer it, its mark
+/// included: the fence reads as ours (fenced once, its `NodeFenced` event once), never as a
+/// person's fence that is then left for ever or fenced again.
+#[test]
+fn shadow_mode_reads_its_own_simulated_fence_as_ours() {
+    let mut cfg = lifecycle_config();
+    cfg.fence = crate::fence::Config { on: vec![crate::fence::Signal::CloudShutdown], ..Default::default() };
+    let mut nodes = zone_a(&["n1", "n2", "n3", "n4"]);
+    nodes.push(node("n0").zone("a").cloud_shutdown().build());
+    let mut state = State::new(taint_eviction(), Some(crate::lifecycle::NodeLifecycle::new(cfg)));
+    let (mut log, mut out) = (Vec::new(), Vec::new());
+    let inputs = [initial_list(Input::Node, nodes), initial_list(Input::Pod, []), initial_list(Input::Lease, [])];
+    for i in inputs.into_iter().flatten() {
+        state.handle(i, ts(0.0), &mut out);
+    }
+    state.after_batch(ts(0.0), &mut out);
+    dry_run(&mut state, ts(0.0), std::mem::take(&mut out), &mut log);
+    for s in 1..=200 {
+        let now = ts(f64::from(s));
+        for n in ["n1", "n2", "n3", "n4"] {
+            let lease = SlimLease { name: n.into(), renew_time: Some(now), resource_version: format!("{s}") };
+            state.handle(Input::Lease(WatchEvent::Apply(lease)), now, &mut out);
+        }
+        state.after_batch(now, &mut out);
+        state.tick(now, &mut out);
+        dry_run(&mut state, now, std::mem::take(&mut out), &mut log);
+    }
+    let n0 = &state.cache.index.nodes["n0"];
+    assert!(n0.taints.iter().any(|t| t.key == keys::OUT_OF_SERVICE), "{:?}", n0.taints);
+    assert_eq!(n0.fence.fenced_by.as_deref(), Some("cloud-shutdown"), "the simulated mark");
+    let fences = log.iter().filter(|a| matches!(a, Action::SetTaints(w) if w.fence_mark.is_some())).count();
+    assert_eq!(fences, 1, "{log:?}");
+    let events = log
+        .iter()
+        .filter(|a| matches!(a, Action::NodeEvent(e) if matches!(e.kind, crate::action::NodeEventKind::Fenced(_))))
+        .count();
+    assert_eq!(events, 1, "{log:?}");
+}
