@@ -672,3 +672,62 @@ async fn a_partition_healing_after_a_restart_evicts_nobody_before_the_kubelet_po
     assert!(evictions.at("p").is_none(), "evicted:\n{}", c.logs());
     assert!(!s.deleted("p").await);
 }
+
+/// Issue 64, 9: `uninstall` (the chart's pre-delete hook) does not race a running leader, which
+/// would put its rules' taints straight back: it scales the controller's Deployment to zero and
+/// removes nothing while the leader holds its Lease; once the leader has stopped (SIGTERM hands
+/// the Lease over at once), it removes them.
+#[tokio::test]
+async fn uninstall_waits_for_the_leader_to_stop() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let env = shared();
+    let s = Scope::new(env, "lc-uninst-wait").await;
+    let rule = "--taint-rule=KernelDeadlock=True:example.com/kernel-deadlock:NoExecute";
+    let node = make_node(&s, "z1", json!([])).await;
+    let (_, _kubelets) = with_live_neighbours(&s, "z1", &[&node], 2).await;
+    set_condition(&s, &node, "KernelDeadlock", "True").await;
+    // The chart's Deployment, as an object (no deployment controller runs here).
+    let deployment: Deployment = serde_json::from_value(json!({"metadata": {"name": "nlc"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "nlc"}},
+        "template": {"metadata": {"labels": {"app": "nlc"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}}))
+    .expect("deployment");
+    kube::Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
+        .create(&Default::default(), &deployment)
+        .await
+        .expect("deployment");
+    let lease = format!("{}-leader", s.ns);
+    let mut own = flags(&[rule]);
+    own.extend(FAST_ELECTION);
+    own.extend(["--leader-elect-resource-namespace", s.ns.as_str(), "--leader-elect-resource-name", lease.as_str()]);
+    let c = Controller::start(env, &s.scope, &own).await;
+    c.until_leads(&lease, Duration::from_secs(10)).await;
+    wait_node(&s, &node, Duration::from_secs(15), |n| {
+        taint_of(n, "example.com/kernel-deadlock", "NoExecute").is_some()
+    })
+    .await
+    .unwrap_or_else(|| panic!("never tainted:\n{}", c.logs()));
+    let mut uninstall = tokio::process::Command::new(BIN)
+        .arg("uninstall")
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .arg(rule)
+        .arg(format!("--node-selector=nlc-test={}", s.scope))
+        .arg(format!("--stop-deployment={}/nlc", s.ns))
+        .arg(format!("--wait-for-lease={}/{lease}", s.ns))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("uninstall");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let scaled = kube::Api::<Deployment>::namespaced(s.client.clone(), &s.ns).get("nlc").await.expect("deployment");
+    assert_eq!(scaled.spec.and_then(|s| s.replicas), Some(0), "the Deployment is scaled to zero first");
+    assert!(uninstall.try_wait().expect("uninstall").is_none(), "it went ahead while the leader ran");
+    assert!(taint_of(&node_now(&s, &node).await, "example.com/kernel-deadlock", "NoExecute").is_some());
+    // The leader stops (as the scaled-down Deployment's pods do): the Lease is released.
+    c.terminate();
+    let status = tokio::time::timeout(Duration::from_secs(20), uninstall.wait())
+        .await
+        .expect("uninstall ended")
+        .expect("status");
+    assert!(status.success());
+    assert!(taint_of(&node_now(&s, &node).await, "example.com/kernel-deadlock", "NoExecute").is_none(), "removed");
+}

@@ -64,6 +64,10 @@ pub struct EvictPod {
     /// (kubernetes issue 119862: a stale cache must not evict). Always done for immediate
     /// evictions and after a wait in a rate limiter.
     pub causes: Vec<Cause>,
+    /// A delete only because the node carries `out-of-service` (a PodDisruptionBudget cannot
+    /// protect the pods of a node that is off): the executor reads the node live first, and if
+    /// the taint has gone (a fence lifted since the cache saw it) uses this method instead.
+    pub unfenced: Option<EvictionMode>,
 }
 
 /// What an event on a pod says. Texts are upstream's.

@@ -202,9 +202,25 @@ impl Cache {
 
     pub fn apply_node(&mut self, ev: WatchEvent<SlimNode>, out: &mut Vec<Change>) {
         if let WatchEvent::Apply(n) = &ev
-            && self.index.nodes.get(&n.name).is_some_and(|old| !is_newer(&n.resource_version, &old.resource_version))
+            && self
+                .index
+                .nodes
+                .get(&n.name)
+                .is_some_and(|old| old.uid == n.uid && !is_newer(&n.resource_version, &old.resource_version))
         {
             return; // already known: our own write's result arrived before its watch event
+        }
+        // A node re-created under the same name (another UID) is another node: the old one is
+        // removed first, and nothing judged of it (its fence, its heartbeats) carries over.
+        if let WatchEvent::Apply(n) | WatchEvent::InitApply(n) = &ev
+            && self
+                .index
+                .nodes
+                .get(&n.name)
+                .is_some_and(|old| !old.uid.is_empty() && !n.uid.is_empty() && old.uid != n.uid)
+            && let Some(old) = self.index.nodes.remove(&n.name)
+        {
+            out.push(Change::NodeRemoved(old));
         }
         apply(
             &mut ByName(&mut self.index.nodes),
@@ -358,6 +374,23 @@ mod tests {
         out.clear();
         c.apply_node(WatchEvent::Keep("a".into()), &mut out);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_node_re_created_under_the_same_name_is_a_removal_and_an_addition() {
+        let mut c = Cache::default();
+        let mut out = Vec::new();
+        let mut n = node("a");
+        n.uid = "u1".into();
+        n.resource_version = "7".into();
+        c.apply_node(WatchEvent::Apply(n.clone()), &mut out);
+        out.clear();
+        let mut again = node("a");
+        again.uid = "u2".into();
+        again.resource_version = "9".into();
+        c.apply_node(WatchEvent::Apply(again.clone()), &mut out);
+        assert_eq!(out, vec![Change::NodeRemoved(n), Change::NodeUpserted { name: "a".into(), old: None }]);
+        assert_eq!(c.index.nodes["a"], again);
     }
 
     #[test]

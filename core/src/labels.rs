@@ -22,6 +22,37 @@ pub fn fixes(labels: Option<&BTreeMap<String, String>>) -> Vec<(String, String)>
         .collect()
 }
 
+/// Whether a kubelet may set the label `key` on its own node, as kube-apiserver's
+/// NodeRestriction plugin allows it (kubelet's `IsKubeletLabel`): any key outside the
+/// `kubernetes.io` and `k8s.io` namespaces, the well-known node labels, and the
+/// `kubelet.kubernetes.io` and `node.kubernetes.io` namespaces; never
+/// `node-restriction.kubernetes.io`. A `--node-selector` on such a label lets a node take itself
+/// in or out of this controller's care.
+pub fn kubelet_may_set(key: &str) -> bool {
+    const ALLOWED: [&str; 11] = [
+        "kubernetes.io/hostname",
+        "kubernetes.io/arch",
+        "kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "failure-domain.beta.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+    ];
+    let Some((namespace, _)) = key.split_once('/') else { return true };
+    let within = |ns: &str, domain: &str| ns == domain || ns.ends_with(&format!(".{domain}"));
+    if namespace == "node-restriction.kubernetes.io" {
+        return false;
+    }
+    if ALLOWED.contains(&key) || within(namespace, "kubelet.kubernetes.io") || within(namespace, "node.kubernetes.io") {
+        return true;
+    }
+    !(within(namespace, "kubernetes.io") || within(namespace, "k8s.io"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,5 +79,25 @@ mod tests {
         );
         assert!(fixes(Some(&labels(&[("beta.kubernetes.io/os", "linux")]))).is_empty(), "no current label");
         assert_eq!(fixes(Some(&labels(&[("kubernetes.io/os", "linux"), ("kubernetes.io/arch", "arm64")]))).len(), 2);
+    }
+
+    #[test]
+    fn which_labels_a_kubelet_may_set_on_itself() {
+        for (key, may) in [
+            ("pool", true),
+            ("example.com/pool", true),
+            ("kubernetes.io/hostname", true),
+            ("topology.kubernetes.io/zone", true),
+            ("node.kubernetes.io/instance-type", true),
+            ("node.kubernetes.io/exclude-disruption", true),
+            ("foo.kubelet.kubernetes.io/x", true),
+            ("node-role.kubernetes.io/worker", false),
+            ("kubernetes.io/role", false),
+            ("x.k8s.io/y", false),
+            ("node-restriction.kubernetes.io/node-lifecycle-controller-hold", false),
+            ("node-restriction.kubernetes.io/pool", false),
+        ] {
+            assert_eq!(kubelet_may_set(key), may, "{key}");
+        }
     }
 }

@@ -469,6 +469,14 @@ impl State {
         self.controllers(now).0.eviction(|ev, cx| ev.set_clock_skew(skew, cx, out));
     }
 
+    /// How far this process's clock is ahead of the API server's (negative: behind), for the
+    /// times node lifecycle compares with the API server's own.
+    pub fn set_api_clock_offset(&mut self, skew: SignedDuration) {
+        if let Some(lc) = self.lifecycle.as_mut() {
+            lc.set_api_clock_offset(skew);
+        }
+    }
+
     /// When `tick` next has something to do.
     pub fn next_wakeup(&mut self) -> Option<Timestamp> {
         if !self.is_active() {

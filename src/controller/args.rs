@@ -127,8 +127,16 @@ impl ControllerArgs {
             kube_api_content_type,
             max_clock_skew_compensation,
         } = self;
+        let selector: Selector = node_selector.parse()?;
+        // Issue 64, 9: a node should not choose whether this controller cares for it.
+        for key in selector.keys().filter(|k| nlc_core::labels::kubelet_may_set(k)) {
+            tracing::warn!(
+                key,
+                "--node-selector reads a label a kubelet may set on its own node (NodeRestriction forbids only node-restriction.kubernetes.io/ and some kubernetes.io labels): a node could take itself in or out of this controller's care; prefer a label under node-restriction.kubernetes.io/"
+            );
+        }
         Ok(Config {
-            selector: node_selector.parse()?,
+            selector,
             match_options: enable_comparison_operators.options(),
             requests: Requests {
                 kube_api_qps: check_rate("--kube-api-qps", kube_api_qps)?,

@@ -194,6 +194,9 @@ impl Task {
         if precision > crate::runtime::client::PRECISE {
             return;
         }
+        // Times compared with the API server's (a fence's against its VolumeAttachments') are
+        // converted with the estimate itself, whichever way it points.
+        self.state.set_api_clock_offset(skew);
         let was_capped = self.compensation.capped();
         let changed = self.compensation.observe(skew, self.clock.now());
         self.metrics.clock.capped.set(i64::from(self.compensation.capped()));

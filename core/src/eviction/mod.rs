@@ -900,7 +900,8 @@ impl TaintEviction {
         self.timers.cancel(key);
         self.next_op += 1;
         let op = self.next_op;
-        let method = if fenced { EvictionMode::Delete } else { self.method(key, now) };
+        let unfenced = self.method(key, now);
+        let method = if fenced { EvictionMode::Delete } else { unfenced };
         let fell_back = method == EvictionMode::Delete && self.cfg.mode == EvictionMode::Evict && !fenced;
         let t = self.tracked.entry(key.clone()).or_insert_with(|| Tracked::new(pod, due, now));
         if phase != Some(Phase::Retrying) {
@@ -925,6 +926,7 @@ impl TaintEviction {
             announce: !t.announced,
             immediate,
             causes,
+            unfenced: (fenced && unfenced != EvictionMode::Delete).then_some(unfenced),
         }));
     }
 

@@ -126,6 +126,10 @@ pub struct NodeLifecycle {
     start_hold: Option<Timestamp>,
     /// Built for a report ([`NodeLifecycle::for_reports`]): no start hold.
     reports: bool,
+    /// How far this process's clock is ahead of the API server's: a fence's `timeAdded` (ours)
+    /// is compared with its node's VolumeAttachments' creation times (the API server's) on one
+    /// clock.
+    api_clock_offset: jiff::SignedDuration,
     /// Fences waiting out their delay or a brake.
     fences: Fences,
     /// The operator paused evictions: no new fence either (docs/spec.md §11, §15).
@@ -157,6 +161,7 @@ impl NodeLifecycle {
             judging_since: None,
             start_hold: None,
             reports: false,
+            api_clock_offset: jiff::SignedDuration::ZERO,
             fences: Fences::default(),
             evictions_paused: false,
         }
@@ -172,7 +177,12 @@ impl NodeLifecycle {
     /// The same controller, its decisions dropped (a pause of everything): judged afresh when
     /// it resumes.
     pub fn afresh(self) -> Self {
-        Self { reports: self.reports, ..Self::new(self.cfg) }
+        Self { reports: self.reports, api_clock_offset: self.api_clock_offset, ..Self::new(self.cfg) }
+    }
+
+    /// [`NodeLifecycle::api_clock_offset`].
+    pub fn set_api_clock_offset(&mut self, skew: jiff::SignedDuration) {
+        self.api_clock_offset = skew;
     }
 
     pub fn config(&self) -> &Config {
@@ -642,7 +652,14 @@ impl NodeLifecycle {
                     .map(|t| TaintId::new(t.key.clone(), t.effect.clone())),
             ),
             Step::CheckAttachments => {
-                let before = crate::fence::out_of_service_taints(&node.taints).filter_map(|t| t.time_added).min();
+                // The fence's time on the API server's clock, a little later to be safe: an
+                // attachment of the old incarnation counted as new would lift the fence early,
+                // while the new one attaches only once the node is back, long after.
+                let margin = jiff::SignedDuration::from_secs(2);
+                let before = crate::fence::out_of_service_taints(&node.taints)
+                    .filter_map(|t| t.time_added)
+                    .min()
+                    .map(|t| t.checked_sub(self.api_clock_offset).unwrap_or(t).checked_add(margin).unwrap_or(t));
                 let op = self.fences.start_check(name);
                 out.push(Action::CheckAttachments(CheckAttachments { op, node: name.to_owned(), before }));
             }

@@ -1182,6 +1182,27 @@ fn a_dead_node_is_not_unfenced_after_a_restart_before_a_heartbeat() {
     assert!(!oos(&w, "n0"), "back once heard");
 }
 
+/// Issue 64, 9: a node re-created under the same name (another UID) is another node: a fence
+/// pending on the old one is not carried over (its delay starts again for the new one).
+#[test]
+fn a_node_re_created_under_the_same_name_starts_afresh() {
+    let mut w = off_and_silent(fencing(SIGNALS), vec![]);
+    w.heartbeat(ALIVE, 0.0, 100.0);
+    assert!(matches!(
+        w.lc().fence_standing(w.node("n0"), &w.state.cache.index, w.now),
+        Some(crate::fence::Standing::Pending { .. })
+    ));
+    let mut again = node("n0").zone("a").cloud_shutdown().build();
+    again.uid = "uid-n0-again".into();
+    w.update_node(again);
+    assert_eq!(w.events("RemovingNode").len(), 1, "the old one removed");
+    assert!(w.lc().fence_standing(w.node("n0"), &w.state.cache.index, w.now).is_none(), "nothing pending");
+    w.heartbeat(ALIVE, 110.0, 150.0);
+    assert!(!oos(&w, "n0"), "the new node's grace and delay run from its arrival");
+    w.heartbeat(ALIVE, 160.0, 230.0);
+    assert!(oos(&w, "n0"));
+}
+
 #[test]
 fn our_fence_comes_off_when_the_node_is_back_and_its_terminating_pods_are_gone() {
     let mut w = off_and_silent(fencing(SIGNALS), vec![pod("p").on("n0").terminating().build()]);
@@ -1228,6 +1249,28 @@ fn our_fence_stays_while_volume_attachments_of_the_old_incarnation_remain() {
     assert_eq!(lists(&w), 4);
     assert!(!oos(&w, "n0"), "{:?}", w.node("n0").taints);
     assert_eq!(w.events("NodeUnfenced").len(), 1);
+}
+
+/// Issue 64, 9: the attachments of the old incarnation are told by the API server's clock: the
+/// fence's `timeAdded` (this process's) is converted with the measured offset (here 10 s behind),
+/// and a 2 s margin counts an attachment made at the fence as old.
+#[test]
+fn the_attachments_check_compares_on_the_api_server_s_clock() {
+    let mut w = off_and_silent(fencing(SIGNALS), vec![]);
+    w.heartbeat(ALIVE, 0.0, 120.0);
+    assert!(oos(&w, "n0"));
+    let added = w.taint_time("n0", keys::OUT_OF_SERVICE, Effect::NoExecute).expect("fence");
+    w.state.set_api_clock_offset(jiff::SignedDuration::from_secs(-10));
+    let mut n = w.node("n0").clone();
+    n.taints.retain(|t| t.key != crate::fence::CLOUD_SHUTDOWN);
+    w.update_node(n);
+    w.renew_lease("n0");
+    w.kubelet_posts("n0", "True");
+    let before = w.log.iter().find_map(|(_, a)| match a {
+        Action::CheckAttachments(c) => c.before,
+        _ => None,
+    });
+    assert_eq!(before, Some(added + jiff::SignedDuration::from_secs(12)));
 }
 
 #[test]

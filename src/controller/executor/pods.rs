@@ -120,6 +120,19 @@ impl Inner {
                 Err(e) => return self.fail("node_read", e),
             }
         }
+        // Deleted rather than evicted only because the node is fenced: so only if it still is.
+        let mut method = ev.method;
+        if let Some(otherwise) = ev.unfenced {
+            match self.live_taints(&ev.node, seq).await {
+                Ok(None) => return EvictionResult::Moot,
+                Ok(Some(live)) if !nlc_core::fence::out_of_service(&live) => {
+                    tracing::info!(pod = %ev.key, node = %ev.node, "the node's fence has gone since it was decided: evicted through the Eviction API, not deleted");
+                    method = otherwise;
+                }
+                Ok(Some(_)) => {}
+                Err(e) => return self.fail("node_read", e),
+            }
+        }
         if cancel.is_cancelled() {
             return EvictionResult::Cancelled;
         }
@@ -127,7 +140,7 @@ impl Inner {
             self.events.marking_for_deletion(ev);
         }
         let pods = Request::new(Pod::url_path(&(), Some(&ev.namespace)));
-        let result = match ev.method {
+        let result = match method {
             EvictionMode::Delete => match self.mark_disruption_target(&pods, ev).await {
                 Some(stop) => stop,
                 None => {
