@@ -5,20 +5,31 @@
 //! API so that RBAC decides who may and the audit log says who did; and a Normal event
 //! `EvictionsExtended` on each node. `--cancel` takes the lever off (deadlines it moved go back:
 //! what is then overdue is evicted).
+//!
+//! A second `extend` never shortens a lever by accident: a smaller `--by` or an earlier end than
+//! a node's lever is refused without `--replace`, saying how many pending evictions it would
+//! bring forward (the controller's state run as `whatif` runs it, once with each lever). The end
+//! is counted from the API server's clock (the `Date` of its answer to the node list), as the
+//! controller compares it, not from this host's.
 
 use std::time::Duration;
 
 use clap::Args;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{Api, ListParams, Patch, PostParams};
-use nlc_core::extend::{EXTEND_BY_LABEL, EXTEND_UNTIL_LABEL, EXTENSION_ANNOTATION, Extension, MAX_BY};
+use nlc_core::extend::{
+    EXTEND_BY_LABEL, EXTEND_UNTIL_LABEL, EXTENSION_ANNOTATION, Extension, Lever, MAX_BY, Shortened, evictions,
+};
 use nlc_core::flags::parse_duration;
 use nlc_core::selector::Selector;
+use nlc_core::whatif::{Hypothesis, brought_forward, preview_config};
 use serde_json::json;
 
 use crate::clock::{Clock as _, SystemClock};
 use crate::error::Result;
 use crate::runtime::args::ClientArgs;
+use crate::status::{choose, given_flags, list_cluster};
 
 #[derive(Debug, Args)]
 pub struct ExtendArgs {
@@ -46,10 +57,38 @@ pub struct ExtendArgs {
     /// Take the lever off the nodes instead.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub(crate) cancel: bool,
+    /// Replace a node's lever even with a shorter one (a smaller `--by`, or an earlier end):
+    /// pending evictions it moved come earlier. Without it, that is refused, saying how many.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", conflicts_with = "cancel")]
+    pub(crate) replace: bool,
+    /// The controller's namespace (its pause ConfigMap and Lease), for counting the evictions a
+    /// shorter lever brings forward as `whatif` counts them.
+    #[arg(short = 'n', long, default_value = "node-lifecycle-controller", env = "NLC_NAMESPACE")]
+    pub(crate) namespace: String,
+    /// The controller's leader election Lease (its `--leader-elect-resource-name`).
+    #[arg(long, default_value = "node-lifecycle-controller")]
+    pub(crate) lease: String,
+    /// Count with the configuration the leader runs with (its `/configz` on its Lease), as
+    /// `whatif` does.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub(crate) controller_config: bool,
 }
 
 pub async fn run(args: ExtendArgs) -> Result<()> {
-    let ExtendArgs { client, nodes, zone, node, by, for_, reason, cancel } = args;
+    let ExtendArgs {
+        client,
+        nodes,
+        zone,
+        node,
+        by,
+        for_,
+        reason,
+        cancel,
+        replace,
+        namespace,
+        lease,
+        controller_config,
+    } = args;
     let selector = match (&nodes, &zone) {
         (Some(_), Some(_)) => return Err(crate::Error::input("--zone", "give --nodes or --zone, not both")),
         (Some(s), None) => Some(s.parse::<Selector>().map_err(|e| crate::Error::input("--nodes", e))?),
@@ -70,7 +109,7 @@ pub async fn run(args: ExtendArgs) -> Result<()> {
     if !cancel && (for_ < Duration::from_secs(1) || for_ > MAX_BY) {
         return Err(crate::Error::input("--for", "must be at least 1s and at most 168h"));
     }
-    let client = crate::runtime::client::client(&client).await?;
+    let (client, skew) = crate::runtime::client::client_with_skew(&client).await?;
     let api: Api<Node> = Api::all(client.clone());
     let listed = api.list(&ListParams::default()).await?;
     let chosen = nlc_core::selector::pick_nodes(&listed.items, selector.as_ref(), &node)
@@ -78,7 +117,17 @@ pub async fn run(args: ExtendArgs) -> Result<()> {
     if chosen.is_empty() {
         return Err(crate::Error::input("--nodes", "no node picked"));
     }
-    let now = SystemClock.now();
+    // The API server's clock, from the `Date` of its answer to the list: the controller
+    // compares `until` with its own time, which follows the API server's.
+    let now = match skew.get() {
+        Some((skew, _)) => nlc_core::skew::server_time(SystemClock.now(), skew),
+        None => {
+            eprintln!(
+                "warning: the API server's answer carried no Date; the lever's end is counted from this host's clock"
+            );
+            SystemClock.now()
+        }
+    };
     let who = crate::fencing::whoami(&client).await.unwrap_or_else(|| "unknown".to_owned());
     let (patch, message) = match (cancel, by) {
         (true, _) => (
@@ -88,6 +137,32 @@ pub async fn run(args: ExtendArgs) -> Result<()> {
         (false, Some(by)) => {
             let until = nlc_core::time::after(now, for_);
             let ext = Extension { by, until: jiff::Timestamp::from_second(until.as_second()).unwrap_or(until) };
+            let shortened: Vec<Shortened> = chosen
+                .iter()
+                .filter_map(|n| {
+                    let lever = Lever::from_labels(n.metadata.labels.as_ref()).extension()?;
+                    lever.shortened_by(ext).then(|| Shortened {
+                        node: n.metadata.name.clone().unwrap_or_default(),
+                        lever,
+                        record: nlc_core::extend::record(n.metadata.annotations.as_ref()),
+                    })
+                })
+                .collect();
+            if !shortened.is_empty() {
+                let what = Preview { client: &client, namespace: &namespace, lease: &lease, controller_config };
+                let forward = what.brought_forward(&shortened, ext, now).await?;
+                if !replace {
+                    return Err(crate::Error::input(
+                        "extend",
+                        nlc_core::extend::refusal(&shortened, ext, forward.len(), now),
+                    ));
+                }
+                println!(
+                    "replacing the lever on {} node(s) with a shorter one (--replace): brings {} forward",
+                    shortened.len(),
+                    evictions(forward.len())
+                );
+            }
             let [(by_key, by_value), (until_key, until_value)] = ext.labels();
             let reason = reason.unwrap_or_default();
             let until_text = ext.until.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
@@ -120,7 +195,42 @@ pub async fn run(args: ExtendArgs) -> Result<()> {
         if let Err(e) = events.create(&PostParams::default(), &event).await {
             eprintln!("node {name}: the event was not recorded: {e}");
         }
-        println!("node {name}: {message}");
+        println!("node {name}: {}", nlc_core::text::escape_control(&message));
     }
     Ok(())
+}
+
+/// Where to read what `whatif` reads.
+struct Preview<'a> {
+    client: &'a kube::Client,
+    namespace: &'a str,
+    lease: &'a str,
+    controller_config: bool,
+}
+
+impl Preview<'_> {
+    /// The pending evictions on the `shortened` nodes that `asked` would bring forward: the
+    /// cluster read once, the controller's state run over it twice as `whatif` runs it (as the
+    /// nodes are, and with `asked` in place of their levers) to the longest lever in force, and
+    /// the pods the second evicts earlier.
+    async fn brought_forward(
+        &self,
+        shortened: &[Shortened],
+        asked: Extension,
+        now: jiff::Timestamp,
+    ) -> Result<Vec<String>> {
+        let given = given_flags(None, nlc_core::taints::ComparisonOperators::Auto.options());
+        let leader = Api::<Lease>::namespaced(self.client.clone(), self.namespace).get_opt(self.lease).await;
+        let decisions = choose(self.controller_config, &leader, self.namespace, self.lease, &given)?;
+        let horizon = shortened.iter().map(|s| s.lever.by).max().unwrap_or(asked.by);
+        let lifecycle = decisions.lifecycle.clone().map(|c| preview_config(c, horizon));
+        let listed = list_cluster(self.client, self.namespace, &[]).await?;
+        let nodes: Vec<String> = shortened.iter().map(|s| s.node.clone()).collect();
+        let answer = |lever: Option<Lever>| {
+            let (state, decided) = listed.state(lifecycle.clone(), decisions.eviction(), now);
+            let h = Hypothesis { lever, nodes: nodes.clone(), ..Default::default() };
+            nlc_core::whatif::run(state, decided, &h, now, horizon, &[], &[])
+        };
+        Ok(brought_forward(&answer(None), &answer(Some(Lever::On(asked)))))
+    }
 }

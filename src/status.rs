@@ -285,6 +285,30 @@ pub(crate) async fn cluster_state(
     eviction: nlc_core::eviction::Config,
     extra_policies: &[nlc_core::policy::EvictionPolicy],
 ) -> Result<Snapshot> {
+    let listed = list_cluster(client, namespace, extra_policies).await?;
+    let now = SystemClock.now();
+    let (state, actions) = listed.state(lifecycle, eviction, now);
+    let Listed { nodes, pods, .. } = listed;
+    Ok(Snapshot { state, nodes, pods, now, actions })
+}
+
+/// What the controller watches, as listed, with the eviction policies in force: a state can be
+/// run over it more than once (`extend` previews two levers on the same lists).
+pub(crate) struct Listed {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) pods: Vec<Pod>,
+    leases: Vec<Lease>,
+    pause: Pause,
+    policies: std::sync::Arc<nlc_core::policy::Policies>,
+}
+
+/// Lists what the controller watches (nodes, bound pods, node Leases, the pause, the eviction
+/// policies with `extra_policies` in place of those of the same name).
+pub(crate) async fn list_cluster(
+    client: &kube::Client,
+    namespace: &str,
+    extra_policies: &[nlc_core::policy::EvictionPolicy],
+) -> Result<Listed> {
     let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await?;
     let pods = Api::<Pod>::all(client.clone()).list(&ListParams::default().fields("spec.nodeName!=")).await?;
     let leases = Api::<Lease>::namespaced(client.clone(), NODE_LEASE_NAMESPACE).list(&ListParams::default()).await?;
@@ -296,24 +320,36 @@ pub(crate) async fn cluster_state(
             Pause::None
         }
     };
-    let mut state = State::new(Some(TaintEviction::new(eviction)), lifecycle.map(NodeLifecycle::for_reports));
-    let all = Selector::default();
-    let mut inputs = vec![Input::Node(WatchEvent::Init)];
-    inputs.extend(nodes.items.iter().map(|n| Input::Node(WatchEvent::InitApply(SlimNode::new(n, &all)))));
-    inputs.extend([Input::Node(WatchEvent::InitDone), Input::Pod(WatchEvent::Init)]);
-    inputs.extend(pods.items.iter().map(|p| Input::Pod(WatchEvent::InitApply(SlimPod::from(p)))));
-    inputs.extend([Input::Pod(WatchEvent::InitDone), Input::Lease(WatchEvent::Init)]);
-    inputs.extend(leases.items.iter().map(|l| Input::Lease(WatchEvent::InitApply(SlimLease::from(l)))));
-    inputs.extend([Input::Lease(WatchEvent::InitDone), Input::Pause(pause)]);
-    let policies = crate::controller::policies::list(client, extra_policies).await;
-    inputs.push(Input::Policies(std::sync::Arc::new(policies)));
-    let now = SystemClock.now();
-    let mut actions = Vec::new(); // what the controller would do now; nothing is carried out
-    for input in inputs {
-        state.handle(input, now, &mut actions);
+    let policies = std::sync::Arc::new(crate::controller::policies::list(client, extra_policies).await);
+    Ok(Listed { nodes: nodes.items, pods: pods.items, leases: leases.items, pause, policies })
+}
+
+impl Listed {
+    /// The controller's state run over the lists at `now`, as a controller that has just started
+    /// would decide, and what it decided (nothing is carried out).
+    pub(crate) fn state(
+        &self,
+        lifecycle: Option<nlc_core::lifecycle::Config>,
+        eviction: nlc_core::eviction::Config,
+        now: jiff::Timestamp,
+    ) -> (State, Vec<nlc_core::action::Action>) {
+        let mut state = State::new(Some(TaintEviction::new(eviction)), lifecycle.map(NodeLifecycle::for_reports));
+        let all = Selector::default();
+        let mut inputs = vec![Input::Node(WatchEvent::Init)];
+        inputs.extend(self.nodes.iter().map(|n| Input::Node(WatchEvent::InitApply(SlimNode::new(n, &all)))));
+        inputs.extend([Input::Node(WatchEvent::InitDone), Input::Pod(WatchEvent::Init)]);
+        inputs.extend(self.pods.iter().map(|p| Input::Pod(WatchEvent::InitApply(SlimPod::from(p)))));
+        inputs.extend([Input::Pod(WatchEvent::InitDone), Input::Lease(WatchEvent::Init)]);
+        inputs.extend(self.leases.iter().map(|l| Input::Lease(WatchEvent::InitApply(SlimLease::from(l)))));
+        inputs.extend([Input::Lease(WatchEvent::InitDone), Input::Pause(self.pause)]);
+        inputs.push(Input::Policies(self.policies.clone()));
+        let mut actions = Vec::new(); // what the controller would do now; nothing is carried out
+        for input in inputs {
+            state.handle(input, now, &mut actions);
+        }
+        state.after_batch(now, &mut actions);
+        (state, actions)
     }
-    state.after_batch(now, &mut actions);
-    Ok(Snapshot { state, nodes: nodes.items, pods: pods.items, now, actions })
 }
 
 /// The report on the cluster as listed now.

@@ -125,7 +125,7 @@ pub async fn run(args: WhatIfArgs) -> Result<()> {
     let facts: Vec<PodFacts> = pods.iter().map(facts).collect();
     let budgets = Api::<PodDisruptionBudget>::all(client.clone()).list(&ListParams::default()).await?;
     let budgets: Vec<Budget> = budgets.items.iter().filter_map(budget).collect();
-    let h = Hypothesis { taint, ready, nodes: chosen };
+    let h = Hypothesis { taint, ready, lever: None, nodes: chosen };
     let answer = preview(state, actions, &h, now, within, &facts, &budgets);
     let mut out = std::io::stdout().lock();
     let written = match output {

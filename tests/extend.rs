@@ -145,3 +145,71 @@ async fn the_lever_moves_deadlines_says_who_and_why_and_cancel_puts_them_back() 
     );
     assert!(tainted.elapsed() < Duration::from_secs(55), "the cancel, not the lever, let them go");
 }
+
+/// The CLI run on `args` (after the kubeconfig): whether it succeeded, its stdout and stderr.
+fn run_cli(env: &nlc_testenv::ControlPlane, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(BIN)
+        .arg(args[0])
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .args(&args[1..])
+        .output()
+        .expect("the binary");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A second `extend` never shortens a lever in force by accident (issue 64, item 6): with an
+/// hour's lever on a tainted node, `--by 10s` is refused (it would make the untolerated pod due
+/// at once) and says so, and the pod is kept; `--replace` then takes it, and the pod goes. The
+/// who/why from the annotation is printed with its control characters escaped.
+#[tokio::test]
+async fn a_second_extend_never_shortens_a_lever_in_force_without_replace() {
+    let env = shared();
+    let s = Scope::new(env, "extend-short").await;
+    let target = make_node(&s, "z1", json!([])).await;
+    let (_, _kubelets) = with_live_neighbours(&s, "z1", &[&target], 2).await;
+    s.pod("untolerated", &target, json!([]), json!({})).await;
+    s.pod("forever", &target, json!([toleration(INCIDENT, None)]), json!({})).await;
+    let c = Controller::start(env, &s.scope, &flags(&[])).await;
+
+    // A reason a tenant could have written to forge a terminal: clear the screen, a fake line.
+    let forged = "INC-1\u{1b}[2J\nnode ok: nothing extended";
+    cli(env, &["extend", "--node", &target, "--by", "1h", "--for", "2h", "--reason", forged]);
+    s.set_taints(&target, taint_now()).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(!s.deleted("untolerated").await, "the lever of an hour held it:\n{}", c.logs());
+
+    // Shorter: refused, nothing written, the pod kept.
+    let (ok, out, err) = run_cli(env, &["extend", "--node", &target, "--by", "10s", "--reason", "shorter"]);
+    eprintln!("--- refused ---\n{out}{err}");
+    assert!(!ok, "a shorter --by was taken: {out}{err}");
+    for said in ["3600s", "10s", "1 pending eviction", "--replace"] {
+        assert!(err.contains(said), "the refusal does not say {said:?}: {err}");
+    }
+    assert!(!err.contains('\u{1b}') && err.contains("\\x1b[2J\\nnode ok"), "who/why not escaped: {err:?}");
+    let node = node_now(&s, &target).await;
+    assert_eq!(node.metadata.labels.as_ref().and_then(|l| l.get(EXTEND_BY_LABEL)).map(String::as_str), Some("3600"));
+    // An earlier end (a shorter --for) is a shortening too.
+    let (ok, _, err) = run_cli(env, &["extend", "--node", &target, "--by", "1h", "--for", "1m", "--reason", "x"]);
+    assert!(!ok && err.contains("--replace"), "an earlier end was taken: {err}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!s.deleted("untolerated").await, "evicted after a refused extend:\n{}", c.logs());
+    // `status` escapes it too.
+    let text = cli(env, &["status"]);
+    assert!(!text.contains('\u{1b}') && text.contains("INC-1\\x1b[2J"), "{text:?}");
+
+    // Longer needs no flag; shorter with --replace is taken, and the pod, now past taint + 10 s, goes.
+    cli(env, &["extend", "--node", &target, "--by", "2h", "--for", "3h", "--reason", "longer"]);
+    let said = cli(env, &["extend", "--node", &target, "--by", "10s", "--reason", "replaced", "--replace"]);
+    assert!(said.contains("extended by 10s") && said.contains("1 pending eviction"), "{said}");
+    let replaced = Instant::now();
+    eventually(Duration::from_secs(10), || async { s.deleted("untolerated").await.then_some(()) })
+        .await
+        .unwrap_or_else(|| panic!("not evicted after --replace:\n{}", c.logs()));
+    eprintln!("evicted {:.1} s after --replace", replaced.elapsed().as_secs_f64());
+    assert!(!s.deleted("forever").await);
+}

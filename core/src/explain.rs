@@ -212,12 +212,22 @@ fn with_policies(
                 tolerations[j] = substitute(&tolerations[j], d);
                 format!("{key}: EvictionPolicy {} sets {d} in place of the API server's default", p.name)
             }
-            Decision::Tie(a, b) => format!(
-                "{key}: EvictionPolicies {} and {} tie (rank {}), so neither decides and the pod keeps its default",
-                a.name, b.name, a.rank
-            ),
-            Decision::Unknown => format!(
-                "{key}: what a policy selects on is not known for this pod (its labels are too many to keep, or its namespace's labels could not be read), so none decides (it keeps its default)"
+            Decision::Tie { by, deadline, over } => {
+                tolerations[j] = substitute(&tolerations[j], deadline);
+                format!(
+                    "{key}: EvictionPolicies {} and {} tie (rank {}); the later deadline decides: {} sets {deadline} in place of the API server's default",
+                    by.name, over.name, by.rank, by.name
+                )
+            }
+            Decision::Unknown(Some((p, d))) => {
+                tolerations[j] = substitute(&tolerations[j], d);
+                format!(
+                    "{key}: what a policy selects on is not known for this pod (its labels are too many to keep, or its namespace's labels could not be read), so the latest deadline of those that may apply decides: EvictionPolicy {} sets {d} in place of the API server's default",
+                    p.name
+                )
+            }
+            Decision::Unknown(None) => format!(
+                "{key}: what a policy selects on is not known for this pod (its labels are too many to keep, or its namespace's labels could not be read), and none that may apply sets a later deadline than its own, so it keeps its default"
             ),
         };
         lines.push(line);

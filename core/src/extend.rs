@@ -116,6 +116,59 @@ impl Extension {
     pub fn labels(self) -> [(&'static str, String); 2] {
         [(EXTEND_BY_LABEL, self.by.as_secs().to_string()), (EXTEND_UNTIL_LABEL, self.until.as_second().to_string())]
     }
+
+    /// Whether `asked`, put in place of this lever, would shorten it: a smaller `by`, or an
+    /// earlier `until` (docs/spec.md §17, "A second extend"). Either brings deadlines forward: a
+    /// smaller `by` every one it moves, an earlier end those between the two ends. A lever that
+    /// has expired counts too: the deadlines it moved stay moved only while its labels say so.
+    pub fn shortened_by(self, asked: Extension) -> bool {
+        asked.by < self.by || asked.until < self.until
+    }
+}
+
+/// A node whose lever a second `extend` would shorten: its name, its lever, and who set it and
+/// why ([`record`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shortened {
+    pub node: String,
+    pub lever: Extension,
+    pub record: Option<(String, String)>,
+}
+
+/// `n` pending evictions, in words.
+pub fn evictions(n: usize) -> String {
+    match n {
+        0 => "no pending eviction".to_owned(),
+        1 => "1 pending eviction".to_owned(),
+        n => format!("{n} pending evictions"),
+    }
+}
+
+/// Why `extend` refuses `asked` without `--replace`: the levers it would shorten (what is in
+/// force, and who set it and why, escaped: a tenant's text must not forge output), what was
+/// asked, and how many pending evictions it would bring forward (`brought_forward`, counted as
+/// `whatif` counts them).
+pub fn refusal(shortened: &[Shortened], asked: Extension, brought_forward: usize, now: Timestamp) -> String {
+    let levers: Vec<String> = shortened
+        .iter()
+        .map(|s| {
+            let by = match &s.record {
+                Some((who, why)) => {
+                    format!(", set by {}: {}", crate::text::escape_control(who), crate::text::escape_control(why))
+                }
+                None => String::new(),
+            };
+            format!("node {}: {}{by}", s.node, s.lever.describe(now))
+        })
+        .collect();
+    let until = asked.until.strftime("%Y-%m-%dT%H:%M:%SZ");
+    format!(
+        "would shorten the lever on {} node(s) ({}); asked: eviction deadlines before {until} moved {}s later. That brings {} forward (as whatif counts them). Give --replace to replace it all the same, or a --by and an end (--for) at least as long",
+        shortened.len(),
+        levers.join("; "),
+        asked.by.as_secs(),
+        evictions(brought_forward),
+    )
 }
 
 #[cfg(test)]
@@ -151,6 +204,41 @@ mod tests {
         let bad = BTreeMap::from([(EXTENSION_ANNOTATION.to_owned(), "alice".to_owned())]);
         assert_eq!(record(Some(&bad)), None);
         assert_eq!(record(None), None);
+    }
+
+    #[test]
+    fn a_smaller_by_or_an_earlier_end_shortens_a_lever() {
+        let at = |s: i64| Timestamp::from_second(s).expect("t");
+        let lever = |by: u64, until: i64| Extension { by: Duration::from_secs(by), until: at(until) };
+        let on = lever(3600, 10_000);
+        for (asked, shortens) in [
+            (lever(3600, 10_000), false),
+            (lever(7200, 20_000), false),
+            (lever(3601, 10_000), false),
+            (lever(10, 20_000), true),
+            (lever(3599, 10_000), true),
+            (lever(7200, 9_999), true),
+            (lever(10, 100), true),
+        ] {
+            assert_eq!(on.shortened_by(asked), shortens, "{asked:?}");
+        }
+    }
+
+    #[test]
+    fn the_refusal_says_what_is_in_force_what_was_asked_and_what_it_brings_forward() {
+        let at = |s: i64| Timestamp::from_second(s).expect("t");
+        let on = Extension { by: Duration::from_secs(3600), until: at(1_800_007_200) };
+        let asked = Extension { by: Duration::from_secs(10), until: at(1_800_003_600) };
+        let shortened = [Shortened {
+            node: "n1".into(),
+            lever: on,
+            record: Some(("alice".into(), "INC-1\u{1b}[2J\nnode n1: ok".into())),
+        }];
+        assert_eq!(
+            refusal(&shortened, asked, 1, at(1_800_000_000)),
+            "would shorten the lever on 1 node(s) (node n1: eviction deadlines before 2027-01-15T10:00:00Z moved 3600s later (in force), set by alice: INC-1\\x1b[2J\\nnode n1: ok); asked: eviction deadlines before 2027-01-15T09:00:00Z moved 10s later. That brings 1 pending eviction forward (as whatif counts them). Give --replace to replace it all the same, or a --by and an end (--for) at least as long"
+        );
+        assert_eq!([evictions(0), evictions(2)], ["no pending eviction", "2 pending evictions"]);
     }
 
     #[test]

@@ -39,6 +39,7 @@
 //!   state run forward in shadow mode, for `whatif`.
 //! - [`leader`]: leader election decisions, with client-go's semantics.
 //! - [`flags`]: durations and the ranges flags must fall in.
+//! - [`text`]: text others wrote (annotations), escaped for printing.
 //! - [`time`]: saturating time arithmetic, backoff, and times read as Go reads them.
 //! - [`skew`]: how far this process's clock is from the API server's.
 //! - [`uid`]: an object's UID as the cache holds it (16 bytes when it is a UUID).
@@ -80,6 +81,7 @@ pub mod skew;
 pub mod state;
 pub mod status;
 pub mod taints;
+pub mod text;
 pub mod time;
 pub mod timer_queue;
 pub mod uid;

@@ -16,8 +16,14 @@
 //! the pod: the most specific wins, by the [`rank`] of what it selects on (pod labels before
 //! priority class before namespace labels; a policy that selects on more of them ranks above one
 //! that selects on fewer). Two policies of the same rank that set the same taint tie wherever they
-//! both select a pod: neither decides there (the pod keeps its own toleration), and both report the
-//! tie in their status ([`Policies::conflicts`]).
+//! both select a pod: the later deadline decides there (`never` over seconds, more seconds over
+//! fewer), and both report the tie in their status ([`Policies::conflicts`]).
+//!
+//! Neither a tie nor what is not known (a pod's labels too many to keep, a namespace's labels not
+//! read) may bring an eviction earlier than a policy that may apply would have it: each falls to
+//! the latest deadline among the outcomes it leaves open, the pod's own toleration included when
+//! it is one of them (issue 64, item 7: falling back to the API server's 300 s evicted earlier
+//! than either policy would).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -105,14 +111,16 @@ pub struct EvictionPolicyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Valid` (False: the policy is not applied; the message says why) and `Conflicting` (True:
-    /// it ties with another policy, and neither decides for the pods both select; the message
-    /// names it).
+    /// it ties with another policy, and for the pods both select the later deadline decides; the
+    /// message names it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
 
-/// What a policy sets for one taint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// What a policy sets for one taint, ordered from the earliest eviction to the latest: fewer
+/// seconds before more, every number of seconds before `Never` (the derived order, by variant
+/// then by value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Deadline {
     /// `tolerationSeconds` (0: at once).
     Seconds(i64),
@@ -255,15 +263,41 @@ pub enum Decision<'a> {
     /// No policy selects the pod for this taint.
     None,
     By(&'a Compiled, Deadline),
-    /// Two policies of the same rank select it: neither decides.
-    Tie(&'a Compiled, &'a Compiled),
-    /// A policy might select it, but what it selects on is not known (its labels were too many
-    /// to keep, [`crate::index::KEPT_LABEL_BYTES`], or its namespace's labels were not read):
-    /// none decides.
-    Unknown,
+    /// Policies of the same rank, the highest, select it: `by`, the one with the latest
+    /// `deadline` (the first by name among equals), decides; `over` is one it was preferred to.
+    Tie {
+        by: &'a Compiled,
+        deadline: Deadline,
+        over: &'a Compiled,
+    },
+    /// A policy that may decide might select it, but what it selects on is not known (its labels
+    /// were too many to keep, [`crate::index::KEPT_LABEL_BYTES`], or its namespace's labels were
+    /// not read). Of the outcomes left open (each such policy deciding, the known winner, or,
+    /// when no policy is known to select it, its own toleration) the latest deadline is taken:
+    /// `Some`, a policy's; `None`, the pod's own toleration is at least as late as any.
+    Unknown(Option<(&'a Compiled, Deadline)>),
     /// Policies select it, but the toleration that decides the taint for it was written by
     /// someone, not added by the API server ([`Policies::decide_for`]): none overrides it.
     Authored,
+}
+
+impl<'a> Decision<'a> {
+    /// The policy whose deadline replaces the pod's toleration, and that deadline; `None` when
+    /// the pod keeps its own.
+    pub fn deadline(self) -> Option<(&'a Compiled, Deadline)> {
+        match self {
+            Self::By(p, d) | Self::Tie { by: p, deadline: d, .. } | Self::Unknown(Some((p, d))) => Some((p, d)),
+            Self::None | Self::Unknown(None) | Self::Authored => None,
+        }
+    }
+}
+
+/// The latest of `candidates`' deadlines, the first among equals (the policies come in name order).
+fn latest<'a>(candidates: impl IntoIterator<Item = (&'a Compiled, Deadline)>) -> Option<(&'a Compiled, Deadline)> {
+    candidates.into_iter().fold(None, |best, c| match best {
+        Some(b) if b.1 >= c.1 => Some(b),
+        _ => Some(c),
+    })
 }
 
 impl Policies {
@@ -295,40 +329,48 @@ impl Policies {
     }
 
     /// The policy that decides the deadline of a pod in `namespace` with `facts` for the taint
-    /// `taint_key` (module docs: the highest rank wins; a tie at the top decides nothing).
-    pub fn decide(&self, namespace: &str, facts: &PolicyFacts, taint_key: &str) -> Decision<'_> {
+    /// `taint_key`, `own` being the deadline its own toleration gives (what it keeps if none
+    /// decides). The highest rank among the policies that select it wins; among several of that
+    /// rank the latest deadline ([`Decision::Tie`]). Where a policy of that rank or above may
+    /// select it but what it selects on is not known, the latest deadline of every outcome left
+    /// open ([`Decision::Unknown`]): never earlier than a policy that may apply would evict it.
+    pub fn decide(&self, namespace: &str, facts: &PolicyFacts, taint_key: &str, own: Deadline) -> Decision<'_> {
         if self.valid.is_empty() || slot(taint_key).is_none() {
             return Decision::None;
         }
         let ns = self.namespaces.get(namespace);
-        let mut best: Option<(&Compiled, Deadline)> = None;
-        let mut tie: Option<&Compiled> = None;
-        let mut unknown_rank: Option<u8> = None;
+        // The known-selecting policies of the highest rank, and every one not known.
+        let mut top: Vec<(&Compiled, Deadline)> = Vec::new();
+        let mut unknown: Vec<(&Compiled, Deadline)> = Vec::new();
         for p in &self.valid {
             let Some(d) = p.deadline(taint_key) else { continue };
             match p.selects(ns, facts) {
-                Some(false) => continue,
-                None => {
-                    unknown_rank = unknown_rank.max(Some(p.rank));
-                    continue;
-                }
-                Some(true) => {}
-            }
-            match best {
-                Some((b, _)) if b.rank > p.rank => {}
-                Some((b, _)) if b.rank == p.rank => tie = tie.or(Some(p)),
-                _ => {
-                    best = Some((p, d));
-                    tie = None;
-                }
+                Some(false) => {}
+                None => unknown.push((p, d)),
+                Some(true) => match top.first() {
+                    Some((b, _)) if b.rank > p.rank => {}
+                    Some((b, _)) if b.rank == p.rank => top.push((p, d)),
+                    _ => top = vec![(p, d)],
+                },
             }
         }
-        match (best, tie) {
-            (Some((b, _)), _) if unknown_rank.is_some_and(|u| u >= b.rank) => Decision::Unknown,
-            (None, _) if unknown_rank.is_some() => Decision::Unknown,
-            (Some((b, _)), Some(t)) => Decision::Tie(b, t),
-            (Some((b, d)), None) => Decision::By(b, d),
+        let winner = latest(top.iter().copied());
+        let rank = winner.map(|(p, _)| p.rank);
+        // An unknown one below the winner's rank cannot decide, selected or not.
+        let open: Vec<(&Compiled, Deadline)> =
+            unknown.into_iter().filter(|(p, _)| rank.is_none_or(|r| p.rank >= r)).collect();
+        if !open.is_empty() {
+            let policy = latest(winner.into_iter().chain(open));
+            return match (winner, policy) {
+                // None known to select it: its own toleration is one of the outcomes.
+                (None, Some((_, d))) if own >= d => Decision::Unknown(None),
+                (_, policy) => Decision::Unknown(policy),
+            };
+        }
+        match (winner, top.iter().find(|(p, _)| winner.is_some_and(|(w, _)| !std::ptr::eq(*p, w)))) {
             (None, _) => Decision::None,
+            (Some((p, d)), None) => Decision::By(p, d),
+            (Some((by, deadline)), Some((over, _))) => Decision::Tie { by, deadline, over },
         }
     }
 
@@ -343,7 +385,8 @@ impl Policies {
         t: &Toleration,
         defaults: DefaultTolerationSeconds,
     ) -> Decision<'_> {
-        match self.decide(namespace, facts, taint_key) {
+        let own = t.toleration_seconds.map_or(Deadline::Never, Deadline::Seconds);
+        match self.decide(namespace, facts, taint_key, own) {
             Decision::None => Decision::None,
             _ if !overridable(t, taint_key, defaults) => Decision::Authored,
             d => d,
@@ -366,7 +409,7 @@ impl Policies {
                 }
                 let line = |other: &str| {
                     format!(
-                        "ties with {other} (rank {}) on {}: for the pods both select neither decides",
+                        "ties with {other} (rank {}) on {}: for the pods both select the later deadline decides",
                         a.rank,
                         shared.join(", ")
                     )

@@ -191,9 +191,26 @@ impl SkewEstimators {
     }
 }
 
+/// The API server's clock when ours reads `ours`, by the skew measured ([`SkewEstimators::skew`]:
+/// how far ours is ahead): the time a command stamps on what the controller compares with the
+/// API server's time (the incident lever's `until`), so that a laptop's clock that is off does
+/// not lengthen or shorten it.
+pub fn server_time(ours: Timestamp, skew: SignedDuration) -> Timestamp {
+    crate::time::shift(ours, skew.checked_neg().unwrap_or(SignedDuration::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_servers_time_is_ours_less_how_far_ours_is_ahead() {
+        let s = SignedDuration::from_secs;
+        for (skew, server) in [(s(0), at(0)), (s(90), at(-90_000)), (s(-5), at(5_000))] {
+            assert_eq!(server_time(at(0), skew), server, "{skew:?}");
+        }
+        assert_eq!(server_time(at(0), SignedDuration::MIN), Timestamp::MAX, "saturates");
+    }
 
     fn at(ms: i64) -> Timestamp {
         Timestamp::from_millisecond(1_800_000_000_000 + ms).expect("ts")

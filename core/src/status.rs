@@ -412,8 +412,9 @@ pub fn render_text(r: &Report) -> String {
         let _ = writeln!(out, "NODE                      STATE     BY      UNTIL                 WHO: WHY");
         for x in &r.extended {
             let by = x.by_seconds.map_or_else(|| "-".to_owned(), |s| countdown(i64::try_from(s).ok()));
-            let who = x.by_whom.as_deref().unwrap_or("?");
-            let why = x.reason.as_deref().unwrap_or("");
+            // Written by whoever may patch nodes: printed so that it cannot forge a line.
+            let who = crate::text::escape_control(x.by_whom.as_deref().unwrap_or("?"));
+            let why = crate::text::escape_control(x.reason.as_deref().unwrap_or(""));
             let until = x.until.as_deref().unwrap_or("-");
             let _ = writeln!(out, "{:<25} {:<9} {by:<7} {until:<21} {who}: {why}", x.node, x.state);
         }

@@ -34,6 +34,9 @@ pub struct Hypothesis {
     /// The status the nodes' `Ready` condition is written with (`Unknown`: a failure node
     /// lifecycle answers with `unreachable` taints, through the zone limiter).
     pub ready: Option<String>,
+    /// The incident lever put on each node in place of its own ([`crate::extend`];
+    /// `Lever::None`: taken off), as `extend` would write it.
+    pub lever: Option<crate::extend::Lever>,
     /// The nodes it happens to.
     pub nodes: Vec<String>,
 }
@@ -265,6 +268,9 @@ pub fn run(
     settle(&mut state, &mut actions, now, &mut Seen::default());
     for name in &h.nodes {
         let Some(mut n) = state.cache.index.nodes.get(name).cloned() else { continue };
+        if let Some(lever) = h.lever {
+            n.lever = lever;
+        }
         if let Some(t) = &h.taint {
             n.taints.retain(|x| !(x.key == t.key && x.effect == t.effect));
             n.taints.push(Taint { time_added: Some(now), ..t.clone() });
@@ -399,10 +405,12 @@ fn answer(
             }
         })
         .collect();
-    let describe = match (&h.taint, &h.ready) {
-        (Some(t), _) => format!("taint {t}"),
-        (None, Some(s)) => format!("condition Ready={s}"),
-        (None, None) => "nothing".to_owned(),
+    let describe = match (&h.taint, &h.ready, h.lever) {
+        (Some(t), _, _) => format!("taint {t}"),
+        (None, Some(s), _) => format!("condition Ready={s}"),
+        (None, None, Some(crate::extend::Lever::On(x))) => format!("the lever: {}", x.describe(now)),
+        (None, None, Some(_)) => "the lever taken off".to_owned(),
+        (None, None, None) => "nothing".to_owned(),
     };
     WhatIf {
         hypothesis: describe,
@@ -419,6 +427,30 @@ fn answer(
             .map(|(node, taint, at)| TaintedRow { node: node.clone(), taint: taint.clone(), in_seconds: secs(*at) })
             .collect(),
     }
+}
+
+/// The pods that `after` evicts earlier than `before` does, two answers over the same nodes
+/// (`extend`: the lever asked against the one in force). Evicted at once or held by a brake
+/// (due now) comes before evicted at a time, which comes before never; two times compare as
+/// times.
+pub fn brought_forward(before: &WhatIf, after: &WhatIf) -> Vec<String> {
+    fn when(row: &PodRow) -> (u8, Option<i64>) {
+        match row.outcome {
+            "immediate" | "held" => (0, None),
+            "delayed" | "later" => (1, row.in_seconds),
+            _ => (2, None),
+        }
+    }
+    let before: HashMap<&str, (u8, Option<i64>)> = before.pods.iter().map(|r| (r.pod.as_str(), when(r))).collect();
+    let mut out: Vec<String> = after
+        .pods
+        .iter()
+        .filter(|r| before.get(r.pod.as_str()).is_some_and(|b| when(r) < *b))
+        .map(|r| r.pod.clone())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// `b` if the pods gone would drive it below what it must keep.

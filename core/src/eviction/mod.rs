@@ -640,8 +640,8 @@ impl TaintEviction {
             // An eviction policy ([`crate::policy`]) in place of the API server's default toleration.
             let decision = deciding
                 .map(|t| policies.decide_for(pod.namespace(), &pod.policy_facts, &taint.key, t, self.cfg.api_defaults));
-            let (due, seconds, policy) = match (deciding, decision) {
-                (Some(t), Some(policy::Decision::By(p, d))) => {
+            let (due, seconds, policy) = match (deciding, decision.and_then(policy::Decision::deadline)) {
+                (Some(t), Some((p, d))) => {
                     let t = policy::substitute(t, d);
                     let due = taints::taint_due(taint, std::slice::from_ref(&t), opts, Some(anchor), bound, false);
                     (due, t.toleration_seconds, Some(p))

@@ -1072,7 +1072,10 @@ fn the_incident_lever_moves_pending_and_future_deadlines_and_never_shortens() {
 fn policies(specs: &[(&str, serde_json::Value)]) -> Policies {
     let specs: Vec<(String, crate::policy::EvictionPolicySpec)> =
         specs.iter().map(|(n, v)| ((*n).to_owned(), serde_json::from_value(v.clone()).expect("spec"))).collect();
-    let ns = [("prod".to_owned(), [("env".to_owned(), "prod".to_owned())].into_iter().collect())].into_iter().collect();
+    let ns = ["prod", "dev"]
+        .into_iter()
+        .map(|env| (env.to_owned(), [("env".to_owned(), env.to_owned())].into_iter().collect()))
+        .collect();
     Policies::build(specs.iter().map(|(n, s)| (n.as_str(), s)), ns)
 }
 
@@ -1089,6 +1092,7 @@ fn eviction_policies_override_only_the_api_servers_default() {
     w.set_pod(default("db").labelled(&[("app", "db")], "").build(), 1);
     w.set_pod(pod("authored").on("n1").namespace("prod").tolerates(keys::UNREACHABLE, Some(120)).build(), 1);
     w.set_pod(pod("other").on("n1").namespace("dev").tolerates(keys::UNREACHABLE, Some(300)).build(), 1);
+    w.set_pod(pod("unread").on("n1").namespace("qa").tolerates(keys::UNREACHABLE, Some(300)).build(), 1);
     assert_eq!(w.ctl.deadline(&crate::index::pod_key("prod", "web")), Some(ts(300)));
     w.set_policies(
         policies(&[
@@ -1106,6 +1110,11 @@ fn eviction_policies_override_only_the_api_servers_default() {
     assert_eq!(w.ctl.deadline(&crate::index::pod_key("prod", "db")), Some(ts(900)), "longer: the namespace's");
     assert_eq!(w.ctl.deadline(&crate::index::pod_key("prod", "authored")), Some(ts(120)), "written by its author");
     assert_eq!(w.ctl.deadline(&crate::index::pod_key("dev", "other")), Some(ts(300)), "selected by none");
+    assert_eq!(
+        w.ctl.deadline(&crate::index::pod_key("qa", "unread")),
+        Some(ts(900)),
+        "a namespace not read: prod's 900 s may apply, and is later than its own 300 s"
+    );
     // "never" for db; web's 10 s shortened to 5 s at 8 s: past it, so it goes at once.
     w.set_policies(
         policies(&[

@@ -287,3 +287,29 @@ fn the_policy_that_decides_is_named() {
     assert_eq!(e.eviction.toleration_seconds, Some(60));
     assert!(e.policy.unwrap_or_default().contains("is not the API server's default"));
 }
+
+/// Two policies of one rank tie: `explain` gives the later deadline, as the controller does, and
+/// names both.
+#[test]
+fn a_tie_is_explained_with_the_later_deadline() {
+    let n = node(json!([
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}
+    ]));
+    let spec = |s: i64| -> crate::policy::EvictionPolicySpec {
+        serde_json::from_value(json!({"unreachable": {"tolerationSeconds": s}})).expect("spec")
+    };
+    let (fast, slow) = (spec(30), spec(900));
+    let policies = crate::policy::Policies::build([("fast", &fast), ("slow", &slow)], Default::default());
+    let e =
+        explain_with(&n, &pod(default_tolerations()), MatchOptions::default(), now(), &policies, Default::default());
+    assert_eq!(
+        (e.eviction.deadline.as_deref(), e.eviction.toleration_seconds, e.policy.as_deref()),
+        (
+            Some("2026-01-01T00:15:00Z"),
+            Some(900),
+            Some(
+                "node.kubernetes.io/unreachable: EvictionPolicies slow and fast tie (rank 0); the later deadline decides: slow sets 900s in place of the API server's default"
+            )
+        )
+    );
+}

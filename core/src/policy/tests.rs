@@ -15,11 +15,33 @@ fn set(policies: &[(&str, serde_json::Value)], namespaces: &[(&str, &[(&str, &st
     Policies::build(specs.iter().map(|(n, s)| (n.as_str(), s)), ns)
 }
 
+/// The API server's default, what a pod keeps when no policy decides.
+const OWN: Deadline = Deadline::Seconds(300);
+
 fn decided(p: &Policies, pod: &crate::index::SlimPod, key: &str) -> Option<(String, Deadline)> {
-    match p.decide(pod.namespace(), &pod.policy_facts, key) {
+    match p.decide(pod.namespace(), &pod.policy_facts, key, OWN) {
         Decision::By(c, d) => Some((c.name.to_string(), d)),
         _ => None,
     }
+}
+
+/// The compiled policy `name` of `p`.
+fn named<'a>(p: &'a Policies, name: &str) -> &'a Compiled {
+    p.valid.iter().find(|c| &*c.name == name).expect("a valid policy of that name")
+}
+
+fn unknown<'a>(p: &'a Policies, name: &str, d: Deadline) -> Decision<'a> {
+    Decision::Unknown(Some((named(p, name), d)))
+}
+
+/// A pod whose labels were too many to keep.
+fn cut(name: &str, namespace: &str) -> crate::index::SlimPod {
+    let big = "x".repeat(60);
+    let labels: Vec<(String, String)> = (0..40).map(|i| (format!("k{i}"), big.clone())).collect();
+    let refs: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let pod = pod(name).namespace(namespace).labelled(&refs, "").build();
+    assert!(pod.policy_facts.labels_cut());
+    pod
 }
 
 #[test]
@@ -48,7 +70,7 @@ fn the_most_specific_policy_decides() {
     assert_eq!(decided(&p, &elsewhere, keys::UNREACHABLE), Some(("cluster".into(), Deadline::Seconds(600))));
     assert_eq!(decided(&p, &other, keys::NOT_READY), Some(("critical".into(), Deadline::Seconds(5))));
     assert_eq!(decided(&p, &web, keys::NOT_READY), None, "no policy sets not-ready for it");
-    assert_eq!(p.decide("a", &web.policy_facts, "example.com/other"), Decision::None);
+    assert_eq!(p.decide("a", &web.policy_facts, "example.com/other", OWN), Decision::None);
     assert!(p.conflicts.clone().is_empty());
 }
 
@@ -74,32 +96,141 @@ fn policies_that_exclude_each_other_do_not_tie() {
     assert_eq!(c.keys().collect::<Vec<_>>(), ["db", "not-web"], "only db and not-web may both select a pod: {c:?}");
 }
 
+/// Policies of the top rank that both select a pod tie: the later deadline decides (`never`
+/// over seconds, more over fewer, the first by name among equals), never the pod's own 300 s
+/// (issue 64, item 7), and both report the tie.
 #[test]
-fn a_tie_decides_nothing_and_is_reported_by_both() {
+fn a_tie_takes_the_later_deadline_and_is_reported_by_both() {
+    let on = |label: &str, deadline: serde_json::Value| serde_json::json!({"podSelector": {"matchLabels": {label: "y"}}, "unreachable": deadline});
     let p = set(
         &[
-            (
-                "one",
-                serde_json::json!({"podSelector": {"matchLabels": {"app": "web"}}, "unreachable": {"tolerationSeconds": 30}}),
-            ),
-            (
-                "two",
-                serde_json::json!({"podSelector": {"matchLabels": {"tier": "front"}}, "unreachable": {"tolerationSeconds": 60}}),
-            ),
+            ("a-30", on("a", serde_json::json!({"tolerationSeconds": 30}))),
+            ("b-60", on("b", serde_json::json!({"tolerationSeconds": 60}))),
+            ("c-never", on("c", serde_json::json!({"never": true}))),
+            ("d-60", on("d", serde_json::json!({"tolerationSeconds": 60}))),
+            ("e-0", on("e", serde_json::json!({"tolerationSeconds": 0}))),
+            ("all-600", serde_json::json!({"unreachable": {"tolerationSeconds": 600}})),
         ],
         &[],
     );
-    let both = pod("b").labelled(&[("app", "web"), ("tier", "front")], "").build();
-    let one = pod("o").labelled(&[("app", "web")], "").build();
-    assert!(matches!(p.decide("ns", &both.policy_facts, keys::UNREACHABLE), Decision::Tie(..)));
-    assert_eq!(decided(&p, &one, keys::UNREACHABLE), Some(("one".into(), Deadline::Seconds(30))));
-    let c = p.conflicts.clone();
-    assert_eq!(c.keys().collect::<Vec<_>>(), ["one", "two"]);
-    let status = p.status("one", Some(3), None, jiff::Timestamp::UNIX_EPOCH);
+    let with = |labels: &[&str]| {
+        let l: Vec<(&str, &str)> = labels.iter().map(|k| (*k, "y")).collect();
+        pod("p").labelled(&l, "").build()
+    };
+    let tie =
+        |by: &str, deadline: Deadline, over: &str| Decision::Tie { by: named(&p, by), deadline, over: named(&p, over) };
+    for (labels, want) in [
+        (&["a", "b"][..], tie("b-60", Deadline::Seconds(60), "a-30")),
+        (&["a", "c"], tie("c-never", Deadline::Never, "a-30")),
+        (&["a", "b", "c", "d"], tie("c-never", Deadline::Never, "a-30")),
+        (&["b", "d"], tie("b-60", Deadline::Seconds(60), "d-60")),
+        (&["a", "e"], tie("a-30", Deadline::Seconds(30), "e-0")),
+        (&["a"], Decision::By(named(&p, "a-30"), Deadline::Seconds(30))),
+        (&[], Decision::By(named(&p, "all-600"), Deadline::Seconds(600))),
+    ] {
+        assert_eq!(p.decide("ns", &with(labels).policy_facts, keys::UNREACHABLE, OWN), want, "{labels:?}");
+    }
+    assert_eq!(
+        p.decide("ns", &with(&["a", "b"]).policy_facts, keys::UNREACHABLE, OWN).deadline(),
+        Some((named(&p, "b-60"), Deadline::Seconds(60))),
+        "a tie's winner replaces the toleration"
+    );
+    assert_eq!(p.conflicts["a-30"].len(), 4, "{:?}", p.conflicts);
+    let status = p.status("a-30", Some(3), None, jiff::Timestamp::UNIX_EPOCH);
     assert_eq!(status.observed_generation, Some(3));
     let conflicting = status.conditions.iter().find(|c| c.type_ == "Conflicting").expect("condition");
-    assert_eq!(conflicting.status, "True");
-    assert!(conflicting.message.contains("ties with two"), "{}", conflicting.message);
+    assert_eq!(
+        (conflicting.status.as_str(), conflicting.reason.as_str(), conflicting.message.split("; ").next()),
+        (
+            "True",
+            "Tie",
+            Some(
+                "ties with b-60 (rank 4) on node.kubernetes.io/unreachable: for the pods both select the later deadline decides"
+            )
+        )
+    );
+}
+
+#[test]
+fn deadlines_are_ordered_from_the_earliest_eviction_to_the_latest() {
+    let mut d = vec![Deadline::Never, Deadline::Seconds(600), Deadline::Seconds(0), Deadline::Seconds(30)];
+    d.sort();
+    assert_eq!(d, [Deadline::Seconds(0), Deadline::Seconds(30), Deadline::Seconds(600), Deadline::Never]);
+}
+
+/// What is not known (a pod's labels too many to keep, a namespace's labels not read) decides
+/// the latest deadline of the outcomes it leaves open: each policy that may decide, the known
+/// winner, and the pod's own toleration when no policy is known to select it. Falling back to
+/// the pod's own 300 s when every policy that may apply says later was the accident of issue 64,
+/// item 7; a policy below the winner's rank cannot decide, known or not.
+#[test]
+fn what_is_not_known_never_evicts_earlier_than_a_policy_that_may_apply() {
+    let not_dev = serde_json::json!({"matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["dev"]}]});
+    let p = set(
+        &[
+            (
+                "web-900",
+                serde_json::json!({"podSelector": {"matchLabels": {"app": "web"}}, "unreachable": {"tolerationSeconds": 900}}),
+            ),
+            ("not-dev-0", serde_json::json!({"namespaceSelector": not_dev, "unreachable": {"tolerationSeconds": 0}})),
+            ("all-600", serde_json::json!({"unreachable": {"tolerationSeconds": 600}})),
+        ],
+        &[("prod", &[("env", "prod")]), ("dev", &[("env", "dev")])],
+    );
+    let only_ns = set(
+        &[("not-dev-0", serde_json::json!({"namespaceSelector": not_dev, "unreachable": {"tolerationSeconds": 0}}))],
+        &[("prod", &[("env", "prod")])],
+    );
+    let never_ns = set(
+        &[("not-dev-never", serde_json::json!({"namespaceSelector": not_dev, "unreachable": {"never": true}}))],
+        &[("prod", &[("env", "prod")])],
+    );
+    let app = |a: &str, ns: &str| pod("p").namespace(ns).labelled(&[("app", a)], "").build();
+    for (what, policies, pod, want) in [
+        (
+            "cut labels: web-900 may apply over not-dev-0",
+            &p,
+            cut("p", "prod"),
+            unknown(&p, "web-900", Deadline::Seconds(900)),
+        ),
+        (
+            "cut labels in dev: web-900 may apply over all-600",
+            &p,
+            cut("p", "dev"),
+            unknown(&p, "web-900", Deadline::Seconds(900)),
+        ),
+        (
+            "unread namespace: not-dev-0 may apply over all-600",
+            &p,
+            app("db", "unread"),
+            unknown(&p, "all-600", Deadline::Seconds(600)),
+        ),
+        (
+            "unread namespace, below the known winner's rank",
+            &p,
+            app("web", "unread"),
+            Decision::By(named(&p, "web-900"), Deadline::Seconds(900)),
+        ),
+        ("known", &p, app("db", "prod"), Decision::By(named(&p, "not-dev-0"), Deadline::Seconds(0))),
+        (
+            "unread namespace, none known: its own 300 s is later than 0 s",
+            &only_ns,
+            app("db", "unread"),
+            Decision::Unknown(None),
+        ),
+        (
+            "unread namespace, none known: never is later than its own",
+            &never_ns,
+            app("db", "unread"),
+            unknown(&never_ns, "not-dev-never", Deadline::Never),
+        ),
+    ] {
+        assert_eq!(policies.decide(pod.namespace(), &pod.policy_facts, keys::UNREACHABLE, OWN), want, "{what}");
+    }
+    // The pod's own deadline counts as it is: `never` (its own) is kept over a 0 s that may apply.
+    let own_late = only_ns.decide("unread", &app("db", "unread").policy_facts, keys::UNREACHABLE, Deadline::Never);
+    assert_eq!(own_late, Decision::Unknown(None));
+    assert_eq!(Decision::Unknown(None).deadline(), None);
 }
 
 #[test]
@@ -128,26 +259,6 @@ fn invalid_policies_are_not_applied_and_say_why() {
     assert!(p.invalid["negative"].contains("0..="), "{}", p.invalid["negative"]);
     let status = p.status("both", None, None, jiff::Timestamp::UNIX_EPOCH);
     assert_eq!(status.conditions[0].status, "False");
-}
-
-#[test]
-fn labels_too_many_to_keep_leave_pod_selector_policies_undecided() {
-    let p = set(
-        &[
-            ("ns", serde_json::json!({"unreachable": {"tolerationSeconds": 600}})),
-            (
-                "web",
-                serde_json::json!({"podSelector": {"matchLabels": {"app": "web"}}, "unreachable": {"tolerationSeconds": 30}}),
-            ),
-        ],
-        &[],
-    );
-    let big = "x".repeat(60);
-    let labels: Vec<(String, String)> = (0..40).map(|i| (format!("k{i}"), big.clone())).collect();
-    let refs: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let cut = pod("c").labelled(&refs, "").build();
-    assert!(cut.policy_facts.labels_cut());
-    assert_eq!(p.decide("ns", &cut.policy_facts, keys::UNREACHABLE), Decision::Unknown);
 }
 
 #[test]
@@ -184,8 +295,9 @@ fn the_committed_policy_crds_are_current() {
     }
 }
 
-/// A namespace whose labels are not known is not selected by a negative selector: a policy
-/// that selects on namespace labels decides nothing there (and no lower one decides).
+/// A namespace whose labels are not known is not selected by a negative selector: a `NotIn`
+/// must not match it only because it was not read (what then decides:
+/// [`what_is_not_known_never_evicts_earlier_than_a_policy_that_may_apply`]).
 #[test]
 fn an_unknown_namespace_is_selected_by_no_namespace_selector() {
     let p = set(
@@ -201,7 +313,11 @@ fn an_unknown_namespace_is_selected_by_no_namespace_selector() {
     let in_ns = |ns: &str| pod("p").namespace(ns).build();
     assert_eq!(decided(&p, &in_ns("dev"), keys::UNREACHABLE), Some(("not-prod".into(), Deadline::Seconds(0))));
     assert_eq!(decided(&p, &in_ns("prod"), keys::UNREACHABLE), Some(("all".into(), Deadline::Seconds(600))));
-    assert_eq!(p.decide("unread", &in_ns("unread").policy_facts, keys::UNREACHABLE), Decision::Unknown);
+    assert_eq!(
+        p.decide("unread", &in_ns("unread").policy_facts, keys::UNREACHABLE, OWN),
+        Decision::Unknown(Some((named(&p, "all"), Deadline::Seconds(600)))),
+        "not-prod's 0 s is not taken for a namespace it may not select"
+    );
     // Without a policy that selects on namespaces, their labels are not kept at all.
     let plain = set(&[("all", serde_json::json!({"unreachable": {"never": true}}))], &[("dev", &[("env", "dev")])]);
     assert!(plain.namespaces.is_empty());

@@ -31,7 +31,7 @@ fn a_taint_is_previewed_pod_by_pod() {
         pod("elsewhere").on("n1").build(),
     ];
     let w = world(pods);
-    let h = Hypothesis { taint: Some(taint()), ready: None, nodes: vec!["n0".into()] };
+    let h = Hypothesis { taint: Some(taint()), ready: None, lever: None, nodes: vec!["n0".into()] };
     let facts = vec![PodFacts {
         key: "ns/now".into(),
         namespace: "ns".into(),
@@ -72,8 +72,12 @@ fn a_failure_is_previewed_through_the_zone_limiter() {
         })
         .collect();
     let w = world(pods);
-    let h =
-        Hypothesis { taint: None, ready: Some("Unknown".into()), nodes: vec!["n0".into(), "n1".into(), "n2".into()] };
+    let h = Hypothesis {
+        taint: None,
+        ready: Some("Unknown".into()),
+        lever: None,
+        nodes: vec!["n0".into(), "n1".into(), "n2".into()],
+    };
     let now = w.now;
     let got = run(w.state, vec![], &h, now, HORIZON, &[], &[]);
     let zone = &got.zones[0];
@@ -130,7 +134,7 @@ proptest! {
                 }
             })
             .collect();
-        let h = Hypothesis { taint: Some(taint()), ready: None, nodes: vec!["n0".into(), "n1".into()] };
+        let h = Hypothesis { taint: Some(taint()), ready: None, lever: None, nodes: vec!["n0".into(), "n1".into()] };
         let w = world(pods.clone());
         let now = w.now;
         let said = run(w.state, vec![], &h, now, HORIZON, &[], &[]);
@@ -193,7 +197,7 @@ proptest! {
             })
             .collect();
         let policies = policies(&specs);
-        let h = Hypothesis { taint: None, ready: Some("Unknown".into()), nodes: vec!["n0".into(), "n1".into()] };
+        let h = Hypothesis { taint: None, ready: Some("Unknown".into()), lever: None, nodes: vec!["n0".into(), "n1".into()] };
         let mut w = world(built.clone());
         w.input(Input::Policies(policies.clone()));
         let now = w.now;
@@ -224,11 +228,72 @@ fn a_failure_is_previewed_with_the_policies_in_force() {
     ];
     let mut w = world(pods);
     w.input(Input::Policies(policies(&[(Some(0), Some(30)), (Some(1), None)])));
-    let h = Hypothesis { taint: None, ready: Some("Unknown".into()), nodes: vec!["n0".into()] };
+    let h = Hypothesis { taint: None, ready: Some("Unknown".into()), lever: None, nodes: vec!["n0".into()] };
     let now = w.now;
     let got = run(w.state, vec![], &h, now, HORIZON, &[], &[]);
     assert_eq!(outcome(&got, "web"), ("delayed", Some(30)));
     assert_eq!(outcome(&got, "db"), ("never", None));
     assert_eq!(outcome(&got, "authored"), ("delayed", Some(120)));
     assert_eq!(outcome(&got, "plain"), ("delayed", Some(300)));
+}
+
+/// `extend`'s count: the lever asked (10 s) against the one in force (an hour) on a node
+/// tainted 20 s ago, pod by pod; what it brings forward is what it evicts earlier.
+#[test]
+fn a_shorter_lever_is_previewed_and_what_it_brings_forward_counted() {
+    let world = || {
+        let nodes = vec![
+            node("n0").zone("a").taint(crate::fixtures::no_execute(KEY, Some(0.0))).extended(3600, 7200.0).build(),
+            node("n1").zone("a").build(),
+        ];
+        let pods = vec![
+            pod("untolerated").on("n0").build(),
+            pod("soon").on("n0").tolerates(KEY, Some(5)).build(),
+            pod("late").on("n0").tolerates(KEY, Some(7200)).build(),
+            pod("forever").on("n0").tolerates(KEY, None).build(),
+            pod("elsewhere").on("n1").build(),
+        ];
+        let mut w = World::with_leases(
+            preview_config(lifecycle_config(), HORIZON),
+            taint_eviction(),
+            nodes,
+            pods,
+            vec![("n0", 0.0), ("n1", 0.0)],
+        );
+        w.advance_to(20.0);
+        w
+    };
+    let asked = crate::extend::Extension { by: Duration::from_secs(10), until: ts(3620.0) };
+    let run_with = |lever: Option<crate::extend::Lever>| {
+        let w = world();
+        let now = w.now;
+        let h = Hypothesis { lever, nodes: vec!["n0".into()], ..Default::default() };
+        run(w.state, vec![], &h, now, HORIZON, &[], &[])
+    };
+    let before = run_with(None);
+    let after = run_with(Some(crate::extend::Lever::On(asked)));
+    let rows = |w: &WhatIf| -> Vec<(String, &'static str, Option<i64>)> {
+        w.pods.iter().map(|p| (p.pod.clone(), p.outcome, p.in_seconds)).collect()
+    };
+    assert_eq!(
+        rows(&before),
+        [
+            ("ns/untolerated".to_owned(), "delayed", Some(3580)),
+            ("ns/soon".to_owned(), "delayed", Some(3585)),
+            ("ns/late".to_owned(), "later", Some(7180)),
+            ("ns/forever".to_owned(), "never", None),
+        ]
+    );
+    assert_eq!(
+        rows(&after),
+        [
+            ("ns/soon".to_owned(), "immediate", Some(0)),
+            ("ns/untolerated".to_owned(), "immediate", Some(0)),
+            ("ns/late".to_owned(), "later", Some(7180)),
+            ("ns/forever".to_owned(), "never", None),
+        ]
+    );
+    assert_eq!(brought_forward(&before, &after), ["ns/soon", "ns/untolerated"]);
+    assert_eq!(brought_forward(&after, &before), Vec::<String>::new(), "lengthening brings none forward");
+    assert_eq!(after.hypothesis, format!("the lever: {}", asked.describe(ts(20.0))));
 }
