@@ -180,7 +180,8 @@ impl NodeLifecycle {
         Self { reports: self.reports, api_clock_offset: self.api_clock_offset, ..Self::new(self.cfg) }
     }
 
-    /// [`NodeLifecycle::api_clock_offset`].
+    /// Sets how far this process's clock is ahead of the API server's, so that times the API
+    /// server writes (a VolumeAttachment's creation) compare with ours on one clock.
     pub fn set_api_clock_offset(&mut self, skew: jiff::SignedDuration) {
         self.api_clock_offset = skew;
     }

@@ -100,12 +100,12 @@ impl Judge<'_> {
 /// silent kubelet (a rule on an `Unknown` status of a condition this controller sets `Unknown`)
 /// is not confirmed either while the node is not silent (its grace period run out and confirmed
 /// live) and:
-/// - this process heard from it less than [`RETURN_HOLD`] ago, for the first time since it began
+/// - this process heard from it less than `RETURN_HOLD` (20 s) ago, for the first time since it began
 ///   judging or since the node was last silent: the kubelet is back (a partition healed, a taint
 ///   inherited at a restart or a leader change is stale), and its `Ready=True` is on its way. A
 ///   partition that heals, or heals just before an evictions pause lifts, does not evict every
 ///   past-due pod before the kubelet's next status post;
-/// - or this process has not heard from it and began judging less than [`RETURN_HOLD`] ago: a
+/// - or this process has not heard from it and began judging less than `RETURN_HOLD` ago: a
 ///   kubelet that is alive renews its Lease every 10 s, so within that time it is heard from (and
 ///   held as above), or is most likely silent. A restart (or a leader change) mid-countdown of a
 ///   node whose kubelet is dead evicts at the original deadline when that falls later.
