@@ -71,10 +71,11 @@ async fn after_downtime_a_recovered_node_keeps_its_pods_and_loses_the_stale_tain
 }
 
 /// At a start, a node carries an hour-old unreachable taint and `Ready=Unknown`; its Lease renews
-/// again but its kubelet posts no status. For one grace period nothing is evicted (a live kubelet
-/// posts `Ready` within its status period); after it the condition and the taint are right and
-/// the due pod goes, as upstream's would. Before, the hold lasted as long as the Lease renewed:
-/// the chaos bench missed 139 evictions after a controller restart.
+/// again but its kubelet posts no status. For 20 s from the first heartbeat this process sees
+/// nothing is evicted (a live kubelet posts `Ready` within its status period of 10 s), even with a
+/// grace period shorter than that; after it the condition and the taint are right and the due pod
+/// goes, as upstream's would. Before, the hold lasted as long as the Lease renewed: the chaos bench
+/// missed 139 evictions after a controller restart.
 #[tokio::test]
 async fn an_inherited_unknown_beside_a_renewing_lease_but_no_status_evicts_after_one_grace_period() {
     let env = shared();
@@ -90,7 +91,7 @@ async fn an_inherited_unknown_beside_a_renewing_lease_but_no_status_evicts_after
     s.pod("forever", &node, json!([toleration(UNREACHABLE, None)]), json!({})).await;
     bound_at(&s, "short", hour_ago).await;
     let evictions = Evictions::watch(s.pods()).await;
-    let grace = 6.0;
+    let hold = 20.0;
     let started = Timestamp::now();
     let c = Controller::start(
         env,
@@ -98,11 +99,11 @@ async fn an_inherited_unknown_beside_a_renewing_lease_but_no_status_evicts_after
         &["--node-monitor-grace-period", "6s", "--node-startup-grace-period", "6s", "--node-monitor-period", "1s"],
     )
     .await;
-    let at = evictions.wait("short", Duration::from_secs(30)).await;
+    let at = evictions.wait("short", Duration::from_secs(40)).await;
     let at = at.unwrap_or_else(|| panic!("never evicted while the Lease renews:\n{}", c.logs()));
     let after = secs_between(started, at);
-    assert!(after >= grace - 1.0, "evicted {after:.1}s after the start, within the first grace period:\n{}", c.logs());
-    assert!(after <= grace + 8.0, "evicted {after:.1}s after the start:\n{}", c.logs());
+    assert!(after >= hold - 1.0, "evicted {after:.1}s after the start, within the hold:\n{}", c.logs());
+    assert!(after <= hold + 8.0, "evicted {after:.1}s after the start:\n{}", c.logs());
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(evictions.at("forever"), None, "it tolerates the taint for ever");
     let n = s.nodes().get(&node).await.expect("node");

@@ -511,8 +511,11 @@ impl TaintEviction {
         self.reconcile_each(keys, cx, out);
     }
 
-    /// [`TaintEviction::reconcile`] for each of `keys`, no timer having fired.
-    fn reconcile_each(&mut self, keys: Vec<PodKey>, cx: Ctx<'_>, out: &mut Vec<Action>) {
+    /// [`TaintEviction::reconcile`] for each of `keys`, no timer having fired, in the keys' order
+    /// rather than a hash set's: pods released together are evicted in the same order every time
+    /// (a test, a replay and `whatif` see what the controller does).
+    fn reconcile_each(&mut self, mut keys: Vec<PodKey>, cx: Ctx<'_>, out: &mut Vec<Action>) {
+        keys.sort_unstable();
         for key in keys {
             self.reconcile(&key, Timer::Untouched, cx, out);
         }
