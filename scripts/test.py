@@ -7,7 +7,7 @@ most of the time. This builds everything once (`cargo test --no-run`), then runs
 and each integration test target as its own `cargo test` (the same environment cargo gives
 them), NLC_TEST_JOBS at a time (default 3), longest first by the durations the last run
 recorded ($NLC_CACHE_DIR/test-durations.json). Targets named in NLC_TEST_ALONE (default
-`hostile`, whose floods time our listeners under load) run with nothing beside them. Each
+`hostile` and `webhook_flood`, whose floods time our listeners under load) run with nothing beside them. Each
 target's output is printed whole when it ends; the exit status fails when any target failed
 (every target runs, as with --no-fail-fast).
 
@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CARGO = os.environ.get("CARGO", "cargo")
 JOBS = max(1, int(os.environ.get("NLC_TEST_JOBS", "3")))
-ALONE = set(os.environ.get("NLC_TEST_ALONE", "hostile").split())
+ALONE = set(os.environ.get("NLC_TEST_ALONE", "hostile webhook_flood").split())
 CACHE = Path(
     os.environ.get("NLC_CACHE_DIR")
     or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "node-lifecycle-controller"

@@ -109,6 +109,32 @@ fn helm_lint_passes_and_broken_values_are_refused_clearly() {
     assert!(e.contains("failurePolicy Fail needs webhook.exclusions"), "{e}");
 }
 
+/// The whitelist is enforced, not advisory: with PodTolerationRestriction on, its validating
+/// webhook fails closed unless asked otherwise (a flooded or absent webhook admits no pod outside
+/// the whitelist), while the mutating webhook keeps `Ignore`.
+#[test]
+fn the_whitelist_fails_closed_by_default() {
+    let policies = |values: &[&str]| {
+        let docs = template("nlc", "nlc", values).unwrap_or_else(|e| panic!("{e}"));
+        docs.iter()
+            .filter(|d| d["kind"] == "ValidatingWebhookConfiguration" || d["kind"] == "MutatingWebhookConfiguration")
+            .flat_map(|d| d["webhooks"].as_array().cloned().unwrap_or_default())
+            .map(|w| {
+                (
+                    w["clientConfig"]["service"]["path"].as_str().unwrap_or_default().to_owned(),
+                    w["failurePolicy"].clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let on = ["--set=webhook.enabled=true", "--set=webhook.plugins.podTolerationRestriction.enabled=true"];
+    let rendered = policies(&on);
+    assert!(rendered.contains(&("/validate".to_owned(), json!("Fail"))), "{rendered:?}");
+    assert!(rendered.contains(&("/mutate".to_owned(), json!("Ignore"))), "{rendered:?}");
+    let relaxed = policies(&[on[0], on[1], "--set=webhook.plugins.podTolerationRestriction.failurePolicy=Ignore"]);
+    assert!(relaxed.contains(&("/validate".to_owned(), json!("Ignore"))), "{relaxed:?}");
+}
+
 /// With `failurePolicy: Fail` and the webhook down (its Service does not exist here), the
 /// chart's configuration refuses ordinary pods but never the ones that could bring it back:
 /// pods in kube-system, in a namespace that opted out, and mirror pods created by a kubelet.

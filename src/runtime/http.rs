@@ -28,7 +28,11 @@
 //! - **Work**: a request takes one of `max_requests_in_flight` places only once its body is in
 //!   (slow bodies hold no place); past it the answer is `429 Too Many Requests` with
 //!   `Retry-After: 1`, at once. A connection whose request is still sending its body counts as
-//!   waiting, so it is the first to make way on a full listener.
+//!   waiting, so it is the first to make way on a full listener. The places are shared fairly
+//!   among source addresses ([`Places`]): beyond its first, one source holds at most `places /
+//!   (sources + 1)`, and only while as many stay free, so that a few pods sending valid but
+//!   costly reviews as fast as they are answered cannot take every place from the API server
+//!   (whose calls would then fail, and with `failurePolicy: Ignore` be admitted unchecked).
 //! - **HTTP/2** only when asked for (the Rapid Reset advisories, CVE-2023-44487 and
 //!   CVE-2023-39325, made kubebuilder turn it off by default); when on, concurrent streams and
 //!   reset streams are capped. Plain-text listeners never speak h2c.
@@ -151,7 +155,7 @@ impl HttpMetrics {
         );
         registry.register(
             "nlc_http_requests_rejected",
-            "Requests refused before their handler, by listener and reason (too_many_requests 429, body_budget 429: the listener's bodies hold its byte budget, body_too_large 413, body_timeout 408, body_broken 400)",
+            "Requests refused before their handler, by listener and reason (too_many_requests 429: every place taken, source_share 429: its source address holds its share of the places, body_budget 429: the listener's bodies hold its byte budget, body_too_large 413, body_timeout 408, body_broken 400)",
             m.rejected.clone(),
         );
         registry.register(
@@ -488,6 +492,96 @@ async fn read_body(
     tokio::time::timeout(limits.body_timeout, read).await.unwrap_or(Err(BodyError::Timeout))
 }
 
+/// A listener's request places, shared fairly among the addresses requests come from.
+///
+/// With `sources` the addresses holding a place (a request's own counted), a source's first place
+/// is taken while any is free; any further one only while the source holds fewer than `capacity /
+/// (sources + 1)` and at least that many places stay free. So a source alone holds at most half
+/// (the webhook's default 800: 400, what one held before), `n` flooding sources at most
+/// `capacity / (n + 1)` each, and a newcomer (the API server) always finds a first place and then
+/// its share of what stays free, whatever order the floods came in, unless as many addresses as
+/// there are places flood the listener.
+pub(crate) struct Places {
+    capacity: usize,
+    held: std::sync::Mutex<PlacesHeld>,
+}
+
+#[derive(Default)]
+struct PlacesHeld {
+    total: usize,
+    by_source: std::collections::HashMap<std::net::IpAddr, usize>,
+}
+
+/// Why a request found no place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NoPlace {
+    /// Every place is taken.
+    Full,
+    /// Its source holds its share.
+    SourceShare,
+}
+
+impl NoPlace {
+    fn reason(self) -> &'static str {
+        match self {
+            Self::Full => "too_many_requests",
+            Self::SourceShare => "source_share",
+        }
+    }
+}
+
+impl Places {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self { capacity: capacity.max(1), held: std::sync::Mutex::new(PlacesHeld::default()) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PlacesHeld> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A place for a request from `source`, held until the guard drops.
+    pub(crate) fn take(self: &Arc<Self>, source: std::net::IpAddr) -> Result<Place, NoPlace> {
+        let mut held = self.lock();
+        if held.total >= self.capacity {
+            return Err(NoPlace::Full);
+        }
+        let own = held.by_source.get(&source).copied().unwrap_or(0);
+        if own > 0 {
+            let share = self.capacity / (held.by_source.len() + 1);
+            if own >= share || held.total >= self.capacity - share {
+                return Err(NoPlace::SourceShare);
+            }
+        }
+        held.total += 1;
+        *held.by_source.entry(source).or_insert(0) += 1;
+        Ok(Place { places: self.clone(), source })
+    }
+
+    #[cfg(test)]
+    fn taken(&self) -> usize {
+        self.lock().total
+    }
+}
+
+/// A request's place, given back when dropped (also when its future is dropped).
+pub(crate) struct Place {
+    places: Arc<Places>,
+    source: std::net::IpAddr,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut held = self.places.lock();
+        held.total = held.total.saturating_sub(1);
+        if let Some(n) = held.by_source.get_mut(&self.source) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.by_source.remove(&self.source);
+            }
+        }
+    }
+}
+
 fn too_many_requests() -> Response {
     let mut r = (StatusCode::TOO_MANY_REQUESTS, "too many requests in flight; retry\n").into_response();
     r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -498,7 +592,7 @@ fn too_many_requests() -> Response {
 struct Bounds {
     server: &'static str,
     limits: Arc<Limits>,
-    permits: Arc<Semaphore>,
+    places: Arc<Places>,
     budget: Arc<Budget>,
     metrics: HttpMetrics,
 }
@@ -534,9 +628,13 @@ async fn bounds(axum::extract::State(g): axum::extract::State<Bounds>, req: Requ
             return (StatusCode::REQUEST_TIMEOUT, "request body not received in time\n").into_response();
         }
     };
-    let Ok(_permit) = g.permits.clone().try_acquire_owned() else {
-        reject("too_many_requests");
-        return too_many_requests();
+    let source = parts.extensions.get::<Peer>().map_or(std::net::IpAddr::from([0, 0, 0, 0]), |p| p.0);
+    let _place = match g.places.take(source) {
+        Ok(place) => place,
+        Err(full) => {
+            reject(full.reason());
+            return too_many_requests();
+        }
     };
     let _handling = parts.extensions.get::<Conn>().map(|c| Handling::new(c.0.clone()));
     next.run(Request::from_parts(parts, Body::from(bytes))).await
@@ -586,7 +684,7 @@ impl Server {
         let bounds_state = Bounds {
             server: name,
             limits: limits.clone(),
-            permits: Arc::new(Semaphore::new(limits.max_requests_in_flight.max(1))),
+            places: Arc::new(Places::new(limits.max_requests_in_flight)),
             budget: Arc::new(Budget::new(limits.body_budget_bytes)),
             metrics: metrics.clone(),
         };
@@ -836,6 +934,42 @@ mod tests {
         b.read();
         tokio::time::advance(Duration::from_secs(30)).await;
         assert_eq!(b.expired(&limits, false), None);
+    }
+
+    #[test]
+    fn places_are_shared_fairly_among_sources() {
+        let ip = |n: u8| std::net::IpAddr::from([10, 0, 0, n]);
+        let places = Arc::new(Places::new(400));
+        let take = |source, n| (0..n).filter_map(|_| places.take(source).ok()).collect::<Vec<_>>();
+        // Alone, a source holds half.
+        let a = take(ip(1), 400);
+        assert_eq!(a.len(), 200);
+        assert_eq!(places.take(ip(1)).err(), Some(NoPlace::SourceShare));
+        // A second flooding source, after it: the total stops where a third stays free.
+        let b = take(ip(2), 400);
+        assert_eq!(b.len(), 67);
+        // The API server, third: a first place, then up to where a quarter stays free.
+        let api = take(ip(3), 400);
+        assert_eq!(api.len(), 33);
+        // However they came, a newcomer finds its first place.
+        let fourth = places.take(ip(4));
+        assert!(fourth.is_ok());
+        drop(a);
+        assert_eq!(places.taken(), 101);
+        // The first flooder, back among four holding places: its share of five.
+        let a = take(ip(1), 400);
+        assert_eq!(a.len(), 80);
+        drop((a, b, fourth));
+        let api2 = take(ip(3), 400);
+        assert_eq!(api.len() + api2.len(), 200, "alone again: half");
+        drop((api, api2));
+        assert_eq!(places.taken(), 0);
+        assert!(places.lock().by_source.is_empty());
+        // A listener of one place still serves.
+        let one = Arc::new(Places::new(1));
+        let p = one.take(ip(1));
+        assert!(p.is_ok());
+        assert_eq!(one.take(ip(2)).err(), Some(NoPlace::Full));
     }
 }
 

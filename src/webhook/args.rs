@@ -121,9 +121,10 @@ pub(crate) struct WebhookHttpArgs {
     /// Open connections at most; past it new ones are closed at once.
     #[arg(long, default_value_t = 1024, env = "NLC_WEBHOOK_MAX_CONNECTIONS")]
     pub(crate) webhook_max_connections: usize,
-    /// Requests handled at once at most; past it the answer is 429 with Retry-After: 1
-    /// (kube-apiserver's --max-requests-inflight default).
-    #[arg(long, default_value_t = 400, env = "NLC_WEBHOOK_MAX_REQUESTS_IN_FLIGHT")]
+    /// Requests handled at once at most; past it the answer is 429 with Retry-After: 1. Shared
+    /// among source addresses: one alone holds at most half (400, kube-apiserver's
+    /// --max-requests-inflight default), several a fair share each.
+    #[arg(long, default_value_t = 800, env = "NLC_WEBHOOK_MAX_REQUESTS_IN_FLIGHT")]
     pub(crate) webhook_max_requests_in_flight: usize,
     /// Serve HTTP/2 (off by default since the HTTP/2 Rapid Reset advisories, as kubebuilder
     /// does); when on, streams per connection are capped and reset floods close the connection.

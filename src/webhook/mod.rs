@@ -4,6 +4,7 @@
 
 pub(crate) mod args;
 pub(crate) mod cache;
+pub(crate) mod deciders;
 pub(crate) mod metrics;
 pub(crate) mod server;
 

@@ -24,6 +24,7 @@ use nlc_core::admission::{
 };
 
 use super::cache::{self, Knowledge, Lookup};
+use super::deciders::Deciders;
 
 use super::metrics::WebhookMetrics;
 use crate::error::{Error, Result};
@@ -55,17 +56,22 @@ struct AppState {
     metrics: WebhookMetrics,
     ready: Vec<watch::Receiver<bool>>,
     stop: shutdown::Signal,
-    /// Decoding and deciding run off the async workers, this many at once (a review of a few
-    /// megabytes takes milliseconds of CPU and several times its size in memory).
-    deciders: Arc<tokio::sync::Semaphore>,
+    /// Decoding and deciding run off the async workers, one per core at once (a review of a few
+    /// megabytes takes milliseconds of CPU and several times its size in memory), in turn
+    /// among the sources.
+    deciders: Arc<Deciders>,
 }
 
 impl AppState {
     /// `f` on a blocking thread, once one of the deciders' places is free. The place goes with
     /// `f`: if the request is called off meanwhile (its client went away), the place stays taken
     /// until `f` ends, so that called-off requests cannot pile decodes up past the places.
-    async fn blocking<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-        let place = self.deciders.clone().acquire_owned().await.ok()?;
+    async fn blocking<T: Send + 'static>(
+        &self,
+        source: Option<IpAddr>,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let place = self.deciders.place(source).await?;
         tokio::task::spawn_blocking(move || {
             let out = f();
             drop(place);
@@ -90,7 +96,7 @@ fn deciders() -> usize {
 async fn decide_request(s: &AppState, endpoint: Endpoint, source: Option<IpAddr>, body: Bytes) -> (u16, Vec<u8>) {
     let name = {
         let body = body.clone();
-        match s.blocking(move || review_namespace(&body)).await {
+        match s.blocking(source, move || review_namespace(&body)).await {
             Some(Ok(name)) => name,
             Some(Err(e)) => return (400, e.into_bytes()),
             None => return (500, b"the review could not be decoded\n".to_vec()),
@@ -110,7 +116,7 @@ async fn decide_request(s: &AppState, endpoint: Endpoint, source: Option<IpAddr>
     };
     let rules = s.knowledge.rules();
     let plugins = s.plugins.clone();
-    let decided = s.blocking(move || {
+    let decided = s.blocking(source, move || {
         let req = match parse_review(&body) {
             Ok(r) => r,
             Err(e) => return Err((400, e.into_bytes())),
@@ -273,7 +279,7 @@ pub(crate) async fn start(cfg: Config, h: Handles) -> Result<Vec<(&'static str, 
         metrics,
         ready: receivers,
         stop: stop.clone(),
-        deciders: Arc::new(tokio::sync::Semaphore::new(deciders())),
+        deciders: Deciders::new(deciders()),
     };
     let (server, reloader) = listen(&cfg, router(state), http, expiry).await?;
     tasks.push((
