@@ -77,7 +77,7 @@ async fn after_downtime_a_recovered_node_keeps_its_pods_and_loses_the_stale_tain
 /// goes, as upstream's would. Before, the hold lasted as long as the Lease renewed: the chaos bench
 /// missed 139 evictions after a controller restart.
 #[tokio::test]
-async fn an_inherited_unknown_beside_a_renewing_lease_but_no_status_evicts_after_one_grace_period() {
+async fn an_inherited_unknown_beside_a_renewing_lease_but_no_status_evicts_after_the_hold() {
     let env = shared();
     let s = Scope::new(env, "safe-no-status").await;
     let hour_ago = now_s() - SignedDuration::from_hours(1);
