@@ -4,8 +4,9 @@
 //! Helm chart as a user would (two controller replicas placed by the real scheduler), real
 //! kubelets heartbeating, and node failures made by freezing a worker's container
 //! (`docker pause`), and a real network partition (`docker network disconnect`); then three of
-//! upstream's own e2e specs (scripts/e2e-upstream.sh, set `ci`) on the same cluster, and a node
-//! really gone (`docker stop`) fenced on the cloud's shutdown signal. Every
+//! upstream's own e2e specs (scripts/e2e-upstream.sh, set `ci`) on the same cluster, a worker
+//! stopped and started again with the cloud's shutdown taint left on until it is `Ready` (never
+//! fenced), and a node really gone (`docker stop`) fenced on the cloud's shutdown signal. Every
 //! scenario asserts on the API; the timings are printed and written to `<out>/summary.md`.
 //!
 //! The cluster is made and the chart installed by the README's own `scripts/kind.sh up`, and
@@ -482,6 +483,115 @@ async fn dead_node(client: &kube::Client, kubeconfig: &Path, w1: &str, w2: &str,
     note(summary, format!("{victim} started again: Ready and unfenced {:.1} s later", secs_between(restarted, back)));
 }
 
+/// Scenario 6a: an instance stopped and started again, as a cloud controller manager sees it. The
+/// worker without the leader runs a StatefulSet's pod; it is stopped (`docker stop`) until the
+/// node is `Unknown`, the cloud's shutdown taint applied by the test (as cloud-provider's
+/// `MonitorNodes` does while the node is not `Ready` and the cloud says shut down), and started
+/// again at once (`docker start`); the taint stays until the node posts `Ready=True`, as the CCM
+/// removes it only then. The booting node heartbeats while it is not yet `Ready`: it is never
+/// fenced, and the StatefulSet's pod is never force-deleted or run twice (the same pod, its
+/// containers restarted by the kubelet).
+async fn booted_again(client: &kube::Client, w1: &str, w2: &str, summary: &mut String) {
+    let (_, leader_node) = until("a leader", Duration::from_secs(60), || leader(client, FULLNAME)).await;
+    let (victim, spare) = if leader_node == w1 { (w2, w1) } else { (w1, w2) };
+    namespace(client, "boot", 300).await;
+    until_mutated(client, "boot", 300).await;
+    set_unschedulable(client, spare, true).await;
+    let sts: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "serviceName": "web", "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+                "terminationGracePeriodSeconds": 5,
+                "containers": [{"name": "c", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}]}}}
+    }))
+    .expect("statefulset");
+    let sets = Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), "boot");
+    sets.create(&PostParams::default(), &sts).await.expect("create statefulset");
+    let pods = Api::<Pod>::namespaced(client.clone(), "boot");
+    let running = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    let first = until(&format!("web-0 running on {victim}"), Duration::from_secs(120), || async {
+        let p = pods.get_opt("web-0").await.ok()??;
+        let on = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(victim);
+        (running(&p) && on).then_some(p.metadata.uid?)
+    })
+    .await;
+    set_unschedulable(client, spare, false).await;
+    let fenced_events = events(client, "default", "NodeFenced").await.len();
+    // Everything from the stop on is watched for a fence and for a second pod.
+    let watch = |n: &Node, seen: &mut Vec<String>| {
+        if has_taint_key(n, "node.kubernetes.io/out-of-service")
+            || n.metadata.labels.as_ref().is_some_and(|l| l.contains_key(nlc_core::fence::FENCED_LABEL))
+        {
+            seen.push(format!("{:?}", n.spec.as_ref().and_then(|s| s.taints.clone())));
+        }
+    };
+    let mut fences = Vec::new();
+    let stopped = Timestamp::now();
+    docker(&["stop", victim]);
+    let silent = until(&format!("{victim} Unknown"), Duration::from_secs(120), || async {
+        let n = node(client, victim).await;
+        ready_of(&n).is_some_and(|(s, _)| s == "Unknown").then_some(Timestamp::now())
+    })
+    .await;
+    let mut taints = node(client, victim).await.spec.and_then(|s| s.taints).unwrap_or_default();
+    taints.push(
+        serde_json::from_value(json!({"key": "node.cloudprovider.kubernetes.io/shutdown", "effect": "NoSchedule"}))
+            .expect("taint"),
+    );
+    Api::<Node>::all(client.clone())
+        .patch(victim, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": taints}})))
+        .await
+        .expect("the shutdown taint");
+    let signalled = Timestamp::now();
+    docker(&["start", victim]);
+    // The taint stays until the node posts Ready=True; meanwhile the node boots, heartbeating.
+    let ready = loop {
+        let n = node(client, victim).await;
+        watch(&n, &mut fences);
+        if ready_of(&n).is_some_and(|(s, _)| s == "True") {
+            break Timestamp::now();
+        }
+        assert!(secs_between(signalled, Timestamp::now()) < 240.0, "{victim} never Ready again");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mut taints = node(client, victim).await.spec.and_then(|s| s.taints).unwrap_or_default();
+    taints.retain(|t| t.key != "node.cloudprovider.kubernetes.io/shutdown");
+    Api::<Node>::all(client.clone())
+        .patch(victim, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": taints}})))
+        .await
+        .expect("lift the shutdown taint");
+    // And for the fence delay and pod GC's period after it.
+    let settle = Instant::now();
+    let mut pods_seen = std::collections::BTreeSet::new();
+    while settle.elapsed() < Duration::from_secs(FENCE_DELAY + POD_GC_PERIOD) {
+        watch(&node(client, victim).await, &mut fences);
+        for p in pods.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+            pods_seen.insert(p.metadata.uid.clone().unwrap_or_default());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(fences.is_empty(), "{victim} fenced while it booted: {fences:?}");
+    assert_eq!(events(client, "default", "NodeFenced").await.len(), fenced_events, "a NodeFenced event");
+    let p = pods.get("web-0").await.expect("web-0");
+    assert_eq!(p.metadata.uid.as_ref(), Some(&first), "web-0 replaced: force-deleted while {victim} booted");
+    assert_eq!(pods_seen.len(), 1, "a second pod of the StatefulSet: {pods_seen:?}");
+    let back = until("web-0 running again", Duration::from_secs(120), || async {
+        let p = pods.get_opt("web-0").await.ok()??;
+        (running(&p) && p.metadata.uid.as_ref() == Some(&first)).then_some(Timestamp::now())
+    })
+    .await;
+    note(
+        summary,
+        format!(
+            "{victim} stopped and started again (`docker stop`, `docker start`), the cloud's shutdown taint on from Unknown ({:.1} s after the stop) until Ready=True ({:.1} s after the start): never fenced, web-0 the same pod throughout, running again {:.1} s after the start",
+            secs_between(stopped, silent),
+            secs_between(signalled, ready),
+            secs_between(signalled, back)
+        ),
+    );
+    sets.delete("web", &DeleteParams::default()).await.expect("delete statefulset");
+}
+
 fn helm(kubeconfig: &Path, args: &[&str]) -> String {
     let helm = nlc_testenv::tool("helm").unwrap_or_else(|e| panic!("{e:#}"));
     run(Command::new(helm).arg("--kubeconfig").arg(kubeconfig).args(args))
@@ -817,8 +927,15 @@ async fn on_a_real_kind_cluster() {
     })
     .await;
 
-    // 6. A node really gone (`docker stop`): fenced on the cloud's shutdown signal, its
-    //    StatefulSet's pod force-deleted by pod GC and running on the other worker.
+    // 6. An instance stopped and started again, the cloud's shutdown taint left on until the node
+    //    is Ready: never fenced, its StatefulSet's pod never run twice. Then a node really gone
+    //    (`docker stop`): fenced on the cloud's shutdown signal, its StatefulSet's pod
+    //    force-deleted by pod GC and running on the other worker.
+    booted_again(&client, &w1, &w2, &mut summary).await;
+    until("two replicas again", Duration::from_secs(180), || async {
+        available(&client, NAMESPACE, FULLNAME, 2).await.then_some(())
+    })
+    .await;
     dead_node(&client, &kubeconfig, &w1, &w2, &mut summary).await;
     until("two replicas again", Duration::from_secs(180), || async {
         available(&client, NAMESPACE, FULLNAME, 2).await.then_some(())
