@@ -146,22 +146,6 @@ async fn the_lever_moves_deadlines_says_who_and_why_and_cancel_puts_them_back() 
     assert!(tainted.elapsed() < Duration::from_secs(55), "the cancel, not the lever, let them go");
 }
 
-/// The CLI run on `args` (after the kubeconfig): whether it succeeded, its stdout and stderr.
-fn run_cli(env: &nlc_testenv::ControlPlane, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(BIN)
-        .arg(args[0])
-        .arg("--kubeconfig")
-        .arg(&env.kubeconfig)
-        .args(&args[1..])
-        .output()
-        .expect("the binary");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// A second `extend` never shortens a lever in force by accident (issue 64, item 6): with an
 /// hour's lever on a tainted node, `--by 10s` is refused (it would make the untolerated pod due
 /// at once) and says so, and the pod is kept; `--replace` then takes it, and the pod goes. The
@@ -184,7 +168,7 @@ async fn a_second_extend_never_shortens_a_lever_in_force_without_replace() {
     assert!(!s.deleted("untolerated").await, "the lever of an hour held it:\n{}", c.logs());
 
     // Shorter: refused, nothing written, the pod kept.
-    let (ok, out, err) = run_cli(env, &["extend", "--node", &target, "--by", "10s", "--reason", "shorter"]);
+    let (ok, out, err) = cli_outcome(env, &["extend", "--node", &target, "--by", "10s", "--reason", "shorter"]);
     eprintln!("--- refused ---\n{out}{err}");
     assert!(!ok, "a shorter --by was taken: {out}{err}");
     for said in ["3600s", "10s", "1 pending eviction", "--replace"] {
@@ -194,7 +178,7 @@ async fn a_second_extend_never_shortens_a_lever_in_force_without_replace() {
     let node = node_now(&s, &target).await;
     assert_eq!(node.metadata.labels.as_ref().and_then(|l| l.get(EXTEND_BY_LABEL)).map(String::as_str), Some("3600"));
     // An earlier end (a shorter --for) is a shortening too.
-    let (ok, _, err) = run_cli(env, &["extend", "--node", &target, "--by", "1h", "--for", "1m", "--reason", "x"]);
+    let (ok, _, err) = cli_outcome(env, &["extend", "--node", &target, "--by", "1h", "--for", "1m", "--reason", "x"]);
     assert!(!ok && err.contains("--replace"), "an earlier end was taken: {err}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!s.deleted("untolerated").await, "evicted after a refused extend:\n{}", c.logs());

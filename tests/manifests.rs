@@ -242,26 +242,14 @@ async fn the_node_write_policy_refuses_what_the_controller_does_not_manage() {
 /// policy lets it too).
 #[tokio::test]
 async fn the_operator_labels_policy_refuses_them_through_status_and_to_others() {
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
     let env = shared();
     let admin = env.client().await;
     apply_overlays(&admin).await;
     let s = Scope::new(env, "op-labels").await;
     // In a zone of its own: the other tests here judge the unlabelled nodes' zone.
     let node = make_node(&s, "z1", json!([])).await;
-    let user = nlc_testenv::unique("agent");
-    let role: ClusterRole = serde_json::from_value(json!({"metadata": {"name": user},
-        "rules": [{"apiGroups": [""], "resources": ["nodes", "nodes/status"], "verbs": ["get", "patch"]}]}))
-    .expect("role");
-    Api::<ClusterRole>::all(admin.clone()).create(&Default::default(), &role).await.expect("role");
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({"metadata": {"name": user},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}))
-    .expect("binding");
-    Api::<ClusterRoleBinding>::all(admin.clone()).create(&Default::default(), &binding).await.expect("binding");
-    let agent = nlc_testenv::client_from(&env.kubeconfig_for(&user, &["system:authenticated"]).expect("kubeconfig"))
-        .await
-        .expect("client");
+    let rules = json!([{"apiGroups": [""], "resources": ["nodes", "nodes/status"], "verbs": ["get", "patch"]}]);
+    let (_, agent) = user_with_rules(env, "agent", rules).await;
     let as_agent: Api<Node> = Api::all(agent);
     let label = |i: usize| json!({"metadata": {"labels": {nlc_core::fence::FENCE_REQUEST_LABEL: format!("r{i}")}}});
     let refused = |r: &Result<Node, kube::Error>, what: &str| matches!(r, Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains(what));

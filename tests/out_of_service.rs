@@ -531,25 +531,12 @@ async fn a_fence_write_that_conflicts_is_decided_again() {
 /// first place: tests/manifests.rs.)
 #[tokio::test]
 async fn a_label_written_through_nodes_status_is_no_fence_request() {
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
     let env = shared();
     let s = Scope::new(env, "oos-status").await;
     let target = make_node(&s, "z1", json!([])).await;
     let (_, kubelets) = with_live_neighbours(&s, "z1", &[&target], 3).await;
-    let admin = env.client().await;
-    let user = nlc_testenv::unique("npd");
-    let role: ClusterRole = serde_json::from_value(json!({"metadata": {"name": user},
-        "rules": [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["get", "patch"]}]}))
-    .expect("role");
-    Api::<ClusterRole>::all(admin.clone()).create(&Default::default(), &role).await.expect("role");
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({"metadata": {"name": user},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}))
-    .expect("binding");
-    Api::<ClusterRoleBinding>::all(admin.clone()).create(&Default::default(), &binding).await.expect("binding");
-    let agent = nlc_testenv::client_from(&env.kubeconfig_for(&user, &["system:authenticated"]).expect("kubeconfig"))
-        .await
-        .expect("client");
+    let rules = json!([{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["get", "patch"]}]);
+    let (_, agent) = user_with_rules(env, "npd", rules).await;
     let as_agent: Api<Node> = Api::all(agent);
     let c = Controller::start(env, &s.scope, &flags(&["--fence-on", "operator", "--fence-delay", "1s"])).await;
     kubelets.stop(&target);

@@ -747,6 +747,13 @@ pub const EVICT_MODE: &[&str] =
 /// `node-lifecycle-controller ARGS[0] --kubeconfig <env's> ARGS[1..]`, its stdout; a failure
 /// fails the test with its stderr.
 pub fn cli(env: &ControlPlane, args: &[&str]) -> String {
+    let (ok, out, err) = cli_outcome(env, args);
+    assert!(ok, "{args:?}: {err}");
+    out
+}
+
+/// [`cli`] that may fail: whether it succeeded, its stdout and its stderr.
+pub fn cli_outcome(env: &ControlPlane, args: &[&str]) -> (bool, String, String) {
     let out = std::process::Command::new(BIN)
         .arg(args[0])
         .arg("--kubeconfig")
@@ -754,8 +761,30 @@ pub fn cli(env: &ControlPlane, args: &[&str]) -> String {
         .args(&args[1..])
         .output()
         .expect("the binary");
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A new user (named from `prefix`) granted cluster-wide `rules` (a ClusterRole's), and a client
+/// acting as it.
+pub async fn user_with_rules(env: &ControlPlane, prefix: &str, rules: Value) -> (String, kube::Client) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let admin = env.client().await;
+    let user = unique(prefix);
+    let role: ClusterRole = serde_json::from_value(json!({"metadata": {"name": user}, "rules": rules})).expect("role");
+    Api::<ClusterRole>::all(admin.clone()).create(&Default::default(), &role).await.expect("role");
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({"metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}))
+    .expect("binding");
+    Api::<ClusterRoleBinding>::all(admin).create(&Default::default(), &binding).await.expect("binding");
+    let client = nlc_testenv::client_from(&env.kubeconfig_for(&user, &["system:authenticated"]).expect("kubeconfig"))
+        .await
+        .expect("client");
+    (user, client)
 }
 
 pub fn flags(extra: &[&'static str]) -> Vec<&'static str> {
