@@ -15,7 +15,6 @@
 use std::time::Duration;
 
 use clap::Args;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{Api, ListParams, Patch, PostParams};
 use nlc_core::extend::{
@@ -29,7 +28,7 @@ use serde_json::json;
 use crate::clock::{Clock as _, SystemClock};
 use crate::error::Result;
 use crate::runtime::args::ClientArgs;
-use crate::status::{choose, given_flags, list_cluster};
+use crate::status::{given_flags, list_cluster};
 
 #[derive(Debug, Args)]
 pub struct ExtendArgs {
@@ -61,34 +60,14 @@ pub struct ExtendArgs {
     /// pending evictions it moved come earlier. Without it, that is refused, saying how many.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", conflicts_with = "cancel")]
     pub(crate) replace: bool,
-    /// The controller's namespace (its pause ConfigMap and Lease), for counting the evictions a
-    /// shorter lever brings forward as `whatif` counts them.
-    #[arg(short = 'n', long, default_value = "node-lifecycle-controller", env = "NLC_NAMESPACE")]
-    pub(crate) namespace: String,
-    /// The controller's leader election Lease (its `--leader-elect-resource-name`).
-    #[arg(long, default_value = "node-lifecycle-controller")]
-    pub(crate) lease: String,
-    /// Count with the configuration the leader runs with (its `/configz` on its Lease), as
-    /// `whatif` does.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub(crate) controller_config: bool,
+    /// Where the controller is, for counting the evictions a shorter lever brings forward as
+    /// `whatif` counts them.
+    #[command(flatten)]
+    pub(crate) leader: crate::status::LeaderArgs,
 }
 
 pub async fn run(args: ExtendArgs) -> Result<()> {
-    let ExtendArgs {
-        client,
-        nodes,
-        zone,
-        node,
-        by,
-        for_,
-        reason,
-        cancel,
-        replace,
-        namespace,
-        lease,
-        controller_config,
-    } = args;
+    let ExtendArgs { client, nodes, zone, node, by, for_, reason, cancel, replace, leader } = args;
     let selector = match (&nodes, &zone) {
         (Some(_), Some(_)) => return Err(crate::Error::input("--zone", "give --nodes or --zone, not both")),
         (Some(s), None) => Some(s.parse::<Selector>().map_err(|e| crate::Error::input("--nodes", e))?),
@@ -149,7 +128,7 @@ pub async fn run(args: ExtendArgs) -> Result<()> {
                 })
                 .collect();
             if !shortened.is_empty() {
-                let what = Preview { client: &client, namespace: &namespace, lease: &lease, controller_config };
+                let what = Preview { client: &client, leader: &leader };
                 let forward = what.brought_forward(&shortened, ext, now).await?;
                 if !replace {
                     return Err(crate::Error::input(
@@ -203,9 +182,7 @@ pub async fn run(args: ExtendArgs) -> Result<()> {
 /// Where to read what `whatif` reads.
 struct Preview<'a> {
     client: &'a kube::Client,
-    namespace: &'a str,
-    lease: &'a str,
-    controller_config: bool,
+    leader: &'a crate::status::LeaderArgs,
 }
 
 impl Preview<'_> {
@@ -220,11 +197,10 @@ impl Preview<'_> {
         now: jiff::Timestamp,
     ) -> Result<Vec<String>> {
         let given = given_flags(None, nlc_core::taints::ComparisonOperators::Auto.options());
-        let leader = Api::<Lease>::namespaced(self.client.clone(), self.namespace).get_opt(self.lease).await;
-        let decisions = choose(self.controller_config, &leader, self.namespace, self.lease, &given)?;
+        let (_, decisions) = self.leader.decisions(self.client, &given).await?;
         let horizon = shortened.iter().map(|s| s.lever.by).max().unwrap_or(asked.by);
         let lifecycle = decisions.lifecycle.clone().map(|c| preview_config(c, horizon));
-        let listed = list_cluster(self.client, self.namespace, &[]).await?;
+        let listed = list_cluster(self.client, &self.leader.namespace, &[]).await?;
         let nodes: Vec<String> = shortened.iter().map(|s| s.node.clone()).collect();
         let answer = |lever: Option<Lever>| {
             let (state, decided) = listed.state(lifecycle.clone(), decisions.eviction(), now);

@@ -32,9 +32,8 @@ use crate::output::OutputFormat;
 pub struct StatusArgs {
     #[command(flatten)]
     pub(crate) client: ClientArgs,
-    /// The controller's namespace (where its pause ConfigMap lives).
-    #[arg(short = 'n', long, default_value = "node-lifecycle-controller", env = "NLC_NAMESPACE")]
-    pub(crate) namespace: String,
+    #[command(flatten)]
+    pub(crate) leader: LeaderArgs,
     /// Show the evictions due within this long (held ones are always shown).
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub(crate) within: Duration,
@@ -57,15 +56,6 @@ pub struct StatusArgs {
     /// outside the cluster).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub(crate) check: bool,
-    /// The controller's leader election Lease (its `--leader-elect-resource-name`).
-    #[arg(long, default_value = "node-lifecycle-controller")]
-    pub(crate) lease: String,
-    /// Decide with the configuration the leader runs with (its `/configz`, which it publishes on
-    /// its Lease), not with the lifecycle flags and `--enable-comparison-operators` given here.
-    /// When the Lease carries none (no leader, or leader election off), the flags given here
-    /// are used, and the report says so.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub(crate) controller_config: bool,
     /// The controller's node lifecycle flags (its taint rules, grace periods and rates shape
     /// what it decides), used with `--controller-config=false` or when the leader publishes
     /// no configuration.
@@ -139,7 +129,7 @@ fn leader_decisions(lease: &Lease, namespace: &str, name: &str) -> Option<Result
 pub async fn run(args: StatusArgs) -> Result<()> {
     let StatusArgs {
         client,
-        namespace,
+        leader: leader_args,
         within,
         watch,
         interval,
@@ -147,25 +137,23 @@ pub async fn run(args: StatusArgs) -> Result<()> {
         enable_comparison_operators,
         lifecycle,
         check,
-        lease,
-        controller_config,
     } = args;
+    let (namespace, lease) = (&leader_args.namespace, &leader_args.lease);
     // The flags given here are checked first, whether used or not.
     let here = lifecycle.into_config()?.decisions;
     let given = given_flags(here, enable_comparison_operators.options());
     let client = crate::runtime::client::client(&client).await?;
     if check {
-        let l = Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease).await?;
-        let line = leader_check(&namespace, &lease, l.as_ref(), SystemClock.now()).map_err(crate::Error::Check)?;
+        let l = leader_args.lease(&client).await?;
+        let line = leader_check(namespace, lease, l.as_ref(), SystemClock.now()).map_err(crate::Error::Check)?;
         println!("{line}");
         return Ok(());
     }
     loop {
         // The leader's configuration, read again each round: a new leader may run another.
-        let leader = Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease).await;
-        let decisions = choose(controller_config, &leader, &namespace, &lease, &given)?;
+        let (leader, decisions) = leader_args.decisions(&client, &given).await?;
         let eviction = decisions.eviction();
-        let mut r = snapshot(&client, &namespace, decisions.lifecycle, eviction, within).await?;
+        let mut r = snapshot(&client, namespace, decisions.lifecycle, eviction, within).await?;
         r.configuration = decisions.source;
         r.lease_cache = leader.ok().flatten().as_ref().and_then(lease_cache);
         let mut out = std::io::stdout().lock();
@@ -204,9 +192,46 @@ pub(crate) fn given_flags(
     }
 }
 
+/// Where the running controller is and whether to decide with its configuration: the same flags
+/// for `status`, `whatif` and `extend`.
+#[derive(Debug, Clone, Args)]
+pub struct LeaderArgs {
+    /// The controller's namespace (its pause ConfigMap and its Lease).
+    #[arg(short = 'n', long, default_value = "node-lifecycle-controller", env = "NLC_NAMESPACE")]
+    pub(crate) namespace: String,
+    /// The controller's leader election Lease (its `--leader-elect-resource-name`).
+    #[arg(long, default_value = "node-lifecycle-controller")]
+    pub(crate) lease: String,
+    /// Decide with the configuration the leader runs with (its `/configz`, which it publishes on
+    /// its Lease), not with the lifecycle flags and `--enable-comparison-operators` given here
+    /// (or their defaults). When the Lease carries none (no leader, or leader election off),
+    /// those are used, and the report says so.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub(crate) controller_config: bool,
+}
+
+impl LeaderArgs {
+    /// The leader's Lease, read now.
+    pub(crate) async fn lease(&self, client: &kube::Client) -> std::result::Result<Option<Lease>, kube::Error> {
+        Api::<Lease>::namespaced(client.clone(), &self.namespace).get_opt(&self.lease).await
+    }
+
+    /// The leader's Lease (or why it could not be read) and the configuration to decide with
+    /// ([`choose`]).
+    pub(crate) async fn decisions(
+        &self,
+        client: &kube::Client,
+        given: &impl Fn(String) -> Decisions,
+    ) -> Result<(std::result::Result<Option<Lease>, kube::Error>, Decisions)> {
+        let leader = self.lease(client).await;
+        let decisions = choose(self.controller_config, &leader, &self.namespace, &self.lease, given)?;
+        Ok((leader, decisions))
+    }
+}
+
 /// The configuration to decide with: the leader's (from its Lease) when `controller_config`
 /// and it publishes one, else `given`'s.
-pub(crate) fn choose(
+fn choose(
     controller_config: bool,
     leader: &std::result::Result<Option<Lease>, kube::Error>,
     namespace: &str,

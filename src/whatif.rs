@@ -8,7 +8,6 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use clap::Args;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
@@ -20,7 +19,7 @@ use crate::error::Result;
 use crate::lifecycle::LifecycleArgs;
 use crate::output::OutputFormat;
 use crate::runtime::args::ClientArgs;
-use crate::status::{Snapshot, choose, cluster_state, given_flags};
+use crate::status::{Snapshot, cluster_state, given_flags};
 
 #[derive(Debug, Args)]
 pub struct WhatIfArgs {
@@ -50,16 +49,8 @@ pub struct WhatIfArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
     pub(crate) output: OutputFormat,
-    /// The controller's namespace (where its pause ConfigMap and Lease live).
-    #[arg(short = 'n', long, default_value = "node-lifecycle-controller", env = "NLC_NAMESPACE")]
-    pub(crate) namespace: String,
-    /// The controller's leader election Lease (its `--leader-elect-resource-name`).
-    #[arg(long, default_value = "node-lifecycle-controller")]
-    pub(crate) lease: String,
-    /// Decide with the configuration the leader runs with (its `/configz` on its Lease), as
-    /// `status` does; else with the lifecycle flags given here.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub(crate) controller_config: bool,
+    #[command(flatten)]
+    pub(crate) leader: crate::status::LeaderArgs,
     /// Honour the `Lt` / `Gt` toleration operators, as the controller does with the same flag.
     #[arg(long, value_enum, default_value = "auto", num_args = 0..=1, require_equals = true, default_missing_value = "true", env = "NLC_ENABLE_COMPARISON_OPERATORS")]
     pub(crate) enable_comparison_operators: nlc_core::taints::ComparisonOperators,
@@ -87,9 +78,7 @@ pub async fn run(args: WhatIfArgs) -> Result<()> {
         policy,
         within,
         output,
-        namespace,
-        lease,
-        controller_config,
+        leader,
         enable_comparison_operators,
         lifecycle,
     } = args;
@@ -108,12 +97,12 @@ pub async fn run(args: WhatIfArgs) -> Result<()> {
     let here = lifecycle.into_config()?.decisions;
     let given = given_flags(here, enable_comparison_operators.options());
     let client = crate::runtime::client::client(&client).await?;
-    let leader = Api::<Lease>::namespaced(client.clone(), &namespace).get_opt(&lease).await;
-    let decisions = choose(controller_config, &leader, &namespace, &lease, &given)?;
+    let (_, decisions) = leader.decisions(&client, &given).await?;
+    let namespace = &leader.namespace;
     let eviction = decisions.eviction();
     let lifecycle = decisions.lifecycle.map(|c| preview_config(c, within));
     let Snapshot { state, nodes: listed, pods, now, actions } =
-        cluster_state(&client, &namespace, lifecycle, eviction, &previewed).await?;
+        cluster_state(&client, namespace, lifecycle, eviction, &previewed).await?;
     let chosen: Vec<String> = nlc_core::selector::pick_nodes(&listed, selector.as_ref(), &node)
         .map_err(|missing| crate::Error::input("--node", format!("no node {missing:?}")))?
         .into_iter()
