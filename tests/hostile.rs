@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::webhook::{Webhook, register_mutating};
+use common::webhook::{Webhook, post_on, register_mutating};
 use common::{eventually_every, metric_sum, webhook};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, PostParams};
@@ -764,23 +764,6 @@ async fn post_body(port: u16, path: &str, body: &[u8]) -> (Option<u16>, String) 
     let text = String::from_utf8_lossy(&out).into_owned();
     let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok());
     (code, text)
-}
-
-/// One POST of `body` to `path` over `stream`; the status code of the answer, if any.
-async fn post_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
-    mut s: S,
-    path: &str,
-    body: &[u8],
-) -> Option<u16> {
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.ok()?;
-    s.write_all(body).await.ok()?;
-    let mut buf = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf)).await;
-    String::from_utf8_lossy(&buf).split_whitespace().nth(1)?.parse().ok()
 }
 
 /// mTLS, the one fix for "any pod can reach it": with `--webhook-client-ca-file`, only a client

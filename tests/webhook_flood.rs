@@ -19,7 +19,6 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, PostParams};
 use nlc_testenv::{Options, shared_with, unique};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn env() -> &'static nlc_testenv::ControlPlane {
     shared_with(Options {
@@ -59,16 +58,8 @@ fn costly_review(namespace: &str) -> Vec<u8> {
 
 /// One POST over a new TLS connection from `127.0.0.<source>`; the status code.
 async fn post_from(ca: &std::path::Path, source: u8, port: u16, body: &[u8]) -> Option<u16> {
-    let mut s = common::tls_connect_from(ca, source, port, &[b"http/1.1"]).await?;
-    let head = format!(
-        "POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.ok()?;
-    s.write_all(body).await.ok()?;
-    let mut buf = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf)).await;
-    String::from_utf8_lossy(&buf).split_whitespace().nth(1)?.parse().ok()
+    let s = common::tls_connect_from(ca, source, port, &[b"http/1.1"]).await?;
+    common::webhook::post_on(s, "/validate", body).await
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, 
 use kube::api::{Api, PostParams};
 use nlc_testenv::{ControlPlane, unique};
 use serde_json::json;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 
 use super::{BIN, Process, free_ports, http_get, start_until_ready};
 
@@ -165,4 +166,17 @@ pub async fn register_validating(
         .await
         .expect("register");
     name
+}
+
+/// One POST of `body` to `path` over `stream`; the status code of the answer, if any.
+pub async fn post_on<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, path: &str, body: &[u8]) -> Option<u16> {
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.ok()?;
+    s.write_all(body).await.ok()?;
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf)).await;
+    String::from_utf8_lossy(&buf).split_whitespace().nth(1)?.parse().ok()
 }
