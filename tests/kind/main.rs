@@ -357,6 +357,52 @@ async fn partition(client: &kube::Client, kubeconfig: &Path, w1: &str, w2: &str,
     );
 }
 
+/// Whether `p` runs (phase `Running`, not being deleted), and where.
+fn running_on(p: &Pod) -> Option<String> {
+    let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+    (running && p.metadata.deletion_timestamp.is_none()).then_some(node)
+}
+
+/// A StatefulSet `name` of one pod (the pause image) in namespace `ns`, whose pods tolerate
+/// not-ready/unreachable for `toleration` s, running on the worker without the leader (the other
+/// cordoned until it runs): that worker, the other, and the pod's UID.
+async fn one_pod_off_the_leader<'a>(
+    client: &kube::Client,
+    w1: &'a str,
+    w2: &'a str,
+    ns: &str,
+    name: &str,
+    toleration: u64,
+) -> (&'a str, &'a str, String) {
+    let (_, leader_node) = until("a leader", Duration::from_secs(60), || leader(client, FULLNAME)).await;
+    let (victim, spare) = if leader_node == w1 { (w2, w1) } else { (w1, w2) };
+    namespace(client, ns, toleration).await;
+    until_mutated(client, ns, toleration as i64).await;
+    set_unschedulable(client, spare, true).await;
+    let sts: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"replicas": 1, "serviceName": name, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                "terminationGracePeriodSeconds": 5,
+                "containers": [{"name": "c", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}]}}}
+    }))
+    .expect("statefulset");
+    Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &sts)
+        .await
+        .expect("create statefulset");
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let pod = format!("{name}-0");
+    let uid = until(&format!("{pod} running on {victim}"), Duration::from_secs(120), || async {
+        let p = pods.get_opt(&pod).await.ok()??;
+        (running_on(&p)? == victim).then_some(p.metadata.uid?)
+    })
+    .await;
+    set_unschedulable(client, spare, false).await;
+    (victim, spare, uid)
+}
+
 /// Our fence delay here (`--fence-delay`, 60 s by default).
 const FENCE_DELAY: u64 = 10;
 /// kube-controller-manager's pod GC looks for terminating pods on fenced nodes every 20 s.
@@ -369,36 +415,9 @@ const POD_GC_PERIOD: u64 = 20;
 /// (`out-of-service`), pod GC force-deletes the pod, and the StatefulSet's pod runs on the other
 /// worker. The worker started again: unfenced, nothing else evicted.
 async fn dead_node(client: &kube::Client, kubeconfig: &Path, w1: &str, w2: &str, summary: &mut String) {
-    let (_, leader_node) = until("a leader", Duration::from_secs(60), || leader(client, FULLNAME)).await;
-    let (victim, spare) = if leader_node == w1 { (w2, w1) } else { (w1, w2) };
     let toleration = 10u64;
-    namespace(client, "state", toleration).await;
-    until_mutated(client, "state", toleration as i64).await;
-    set_unschedulable(client, spare, true).await;
-    let sts: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
-        "metadata": {"name": "db"},
-        "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
-            "template": {"metadata": {"labels": {"app": "db"}}, "spec": {
-                "terminationGracePeriodSeconds": 5,
-                "containers": [{"name": "c", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}]}}}
-    }))
-    .expect("statefulset");
-    Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), "state")
-        .create(&PostParams::default(), &sts)
-        .await
-        .expect("create statefulset");
+    let (victim, spare, first) = one_pod_off_the_leader(client, w1, w2, "state", "db", toleration).await;
     let pods = Api::<Pod>::namespaced(client.clone(), "state");
-    let running_on = |p: &Pod| {
-        let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-        let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
-        (running && p.metadata.deletion_timestamp.is_none()).then_some(node)
-    };
-    let first = until(&format!("db-0 running on {victim}"), Duration::from_secs(120), || async {
-        let p = pods.get_opt("db-0").await.ok()??;
-        (running_on(&p)? == victim).then_some(p.metadata.uid?)
-    })
-    .await;
-    set_unschedulable(client, spare, false).await;
     let stopped = Timestamp::now();
     docker(&["stop", victim]);
     // No signal yet: the pod is evicted and stays Terminating (no kubelet confirms it), and
@@ -492,30 +511,10 @@ async fn dead_node(client: &kube::Client, kubeconfig: &Path, w1: &str, w2: &str,
 /// fenced, and the StatefulSet's pod is never force-deleted or run twice (the same pod, its
 /// containers restarted by the kubelet).
 async fn booted_again(client: &kube::Client, w1: &str, w2: &str, summary: &mut String) {
-    let (_, leader_node) = until("a leader", Duration::from_secs(60), || leader(client, FULLNAME)).await;
-    let (victim, spare) = if leader_node == w1 { (w2, w1) } else { (w1, w2) };
-    namespace(client, "boot", 300).await;
-    until_mutated(client, "boot", 300).await;
-    set_unschedulable(client, spare, true).await;
-    let sts: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {"replicas": 1, "serviceName": "web", "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
-                "terminationGracePeriodSeconds": 5,
-                "containers": [{"name": "c", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}]}}}
-    }))
-    .expect("statefulset");
+    let (victim, _, first) = one_pod_off_the_leader(client, w1, w2, "boot", "web", 300).await;
     let sets = Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), "boot");
-    sets.create(&PostParams::default(), &sts).await.expect("create statefulset");
     let pods = Api::<Pod>::namespaced(client.clone(), "boot");
     let running = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-    let first = until(&format!("web-0 running on {victim}"), Duration::from_secs(120), || async {
-        let p = pods.get_opt("web-0").await.ok()??;
-        let on = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(victim);
-        (running(&p) && on).then_some(p.metadata.uid?)
-    })
-    .await;
-    set_unschedulable(client, spare, false).await;
     let fenced_events = events(client, "default", "NodeFenced").await.len();
     // Everything from the stop on is watched for a fence and for a second pod.
     let watch = |n: &Node, seen: &mut Vec<String>| {
